@@ -1,0 +1,267 @@
+"""Encode and decode Cable posts (spec 1.0-draft8, wire-compatible with cable.js 0.2.1).
+
+A post is a header (public key, signature, links, post type, timestamp)
+followed by a body that depends on the post type.  Decoding is strict: the
+result re-encodes to exactly the input bytes, so a post's hash and signature
+stay meaningful after a round trip.  That is why non-minimal varints are
+refused even though LEB128 readers usually accept them.
+
+``post/info`` uses the deployed form (cable.js 0.2.1 and the Rust crate):
+key/value pairs terminated by a zero key length.  Spec draft8 instead prefixes
+a ``num_keypairs`` count; such a post does not parse as the deployed form
+(the count is read as a key length and the rest no longer lines up), so it is
+refused with a :class:`DecodeError` and never written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .errors import (
+    LimitError,
+    TrailingBytesError,
+    TruncatedError,
+    UnknownPostTypeError,
+    Utf8Error,
+    VarintError,
+)
+
+TEXT, DELETE, INFO, TOPIC, JOIN, LEAVE = range(6)
+POST_TYPE_NAMES = {
+    TEXT: "post/text",
+    DELETE: "post/delete",
+    INFO: "post/info",
+    TOPIC: "post/topic",
+    JOIN: "post/join",
+    LEAVE: "post/leave",
+}
+CHANNEL_TYPES = frozenset({TEXT, TOPIC, JOIN, LEAVE})
+
+PUBLIC_KEY_SIZE = 32
+SIGNATURE_SIZE = 64
+HASH_SIZE = 32
+HEADER_FIXED = PUBLIC_KEY_SIZE + SIGNATURE_SIZE
+U64_MAX = (1 << 64) - 1
+
+# Limits from the spec (see shared DESIGN notes); codepoints unless stated.
+MAX_TEXT_BYTES = 4096
+CHANNEL_CODEPOINTS = (1, 64)
+MAX_TOPIC_CODEPOINTS = 512
+INFO_KEY_CODEPOINTS = (1, 128)
+MAX_INFO_VALUE_BYTES = 4096
+NAME_CODEPOINTS = (1, 32)
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """A decoded Cable post.  Body fields not used by its type are ``None``.
+
+    ``info`` is a tuple of ``(key, value)`` string pairs in wire order.
+    """
+
+    public_key: bytes
+    signature: bytes
+    links: tuple[bytes, ...]
+    post_type: int
+    timestamp: int
+    channel: str | None = None
+    text: str | None = None
+    hashes: tuple[bytes, ...] | None = None
+    info: tuple[tuple[str, str], ...] | None = None
+    topic: str | None = None
+
+    @property
+    def type_name(self) -> str:
+        return POST_TYPE_NAMES[self.post_type]
+
+    def info_value(self, key: str) -> str | None:
+        """The value of ``key`` in a post/info (the last one if repeated)."""
+        found = None
+        for k, v in self.info or ():
+            if k == key:
+                found = v
+        return found
+
+
+# --- varints -------------------------------------------------------------
+
+
+def encode_varint(n: int) -> bytes:
+    if n < 0 or n > U64_MAX:
+        raise LimitError(f"varint out of range: {n}")
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Read an unsigned LEB128 varint at ``pos``; return ``(value, new_pos)``."""
+    end = len(buf)
+    if pos >= end:
+        raise TruncatedError("varint runs past the end of the buffer")
+    b = buf[pos]
+    if b < 0x80:  # the common one-byte case
+        return b, pos + 1
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise TruncatedError("varint runs past the end of the buffer")
+        if pos - start >= 10:
+            raise VarintError("varint longer than 10 bytes")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    if b == 0:
+        raise VarintError("non-minimal varint encoding")
+    if result > U64_MAX:
+        raise VarintError("varint overflows u64")
+    return result, pos
+
+
+# --- decoding ------------------------------------------------------------
+
+
+def _read_bytes(buf: bytes, pos: int, n: int, what: str) -> tuple[bytes, int]:
+    end = pos + n
+    if end > len(buf):
+        raise TruncatedError(f"{what}: declared length {n} exceeds the buffer")
+    return buf[pos:end], end
+
+
+def _read_str(buf: bytes, pos: int, what: str) -> tuple[str, int, int]:
+    """Return ``(string, byte_length, new_pos)`` for a length-prefixed UTF-8 string."""
+    n, pos = read_varint(buf, pos)
+    raw, pos = _read_bytes(buf, pos, n, what)
+    try:
+        return raw.decode("utf-8"), n, pos
+    except UnicodeDecodeError as exc:
+        raise Utf8Error(f"{what} is not valid UTF-8") from exc
+
+
+def _read_hashes(buf: bytes, pos: int, what: str) -> tuple[tuple[bytes, ...], int]:
+    count, pos = read_varint(buf, pos)
+    # Checked before slicing so a huge count never allocates anything.
+    if count * HASH_SIZE > len(buf) - pos:
+        raise TruncatedError(f"{what}: {count} hashes exceed the buffer")
+    hashes = tuple(buf[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE] for i in range(count))
+    return hashes, pos + count * HASH_SIZE
+
+
+def _check_codepoints(value: str, bounds: tuple[int, int], what: str) -> None:
+    lo, hi = bounds
+    if not lo <= len(value) <= hi:
+        raise LimitError(f"{what} must be {lo}-{hi} codepoints, got {len(value)}")
+
+
+def _read_channel(buf: bytes, pos: int) -> tuple[str, int]:
+    channel, _, pos = _read_str(buf, pos, "channel")
+    _check_codepoints(channel, CHANNEL_CODEPOINTS, "channel name")
+    return channel, pos
+
+
+def _read_info(buf: bytes, pos: int) -> tuple[tuple[tuple[str, str], ...], int]:
+    pairs = []
+    while True:
+        key, key_len, pos = _read_str(buf, pos, "info key")
+        if key_len == 0:
+            return tuple(pairs), pos
+        _check_codepoints(key, INFO_KEY_CODEPOINTS, "info key")
+        value, value_len, pos = _read_str(buf, pos, "info value")
+        if value_len > MAX_INFO_VALUE_BYTES:
+            raise LimitError(f"info value is {value_len} bytes, limit {MAX_INFO_VALUE_BYTES}")
+        if key == "name":
+            _check_codepoints(value, NAME_CODEPOINTS, "user name")
+        pairs.append((key, value))
+
+
+def decode_post(buf: bytes) -> Post:
+    """Decode and validate one post.  Raises only :class:`CableError` subclasses."""
+    if not isinstance(buf, (bytes, bytearray, memoryview)):
+        raise TypeError("decode_post expects bytes")
+    buf = bytes(buf)
+    if len(buf) < HEADER_FIXED:
+        raise TruncatedError("shorter than a post header")
+    public_key = buf[:PUBLIC_KEY_SIZE]
+    signature = buf[PUBLIC_KEY_SIZE:HEADER_FIXED]
+    links, pos = _read_hashes(buf, HEADER_FIXED, "links")
+    post_type, pos = read_varint(buf, pos)
+    if post_type not in POST_TYPE_NAMES:
+        raise UnknownPostTypeError(f"unknown post type {post_type}")
+    timestamp, pos = read_varint(buf, pos)
+    fields: dict = {}
+    if post_type == TEXT:
+        fields["channel"], pos = _read_channel(buf, pos)
+        fields["text"], text_len, pos = _read_str(buf, pos, "text")
+        if text_len > MAX_TEXT_BYTES:
+            raise LimitError(f"text is {text_len} bytes, limit {MAX_TEXT_BYTES}")
+    elif post_type == DELETE:
+        hashes, pos = _read_hashes(buf, pos, "deletions")
+        if not hashes:
+            raise LimitError("post/delete must name at least one hash")
+        fields["hashes"] = hashes
+    elif post_type == INFO:
+        fields["info"], pos = _read_info(buf, pos)
+    elif post_type == TOPIC:
+        fields["channel"], pos = _read_channel(buf, pos)
+        fields["topic"], _, pos = _read_str(buf, pos, "topic")
+        if len(fields["topic"]) > MAX_TOPIC_CODEPOINTS:
+            raise LimitError(f"topic exceeds {MAX_TOPIC_CODEPOINTS} codepoints")
+    else:  # JOIN, LEAVE
+        fields["channel"], pos = _read_channel(buf, pos)
+    if pos != len(buf):
+        raise TrailingBytesError(f"{len(buf) - pos} trailing bytes after the post")
+    return Post(public_key, signature, links, post_type, timestamp, **fields)
+
+
+# --- encoding ------------------------------------------------------------
+
+
+def _str(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return encode_varint(len(raw)) + raw
+
+
+def encode_body(post: Post) -> bytes:
+    """Everything after the signature: the bytes the signature covers."""
+    t = post.post_type
+    if t not in POST_TYPE_NAMES:
+        raise UnknownPostTypeError(f"unknown post type {t}")
+    parts = [encode_varint(len(post.links)), *post.links, encode_varint(t), encode_varint(post.timestamp)]
+    if t == TEXT:
+        parts += [_str(post.channel), _str(post.text)]
+    elif t == DELETE:
+        parts += [encode_varint(len(post.hashes)), *post.hashes]
+    elif t == INFO:
+        for key, value in post.info:
+            parts += [_str(key), _str(value)]
+        parts.append(b"\x00")
+    elif t == TOPIC:
+        parts += [_str(post.channel), _str(post.topic)]
+    else:
+        parts.append(_str(post.channel))
+    return b"".join(parts)
+
+
+def encode_post(post: Post) -> bytes:
+    """Encode a post; the result is validated by decoding it again."""
+    if len(post.public_key) != PUBLIC_KEY_SIZE or len(post.signature) != SIGNATURE_SIZE:
+        raise LimitError("public key must be 32 bytes and signature 64 bytes")
+    if any(len(h) != HASH_SIZE for h in (*post.links, *(post.hashes or ()))):
+        raise LimitError("links and hashes must be 32 bytes each")
+    buf = post.public_key + post.signature + encode_body(post)
+    decode_post(buf)  # the same rules apply to what we write as to what we read
+    return buf
+
+
+def post_hash(buf: bytes) -> bytes:
+    """BLAKE2b-256 of the post's bytes: its address in Cable."""
+    return hashlib.blake2b(buf, digest_size=HASH_SIZE).digest()

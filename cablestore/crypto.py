@@ -1,0 +1,66 @@
+"""Ed25519 signing and verification of Cable posts (through pynacl/libsodium)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nacl.signing import SigningKey
+
+from .codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
+from .errors import SignatureError
+
+from nacl.bindings import crypto_sign_open
+from nacl.exceptions import BadSignatureError, CryptoError
+
+
+def _verify_detached(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    try:
+        crypto_sign_open(signature + message, public_key)
+        return True
+    except (BadSignatureError, CryptoError, ValueError, TypeError):
+        return False
+
+
+class Keypair:
+    """An Ed25519 keypair; ``Keypair.from_seed`` makes deterministic ones for tests."""
+
+    def __init__(self, signing_key: SigningKey | None = None):
+        self.signing_key = signing_key or SigningKey.generate()
+        self.public_key = bytes(self.signing_key.verify_key)
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> "Keypair":
+        return cls(SigningKey(seed))
+
+    def sign(self, message: bytes) -> bytes:
+        return self.signing_key.sign(message).signature
+
+
+def verify_post(buf: bytes) -> bool:
+    """True when the signature covers every byte after it and matches the public key."""
+    if len(buf) < HEADER_FIXED:
+        return False
+    return _verify_detached(bytes(buf[:PUBLIC_KEY_SIZE]), bytes(buf[HEADER_FIXED:]), bytes(buf[PUBLIC_KEY_SIZE:HEADER_FIXED]))
+
+
+def check_signature(buf: bytes) -> None:
+    """Raise :class:`SignatureError` unless :func:`verify_post` holds."""
+    if not verify_post(buf):
+        raise SignatureError("Ed25519 signature does not verify")
+
+
+def sign_post(post: Post, keypair: Keypair) -> bytes:
+    """Return the encoded post, authored and signed by ``keypair``.
+
+    The post's ``public_key`` and ``signature`` fields are replaced.
+    """
+    unsigned = dataclasses.replace(post, public_key=keypair.public_key, signature=bytes(64))
+    signature = keypair.sign(encode_body(unsigned))
+    return encode_post(dataclasses.replace(unsigned, signature=signature))
+
+
+def make_post(keypair: Keypair, post_type: int, timestamp: int, links=(), **body) -> tuple[bytes, Post]:
+    """Build, sign and encode a post; return ``(bytes, decoded post)``."""
+    draft = Post(keypair.public_key, bytes(64), tuple(links), post_type, timestamp, **body)
+    buf = sign_post(draft, keypair)
+    return buf, decode_post(buf)

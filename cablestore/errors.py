@@ -1,0 +1,73 @@
+"""One exception hierarchy for everything cablestore refuses.
+
+Callers catch :class:`CableError` to handle any refusal; the subclasses say
+which rule a post broke so a peer can decide whether to log, drop or ban.
+"""
+
+
+class CableError(Exception):
+    """Base class of every error cablestore raises on purpose."""
+
+
+class DecodeError(CableError):
+    """The bytes are not a well-formed Cable post."""
+
+
+class TruncatedError(DecodeError):
+    """A field runs past the end of the buffer (or a declared length does)."""
+
+
+class TrailingBytesError(DecodeError):
+    """Bytes remain after the post's last field."""
+
+
+class VarintError(DecodeError):
+    """A varint is longer than 10 bytes, overflows u64, or is not minimal."""
+
+
+class Utf8Error(DecodeError):
+    """A string field is not valid UTF-8."""
+
+
+class UnknownPostTypeError(DecodeError):
+    """The post type is not one of the six Cable 1.0 types."""
+
+
+class LimitError(CableError):
+    """A field is outside the limits the spec sets (length, count, range)."""
+
+
+class SignatureError(CableError):
+    """The Ed25519 signature does not verify for the post's public key."""
+
+
+class FutureTimestampError(CableError):
+    """The post claims a timestamp at or beyond now + 7 days."""
+
+
+class UnauthorizedDeleteError(CableError):
+    """A post/delete targets a stored post written by someone else."""
+
+
+class DeletedPostError(CableError):
+    """The post was deleted by its author; the store refuses it again."""
+
+
+class StoreError(CableError):
+    """The store cannot be used as asked (locked, closed, missing)."""
+
+
+class StoreLockedError(StoreError):
+    """Another process (or another Store object) holds the database lock."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed."""
+
+
+class NotFoundError(CableError, KeyError):
+    """No post with that hash is stored."""
+
+
+class RebuildError(CableError):
+    """The rebuild could not run (bad snapshot, missing Java, bad options)."""
