@@ -37,3 +37,7 @@ __all__ = [
     "LEAVE",
     "POST_TYPE_NAMES",
 ]
+
+from .store import IngestResult, Store  # noqa: E402
+
+__all__ += ["Store", "IngestResult"]

@@ -71,3 +71,7 @@ class NotFoundError(CableError, KeyError):
 
 class RebuildError(CableError):
     """The rebuild could not run (bad snapshot, missing Java, bad options)."""
+
+
+class QueryError(CableError, ValueError):
+    """A query argument is invalid (negative limit, malformed hash, ...)."""

@@ -1,0 +1,145 @@
+"""Read-side of :class:`cablestore.Store`: the answers to Cable requests.
+
+Queries that read more than one key read from one LevelDB snapshot, so a
+concurrent writer never shows them half of an ingest.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from cablestore.views import author, channel, chat, state, user
+
+from .errors import QueryError
+from .keys import MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
+from .records import Tombstone
+
+_POSTS = b"!post!"
+_DELETED = b"!deleted!"
+U64_MAX = (1 << 64) - 1
+
+
+def _count(value, what) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise QueryError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+class Queries:
+    """Mixed into Store; expects ``self.db`` (a plyvel DB)."""
+
+    # --- posts ------------------------------------------------------------
+    def get(self, h) -> bytes | None:
+        """The post's bytes, or None if it is not stored."""
+        return self.db.get(_POSTS + as_hash(h))
+
+    def get_many(self, hashes) -> list[bytes | None]:
+        """Answer a post request: bytes (or None) for each hash, in order."""
+        keys = [as_hash(h) for h in hashes]
+        with self.db.snapshot() as snap:
+            return [snap.get(_POSTS + h) for h in keys]
+
+    def __contains__(self, h) -> bool:
+        return self.get(h) is not None
+
+    def is_deleted(self, h) -> bool:
+        """True if a post/delete honoured for this hash keeps it out of the store."""
+        h = as_hash(h)
+        with self.db.snapshot() as snap:
+            if snap.get(_POSTS + h) is not None:
+                return False
+            prefix = _DELETED + h
+            tombs = [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in snap.iterator(prefix=prefix)]
+        return any(t.authorized for t in tombs)
+
+    def tombstones(self, h) -> list[Tombstone]:
+        h = as_hash(h)
+        prefix = _DELETED + h
+        return [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in self.db.iterator(prefix=prefix)]
+
+    # --- channel time range -------------------------------------------------
+    def channel_time_range(self, name: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
+        """Hashes of post/text and post/delete in ``[start, end)``, newest first.
+
+        ``end=0`` means no upper bound (the spec's "keep the request open"
+        case, answered with everything known now); ``limit=0`` means all.
+        """
+        start, end, limit = _count(start, "start"), _count(end, "end"), _count(limit, "limit")
+        prefix = chat.channel_prefix(name)
+        lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
+        hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+        it = self.db.iterator(start=lo, stop=hi, reverse=True, include_value=False)
+        with it:
+            return [k[-32:] for k in islice(it, limit or None)]
+
+    # --- channel state ------------------------------------------------------
+    def channel_state(self, name: str, historic: bool = False) -> list[bytes]:
+        """Hashes describing a channel (spec 5.4.4), newest first in each part.
+
+        Latest topic, latest join/leave of each member, latest post/info of
+        each member and ex-member; ``historic=True`` gives every one of them.
+        """
+        take = None if historic else 1
+        ch = channel_key(name)
+        with self.db.snapshot() as snap:
+            out = _newest(snap, state.topic_prefix(ch), take)
+            out += self._member_records(snap, state.PREFIX + ch + b"m", historic)
+            for pk in self._member_keys(snap, ch):
+                out += _newest(snap, user.posts_prefix(pk), take)
+        return out
+
+    @staticmethod
+    def _member_records(snap, prefix: bytes, historic: bool) -> list[bytes]:
+        by_member: dict[bytes, list[bytes]] = {}
+        for key in snap.iterator(prefix=prefix, include_value=False):
+            by_member.setdefault(key[len(prefix) : len(prefix) + 32], []).append(key[-32:])
+        out = []
+        for hashes in by_member.values():
+            out += hashes[::-1] if historic else hashes[-1:]
+        return out
+
+    @staticmethod
+    def _member_keys(snap, ch: bytes, current_only: bool = False) -> list[bytes]:
+        prefix = channel.PREFIX + ch + b"m"
+        return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
+
+    def members(self, name: str) -> list[bytes]:
+        """Public keys of the channel's current members, ascending."""
+        return self._member_keys(self.db, channel_key(name), current_only=True)
+
+    def topic(self, name: str) -> str:
+        """The channel's current topic; "" when none is set (spec 5.4.2)."""
+        value = self.db.get(channel.PREFIX + channel_key(name) + b"t")
+        return value.decode("utf-8") if value else ""
+
+    def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
+        """Known channel names, ascending, in their canonical (casefolded) spelling."""
+        offset, limit = _count(offset, "offset"), _count(limit, "limit")
+        with self.db.snapshot() as snap:
+            names = self._channel_names(snap)
+        return names[offset : offset + limit if limit else None]
+
+    # --- users and authors ----------------------------------------------------
+    def name(self, public_key) -> str | None:
+        """The user's current name (from their latest post/info), or None."""
+        value = self.db.get(user.property_key(as_hash(public_key), "name"))
+        return None if value is None else value.decode("utf-8")
+
+    def user_info(self, public_key) -> dict[str, str]:
+        """Every property of the user's latest post/info."""
+        prefix = user.PREFIX + as_hash(public_key) + b"i"
+
+        return {unescape(k, len(prefix))[0]: v.decode("utf-8") for k, v in self.db.iterator(prefix=prefix)}
+
+    def author_posts(self, public_key, post_type: int | None = None) -> list[bytes]:
+        """Hashes of the author's posts (of one type, or all), newest first."""
+        prefix = author.prefix(as_hash(public_key), post_type)
+        keys = list(self.db.iterator(prefix=prefix, include_value=False))
+        keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
+        return [k[-32:] for k in keys]
+
+
+def _newest(reader, prefix: bytes, take: int | None) -> list[bytes]:
+    with reader.iterator(prefix=prefix, reverse=True, include_value=False) as it:
+        return [k[-32:] for k in islice(it, take)]
+

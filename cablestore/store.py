@@ -1,0 +1,294 @@
+"""``Store``: Cable posts in LevelDB, with the views a peer answers requests from.
+
+The hash store (``!post!``) and the tombstones (``!deleted!``) are primary
+data; every other key is derived from them by the modules in
+``cablestore.views`` and can be rebuilt (see ``cablestore.rebuild``).
+Everything one ingest (or one ``ingest_many`` call) writes goes into one
+LevelDB WriteBatch, so a crash leaves all of it or none of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+import plyvel
+
+from . import views
+from .codec import DELETE, INFO, Post, decode_post, post_hash
+from .crypto import check_signature
+from .errors import (
+    CableError,
+    DeletedPostError,
+    FutureTimestampError,
+    StoreClosedError,
+    StoreError,
+    StoreLockedError,
+    UnauthorizedDeleteError,
+)
+from .keys import as_hash, canonical_channel, channel_key, escape, next_prefix, unescape
+from .queries import Queries
+from .records import Indexed, Tombstone
+from .txn import DELETED, POSTS, REVERSE, Txn
+
+WEEK_MS = 7 * 24 * 60 * 60 * 1000
+FORMAT_KEY = b"!meta!format"
+FORMAT = b"cablestore-1"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What happened to one post of an ``ingest_many`` call."""
+
+    index: int
+    hash: bytes | None
+    error: CableError | None = None
+    new: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Store(Queries):
+    """A Cable post store in a LevelDB directory.
+
+    >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
+    ...     h = store.ingest(post_bytes)
+    ...     store.channel_time_range("general", 0, 0, limit=50)
+
+    ``now``: a callable returning the current time in ms (for tests).
+    ``sync``: write every batch with LevelDB's sync flag (durable against
+    power loss, not only process crashes).  ``verify_signatures=False`` is
+    for re-indexing posts already verified once.
+    """
+
+    def __init__(self, path, *, create=True, sync=False, verify_signatures=True, now=None):
+        self.path = Path(path)
+        self.sync = sync
+        self.verify_signatures = verify_signatures
+        self._now = now or wall_clock_ms
+        self._write_lock = threading.Lock()
+        try:
+            self._db = plyvel.DB(str(self.path), create_if_missing=create)
+        except plyvel.IOError as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLockedError(f"{self.path} is open in another process or Store") from exc
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        except plyvel.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        stored = self._db.get(FORMAT_KEY)
+        if stored is None:
+            self._db.put(FORMAT_KEY, FORMAT, sync=True)
+        elif stored != FORMAT:
+            self._db.close()
+            raise StoreError(f"{self.path} holds format {stored!r}, expected {FORMAT!r}")
+
+    # --- lifecycle ------------------------------------------------------
+    def close(self) -> None:
+        if not self._db.closed:
+            self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def db(self) -> plyvel.DB:
+        if self._db.closed:
+            raise StoreClosedError("the store is closed")
+        return self._db
+
+    # --- ingest ---------------------------------------------------------
+    def validate(self, buf: bytes, now: int | None = None) -> tuple[bytes, Post]:
+        """Decode and check one post as a host must before accepting it.
+
+        Returns ``(hash, post)``; raises a :class:`CableError` subclass.
+        """
+        post = decode_post(buf)
+        now = self._now() if now is None else now
+        if post.timestamp >= now + WEEK_MS:
+            raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
+        if self.verify_signatures:
+            check_signature(buf)
+        return post_hash(buf), post
+
+    def ingest(self, buf: bytes, *, now: int | None = None) -> bytes:
+        """Validate and store one post with all its view entries; return its hash.
+
+        Storing a post already stored is a no-op.  A refused post raises and
+        leaves the store unchanged.
+        """
+        buf = bytes(buf)
+        h, post = self.validate(buf, now)
+        with self._write_lock:
+            txn = Txn(self.db)
+            self._apply(txn, buf, h, post)
+            txn.commit(self.sync)
+        return h
+
+    def ingest_many(self, bufs, *, now: int | None = None) -> list[IngestResult]:
+        """Ingest posts in order, in one WriteBatch; refusals are reported per item."""
+        now = self._now() if now is None else now
+        checked = []
+        for i, buf in enumerate(bufs):
+            buf = bytes(buf)
+            try:
+                checked.append((i, buf, *self.validate(buf, now), None))
+            except CableError as exc:
+                checked.append((i, buf, None, None, exc))
+        results = []
+        with self._write_lock:
+            txn = Txn(self.db)
+            for i, buf, h, post, error in checked:
+                if error is None:
+                    try:
+                        results.append(IngestResult(i, h, None, self._apply(txn, buf, h, post)))
+                        continue
+                    except CableError as exc:
+                        error = exc
+                results.append(IngestResult(i, h, error))
+            txn.commit(self.sync)
+        return results
+
+    def _apply(self, txn: Txn, buf: bytes, h: bytes, post: Post) -> bool:
+        """Index one validated post into ``txn``; False if it was already stored.
+
+        Every check runs before the first write, so a refusal leaves ``txn``
+        as it was.
+        """
+        if txn.get(POSTS + h) is not None:
+            return False
+        if any(t.deleter == post.public_key for t in txn.tombstones(h)):
+            raise DeletedPostError(f"post {h.hex()} was deleted by its author")
+        made = ()
+        if post.post_type == DELETE:
+            targets = list(dict.fromkeys(post.hashes))
+            for target in targets:
+                blob = txn.get(POSTS + target)
+                if blob is not None and blob[:32] != post.public_key:
+                    raise UnauthorizedDeleteError(f"post {target.hex()} belongs to another author")
+            made = tuple(self._delete_target(txn, target, h, post) for target in targets)
+        self._index(txn, Indexed.of(buf, post, h, made), buf)
+        return True
+
+    def _index(self, txn: Txn, ip: Indexed, buf: bytes) -> None:
+        entries = views.entries(ip)
+        txn.put(POSTS + ip.hash, buf)
+        for key, value in entries:
+            txn.put(key, value)
+        txn.put(REVERSE + ip.hash, msgpack.packb([k for k, _ in entries]))
+        txn.deleted.discard(ip.hash)
+        for view, group in views.groups(ip):
+            txn.add_candidate(view, group, ip)
+
+    def _unindex(self, txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
+        """Remove a stored post, its view entries and (optionally) its tombstones."""
+        post = decode_post(blob)
+        made = ()
+        if post.post_type == DELETE:
+            made = tuple(t for t in txn.tombstones_by(h, post.hashes))
+        ip = Indexed.of(blob, post, h, made)
+        keys = set(msgpack.unpackb(txn.get(REVERSE + h) or b"\x90"))
+        keys.update(k for k, _ in views.entries(ip))  # robust to a damaged reverse entry
+        for key in keys:
+            txn.delete(key)
+        txn.delete(REVERSE + h)
+        txn.delete(POSTS + h)
+        txn.deleted.add(h)
+        for view, group in views.groups(ip):
+            txn.touch(view, group)
+        if forget_tombstones:
+            for tomb in made:
+                txn.forget_tombstone(tomb)
+        return ip
+
+    def _delete_target(self, txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombstone:
+        blob = txn.get(POSTS + target)
+        if blob is None:
+            tomb = Tombstone(target, by, delete.public_key)
+        else:
+            ip = self._unindex(txn, target, blob, forget_tombstones=True)
+            p = ip.post
+            channels = self._channels_of(txn, ip)
+            tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, channels)
+        txn.put_tombstone(tomb)
+        return tomb
+
+    def _channels_of(self, txn: Txn, ip: Indexed) -> tuple[str, ...]:
+        if ip.channel is not None:
+            return (ip.channel,)
+        if ip.post.post_type == DELETE:
+            return tuple(sorted({c for t in ip.tombstones for c in t.channels}))
+        if ip.post.post_type == INFO:
+            return self._member_channels(txn, ip.post.public_key)
+        return ()
+
+    def _member_channels(self, txn: Txn, public_key: bytes) -> tuple[str, ...]:
+        txn.settle()  # membership changed earlier in this batch must count
+        names = set(self._channel_names(txn.db))
+        names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m")
+        member = views.channel.PREFIX
+        return tuple(
+            sorted(n for n in names if txn.get(member + escape(n) + b"m" + public_key) == b"\x01")
+        )
+
+    # --- local removal --------------------------------------------------
+    def delete(self, h) -> bool:
+        """Discard a post locally, without a post/delete and without a tombstone.
+
+        Returns False if the post was not stored.  Tombstones a discarded
+        post/delete made are kept: the deletion it carried still holds.
+        """
+        h = as_hash(h)
+        with self._write_lock:
+            txn = Txn(self.db)
+            blob = txn.get(POSTS + h)
+            if blob is None:
+                return False
+            self._unindex(txn, h, blob, forget_tombstones=False)
+            txn.commit(self.sync)
+        return True
+
+    def purge_author(self, public_key) -> int:
+        """Remove every post an author wrote (for blocking); return how many."""
+        public_key = as_hash(public_key)
+        with self._write_lock:
+            txn = Txn(self.db)
+            prefix = views.author.prefix(public_key)
+            hashes = [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
+            for h in hashes:
+                blob = txn.get(POSTS + h)
+                if blob is not None:
+                    self._unindex(txn, h, blob, forget_tombstones=False)
+            txn.commit(self.sync)
+        return len(hashes)
+
+    # --- helpers shared with queries -------------------------------------
+    @staticmethod
+    def _channel_names(reader) -> list[str]:
+        """Every channel with a ``!channel`` entry, ascending (a skip scan)."""
+        prefix = views.channel.PREFIX
+        names = []
+        with reader.iterator(prefix=prefix, include_value=False) as it:
+            for key in it:
+                name, end = unescape(key, len(prefix))
+                names.append(name)
+                it.seek(next_prefix(key[:end]))
+        return names
+
+    def items(self, prefix: bytes = b""):
+        """Every raw key/value pair (for tools and tests), in key order."""
+        return self.db.iterator(prefix=prefix)
+
+
+__all__ = ["Store", "IngestResult", "as_hash", "canonical_channel", "channel_key", "WEEK_MS"]

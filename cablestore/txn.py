@@ -1,0 +1,124 @@
+"""A write transaction: buffered writes that commit as one LevelDB WriteBatch.
+
+Reads see the transaction's own writes first, so later posts in an
+``ingest_many`` batch see earlier ones.  "Latest" views are not updated post
+by post: posts only mark the groups they touch, and :meth:`Txn.settle`
+recomputes each touched group once from its candidates.  Ingest and delete
+share that one path, so no view logic is written twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .codec import decode_post
+from .records import Indexed, Tombstone
+
+POSTS = b"!post!"
+REVERSE = b"!rev!"
+DELETED = b"!deleted!"
+_MISSING = object()
+
+
+class Txn:
+    def __init__(self, db):
+        self.db = db
+        self.writes: dict[bytes, bytes | None] = {}
+        self.deleted: set[bytes] = set()  # post hashes removed in this txn
+        self._touched: dict[tuple, object] = {}  # (view name, group) -> view
+        self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
+        self._latest_keys: dict[tuple, set[bytes]] = {}
+        self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
+
+    # --- point reads and writes ----------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        value = self.writes.get(key, _MISSING)
+        return self.db.get(key) if value is _MISSING else value
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.writes[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.writes[key] = None
+
+    # --- tombstones (primary data) -------------------------------------
+    def tombstones(self, target: bytes) -> list[Tombstone]:
+        prefix = DELETED + target
+        found = {k[len(prefix) :]: v for k, v in self.db.iterator(prefix=prefix)}
+        found.update(self._tombs.get(target, {}))
+        return [Tombstone.unpack(target, by, v) for by, v in sorted(found.items()) if v is not None]
+
+    def tombstones_by(self, by: bytes, targets) -> list[Tombstone]:
+        """The tombstones the post/delete ``by`` made for ``targets``."""
+        out = []
+        for target in dict.fromkeys(targets):
+            value = self.get(DELETED + target + by)
+            if value is not None:
+                out.append(Tombstone.unpack(target, by, value))
+        return out
+
+    def put_tombstone(self, tomb: Tombstone) -> None:
+        value = tomb.pack()
+        self._tombs[tomb.target][tomb.by] = value
+        self.put(DELETED + tomb.target + tomb.by, value)
+
+    def forget_tombstone(self, tomb: Tombstone) -> None:
+        self._tombs[tomb.target][tomb.by] = None
+        self.delete(DELETED + tomb.target + tomb.by)
+
+    # --- latest groups --------------------------------------------------
+    def touch(self, view, group: bytes) -> None:
+        self._touched[(view.NAME, group)] = view
+
+    def add_candidate(self, view, group: bytes, ip: Indexed) -> None:
+        self._added[(view.NAME, group)][ip.hash] = ip
+        self.touch(view, group)
+
+    def settle(self) -> None:
+        """Rewrite the latest entries of every touched group from its candidates."""
+        touched, self._touched = self._touched, {}
+        for (name, group), view in touched.items():
+            winner = self._winner(name, group, view)
+            self._write_latest(name, group, view, view.latest(group, winner))
+
+    def _winner(self, name, group, view) -> Indexed | None:
+        best = None
+        for ip in self._added.get((name, group), {}).values():
+            if ip.hash not in self.deleted and (best is None or ip.mono > best.mono):
+                best = ip
+        for key in self.db.iterator(prefix=view.candidates(group), reverse=True, include_value=False):
+            if key[-32:] in self.deleted:
+                continue
+            if best is None or key[-40:] > best.mono:
+                blob = self.get(POSTS + key[-32:])
+                best = Indexed.of(blob, decode_post(blob), key[-32:])
+            break
+        return best
+
+    def _write_latest(self, name, group, view, entries) -> None:
+        prefix = view.latest_prefix(group)
+        current = set(self.db.iterator(prefix=prefix, include_value=False))
+        current |= self._latest_keys.get((name, group), set())
+        fresh = dict(entries)
+        for key in current - fresh.keys():
+            self.delete(key)
+        for key, value in fresh.items():
+            if self.get(key) != value:
+                self.put(key, value)
+        self._latest_keys[(name, group)] = set(fresh)
+
+    def latest_keys_written(self, name: str):
+        """Groups of view ``name`` settled in this txn (for overlaying scans)."""
+        return [g for (n, g) in self._latest_keys if n == name]
+
+    # --- commit ---------------------------------------------------------
+    def commit(self, sync: bool = False) -> None:
+        self.settle()
+        if not self.writes:
+            return
+        with self.db.write_batch(sync=sync) as wb:
+            for key, value in self.writes.items():
+                if value is None:
+                    wb.delete(key)
+                else:
+                    wb.put(key, value)

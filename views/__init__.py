@@ -1,0 +1,42 @@
+"""The derived views, one module each, all of the same shape.
+
+Every module defines:
+
+``NAME``, ``PREFIX``
+    The view's name and the key prefix all its entries live under.
+``entries(ip) -> list[(key, value)]``
+    The entries one indexed post contributes (pure function of the post and,
+    for a ``post/delete``, the tombstones it made).
+``groups(ip) -> list[bytes]``
+    The "latest" groups the post competes in (empty for plain views).
+Views whose ``groups`` can be non-empty (``user``, ``channel``) also define:
+
+``candidates(group) -> bytes``
+    The key prefix under which every post of the group has one entry ending
+    in its mono timestamp, so the latest is one reverse seek away.
+``latest(group, winner) -> list[(key, value)]``
+    The entries of a group given its latest post (``None``: no post left).
+``latest_prefix(group) -> bytes``
+    The prefix every key ``latest`` can write for the group starts with.
+
+The live store and the rebuild (local and Spark) call these functions and
+nothing else to know what a view holds.
+"""
+
+from . import author, channel, chat, state, user
+
+VIEWS = (chat, state, author, user, channel)
+BY_NAME = {v.NAME: v for v in VIEWS}
+
+
+def entries(ip):
+    """All derived per-post entries of one indexed post, in view order."""
+    out = []
+    for view in VIEWS:
+        out.extend(view.entries(ip))
+    return out
+
+
+def groups(ip):
+    """``(view, group)`` pairs whose latest entries may change with this post."""
+    return [(view, g) for view in VIEWS for g in view.groups(ip)]

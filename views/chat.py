@@ -1,0 +1,37 @@
+"""``!chat``: post/text and post/delete hashes by channel and time.
+
+Answers the channel time range request with one range scan.  A
+``post/delete`` is listed under the channels of the posts it deleted, as its
+tombstones recorded them (a deleted ``post/info`` counts for the channels its
+author belonged to).
+
+    !chat!<channel><mono> -> ''
+"""
+
+from cablestore.codec import DELETE, TEXT
+from cablestore.keys import channel_key, escape
+
+NAME = "chat"
+PREFIX = b"!chat!"
+
+
+def key(channel: str, mono: bytes) -> bytes:
+    return PREFIX + channel_key(channel) + mono
+
+
+def channel_prefix(channel: str) -> bytes:
+    return PREFIX + channel_key(channel)
+
+
+def entries(ip):
+    if ip.post.post_type == TEXT:
+        return [(PREFIX + escape(ip.channel) + ip.mono, b"")]
+    if ip.post.post_type == DELETE:
+        channels = sorted({c for t in ip.tombstones for c in t.channels})
+        return [(PREFIX + escape(c) + ip.mono, b"") for c in channels]
+    return []
+
+
+def groups(ip):
+    return []
+

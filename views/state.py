@@ -1,0 +1,37 @@
+"""``!state``: every join/leave per channel and member, every topic per channel.
+
+Answers channel state requests: the latest of each is one reverse seek, the
+historic variant is one scan.  (The latest post/info of each member comes from
+the ``!user`` view.)
+
+    !state!<channel>m<pubkey><mono> -> ''   post/join, post/leave
+    !state!<channel>t<mono>         -> ''   post/topic
+"""
+
+from cablestore.codec import JOIN, LEAVE, TOPIC
+from cablestore.keys import channel_key, escape
+
+NAME = "state"
+PREFIX = b"!state!"
+
+
+def member_prefix(channel: str, public_key: bytes = b"") -> bytes:
+    return PREFIX + channel_key(channel) + b"m" + public_key
+
+
+def topic_prefix(channel_escaped: bytes) -> bytes:
+    return PREFIX + channel_escaped + b"t"
+
+
+def entries(ip):
+    t = ip.post.post_type
+    if t in (JOIN, LEAVE):
+        return [(PREFIX + escape(ip.channel) + b"m" + ip.post.public_key + ip.mono, b"")]
+    if t == TOPIC:
+        return [(topic_prefix(escape(ip.channel)) + ip.mono, b"")]
+    return []
+
+
+def groups(ip):
+    return []
+

@@ -1,0 +1,48 @@
+"""``!user``: every post/info per user, and the user's current properties.
+
+A post/info fully replaces the previous one (spec 6.2.4), so the current
+properties are the pairs of the latest post/info; a key it omits is back to
+its default.
+
+    !user!<pubkey>p<mono>        -> ''       every post/info
+    !user!<pubkey>i<key>         -> <value>  pairs of the latest post/info
+"""
+
+from cablestore.codec import INFO
+from cablestore.keys import escape
+
+NAME = "user"
+PREFIX = b"!user!"
+
+
+def posts_prefix(public_key: bytes) -> bytes:
+    return PREFIX + public_key + b"p"
+
+
+def property_key(public_key: bytes, name: str) -> bytes:
+    return PREFIX + public_key + b"i" + escape(name)
+
+
+def entries(ip):
+    if ip.post.post_type == INFO:
+        return [(posts_prefix(ip.post.public_key) + ip.mono, b"")]
+    return []
+
+
+def groups(ip):
+    return [ip.post.public_key] if ip.post.post_type == INFO else []
+
+
+def candidates(group):
+    return posts_prefix(group)
+
+
+def latest_prefix(group):
+    return PREFIX + group + b"i"
+
+
+def latest(group, winner):
+    if winner is None:
+        return []
+    current = dict(winner.post.info)  # a repeated key: the last one wins
+    return sorted((property_key(group, k), v.encode("utf-8")) for k, v in current.items())
