@@ -1,0 +1,41 @@
+"""Shared fixtures: real LevelDB stores in temporary directories, real keys."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from cablestore import Keypair, Store, make_post
+
+NOW = 1_700_200_000_000  # a fixed "now" so timestamps never become "future"
+
+
+def keypair(name: str) -> Keypair:
+    return Keypair.from_seed(hashlib.sha256(name.encode()).digest())
+
+
+def post(kp: Keypair, post_type: int, ts: int, links=(), **body) -> bytes:
+    buf, _ = make_post(kp, post_type, ts, links, **body)
+    return buf
+
+
+def dump(store: Store) -> list[tuple[bytes, bytes]]:
+    """Every raw key/value pair: compared before and after to prove nothing changed."""
+    return list(store.items())
+
+
+@pytest.fixture
+def alice():
+    return keypair("alice")
+
+
+@pytest.fixture
+def bob():
+    return keypair("bob")
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "store", now=lambda: NOW) as s:
+        yield s
