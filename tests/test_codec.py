@@ -21,7 +21,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cablestore import (
@@ -426,6 +426,30 @@ def test_single_byte_flip_every_position_of_vectors():
                 mutated = bytes(mutated)
                 assert verify_post(mutated) is False, (name, i, x)
                 decodes_or_cable_error(mutated)
+
+
+ED25519_L = 2**252 + 27742317777372353535851937790883648493  # the group order
+
+
+@pytest.mark.parametrize("name", VECTOR_NAMES)
+def test_non_canonical_signature_refused(name):
+    # S + L verifies under a lax verifier, and would give the same signed
+    # content a second hash.  The signature must be refused.
+    buf = vector_bytes(name)
+    s_value = int.from_bytes(buf[64:96], "little")
+    assert s_value < ED25519_L
+    malleated = buf[:64] + (s_value + ED25519_L).to_bytes(32, "little") + buf[96:]
+    assert verify_post(malleated) is False
+    assert decode_post(malleated).signature != decode_post(buf).signature
+
+
+def test_small_order_key_and_signature_refused():
+    # Identity public key with R = identity, S = 0 "verifies" any message under
+    # cofactorless verification that does not reject small-order points.
+    identity = b"\x01" + bytes(31)
+    forged = identity + identity + bytes(32) + raw_post(JOIN, vstr("general"))[96:]
+    assert decode_post(forged).channel == "general"
+    assert verify_post(forged) is False
 
 
 def test_keypair_from_seed_matches_rfc8032_test_1():
@@ -883,6 +907,8 @@ def mutate(buf: bytes, op: tuple[str, int, bytes]) -> bytes:
     if kind == "truncate":
         return buf[:i]
     if kind == "flip":
+        if not buf:
+            return buf
         i = min(i, len(buf) - 1)
         b = bytearray(buf)
         b[i] ^= arg[0]
@@ -996,6 +1022,9 @@ def test_encode_varint_out_of_range(value):
         (b"\xff" * 9 + b"\x02", VarintError),  # 2**64
         (b"\x80" * 9 + b"\x02", VarintError),  # 2**64 exactly
         (b"\xff" * 9 + b"\x7f", VarintError),
+        (b"\x80" * 11, VarintError),  # 11th byte present: too long, not "truncated"
+        (b"\xff" * 11, VarintError),
+        (b"\x80" * 1000 + b"\x01", VarintError),  # long continuation run
     ],
 )
 def test_read_varint_errors(wire, error):
@@ -1008,6 +1037,21 @@ def test_read_varint_errors(wire, error):
 def test_read_varint_at_end_of_buffer():
     with pytest.raises(TruncatedError):
         read_varint(b"\x01\x02", 2)
+    # Ten continuation bytes then the end: refused either way (the tenth byte
+    # of a valid u64 varint never has its continuation bit set).
+    with pytest.raises(DecodeError):
+        read_varint(b"\x80" * 10, 0)
+
+
+def test_overlong_varint_refused_quickly():
+    # A megabyte of continuation bytes is refused after the 11th byte.
+    wire = b"\x80" * (1 << 20) + b"\x01"
+    t0 = time.perf_counter()
+    with pytest.raises(VarintError):
+        read_varint(wire, 0)
+    with pytest.raises(VarintError):
+        decode_post(raw_post(JOIN, vstr("general"), timestamp=wire))
+    assert time.perf_counter() - t0 < 0.5
 
 
 def test_varint_error_classes_are_decode_errors():

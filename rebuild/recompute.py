@@ -1,0 +1,109 @@
+"""The recomputation, as pure functions both engines call.
+
+Input is primary data only: ``(hash, blob)`` pairs and tombstones.  Output is
+every derived key/value pair, computed by the view modules in
+``cablestore.views`` (never re-implemented here), plus the reverse entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import blake3
+import msgpack
+
+from cablestore import views
+from cablestore.codec import decode_post, post_hash
+from cablestore.crypto import verify_post
+from cablestore.errors import CableError
+from cablestore.records import Indexed, Tombstone
+from cablestore.txn import DELETED, POSTS, REVERSE
+
+META = b"!meta!"
+PRIMARY_PREFIXES = (POSTS, DELETED, META)
+VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
+VIEW_PREFIXES["reverse"] = REVERSE
+VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
+FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A primary-data fault: the post is left out of the recomputation."""
+
+    hash: bytes
+    kind: str
+    detail: str = ""
+
+
+def is_primary(key: bytes) -> bool:
+    return key.startswith(PRIMARY_PREFIXES)
+
+
+def view_of(key: bytes) -> str:
+    for name, prefix in VIEW_PREFIXES.items():
+        if key.startswith(prefix):
+            return name
+    return "unknown"
+
+
+def bucket(key: bytes, partitions: int) -> int:
+    """Which digest bucket a derived key falls in (stable across engines)."""
+    return int.from_bytes(blake3.blake3(key).digest(4), "big") % partitions
+
+
+def partition_of(h: bytes, partitions: int) -> int:
+    """The snapshot partition of a post (or tombstone target): a hash prefix."""
+    return h[0] * partitions // 256
+
+
+def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True) -> Fault | None:
+    """Why this stored post must not be indexed, or None if it is sound."""
+    if post_hash(blob) != h:
+        return Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key")
+    try:
+        post = decode_post(blob)
+    except CableError as exc:
+        return Fault(h, "undecodable", f"{type(exc).__name__}: {exc}")
+    if check_signatures and not verify_post(blob):
+        return Fault(h, "bad_signature", "Ed25519 signature does not verify")
+    for tomb in on_target:
+        if tomb.deleter == post.public_key:
+            return Fault(h, "tombstoned", f"deleted by {tomb.by.hex()}")
+    return None
+
+
+def post_entries(h: bytes, blob: bytes, made) -> list[tuple[bytes, bytes]]:
+    """The per-post derived entries of a sound post, with its reverse entry."""
+    ip = Indexed.of(blob, decode_post(blob), h, tuple(sorted(made, key=lambda t: t.target)))
+    entries = views.entries(ip)
+    entries.append((REVERSE + h, msgpack.packb([k for k, _ in entries])))
+    return entries
+
+
+def post_candidates(h: bytes, blob: bytes):
+    """``((view name, group), (mono, hash, blob))`` for each latest group of the post."""
+    ip = Indexed.of(blob, decode_post(blob), h)
+    return [((view.NAME, group), (ip.mono, h, blob)) for view, group in views.groups(ip)]
+
+
+def newer(a, b):
+    """The later of two candidates (mono timestamps are unique)."""
+    return a if a[0] >= b[0] else b
+
+
+def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]:
+    _, h, blob = candidate
+    return views.BY_NAME[view_name].latest(group, Indexed.of(blob, decode_post(blob), h))
+
+
+def bucket_digest(entries) -> str:
+    """blake3 over a bucket's entries in key order (length-prefixed, unambiguous)."""
+    hasher = blake3.blake3()
+    for key, value in sorted(entries):
+        hasher.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    return hasher.hexdigest()
+
+
+def unpack_tombstone(target: bytes, by: bytes, value: bytes) -> Tombstone:
+    return Tombstone.unpack(target, by, value)

@@ -1,0 +1,147 @@
+"""Snapshots: a store exported to partitioned msgpack segments a cluster can read.
+
+A Spark job cannot open a live LevelDB from many executors, so ``export``
+copies a consistent LevelDB snapshot into plain files on shared storage::
+
+    DIR/manifest.json            format, partition count, counts, per-file blake3
+    DIR/primary-0007.msgpack     posts and tombstones whose hash (tombstones:
+                                 target hash) falls in partition 7 by prefix
+    DIR/live-0007.msgpack        the store's derived entries in digest bucket 7
+
+Each segment is a stream of msgpack arrays: ``["p", hash, blob]`` (a post),
+``["t", target, by, value]`` (a tombstone) or ``[key, value]`` (a derived
+entry).  ``manifest.json`` is written last, so a directory with a manifest is
+a complete snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import blake3
+import msgpack
+
+from cablestore.errors import RebuildError
+from cablestore.txn import DELETED, POSTS
+
+from .recompute import bucket, is_primary, partition_of
+
+FORMAT = "cablestore-snapshot-1"
+
+
+def _segment_names(partitions: int):
+    return [f"primary-{i:04d}.msgpack" for i in range(partitions)], [f"live-{i:04d}.msgpack" for i in range(partitions)]
+
+
+class StoreSource:
+    """Reads primary and derived data straight from a LevelDB snapshot."""
+
+    def __init__(self, db):
+        self._snap = db.snapshot()
+
+    def primary(self):
+        for key, value in self._snap.iterator(prefix=POSTS):
+            yield ("p", key[len(POSTS) :], value)
+        for key, value in self._snap.iterator(prefix=DELETED):
+            rest = key[len(DELETED) :]
+            yield ("t", rest[:32], rest[32:], value)
+
+    def live(self):
+        for key, value in self._snap.iterator():
+            if not is_primary(key):
+                yield key, value
+
+    def close(self):
+        self._snap.close()
+
+
+def export(db, directory, partitions: int = 16, progress=None) -> dict:
+    """Write a snapshot of ``db`` (a plyvel DB) to ``directory``; return the manifest."""
+    if not 1 <= partitions <= 256:
+        raise RebuildError("partitions must be between 1 and 256")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "manifest.json").exists():
+        raise RebuildError(f"{out} already holds a snapshot")
+    primary_names, live_names = _segment_names(partitions)
+    files = {n: open(out / n, "wb") for n in primary_names + live_names}
+    counts = {"posts": 0, "tombstones": 0, "live": 0}
+    packer = msgpack.Packer()
+    source = StoreSource(db)
+    try:
+        for rec in source.primary():
+            files[primary_names[partition_of(rec[1], partitions)]].write(packer.pack(list(rec)))
+            counts["posts" if rec[0] == "p" else "tombstones"] += 1
+            if progress:
+                progress.advance()
+        for key, value in source.live():
+            files[live_names[bucket(key, partitions)]].write(packer.pack([key, value]))
+            counts["live"] += 1
+    finally:
+        source.close()
+        for f in files.values():
+            f.close()
+    manifest = {
+        "format": FORMAT,
+        "partitions": partitions,
+        "counts": counts,
+        "files": {n: _file_info(out / n) for n in primary_names + live_names},
+    }
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    os.replace(tmp, out / "manifest.json")
+    return manifest
+
+
+def _file_info(path: Path) -> dict:
+    data = path.read_bytes()
+    return {"blake3": blake3.blake3(data).hexdigest(), "bytes": len(data)}
+
+
+def load_manifest(directory) -> dict:
+    path = Path(directory) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise RebuildError(f"{directory} is not a snapshot (no manifest.json)") from exc
+    except ValueError as exc:
+        raise RebuildError(f"{path} is not valid JSON") from exc
+    if manifest.get("format") != FORMAT:
+        raise RebuildError(f"{path}: unknown snapshot format {manifest.get('format')!r}")
+    return manifest
+
+
+class SnapshotSource:
+    """Reads a snapshot directory with the same interface as StoreSource."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.manifest = load_manifest(directory)
+        self.partitions = self.manifest["partitions"]
+
+    def _records(self, kind: str):
+        for name, info in sorted(self.manifest["files"].items()):
+            if name.startswith(kind):
+                yield from iter_segment(self.directory, name, info["blake3"])
+
+    def primary(self):
+        for rec in self._records("primary"):
+            yield tuple(rec)
+
+    def live(self):
+        for key, value in self._records("live"):
+            yield key, value
+
+    def close(self):
+        pass
+
+
+def iter_segment(directory, name: str, expected_blake3: str):
+    data = (Path(directory) / name).read_bytes()
+    if blake3.blake3(data).hexdigest() != expected_blake3:
+        raise RebuildError(f"{name}: blake3 checksum does not match the manifest")
+    unpacker = msgpack.Unpacker(raw=False, use_list=True, max_buffer_size=max(len(data), 1024))
+    unpacker.feed(data)
+    yield from unpacker

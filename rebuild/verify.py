@@ -1,0 +1,162 @@
+"""Verify a store against the recomputation, and repair it.
+
+``check(store_path, fix=False)`` is the one call: it recomputes every derived
+view from the primary data, compares digests per view and bucket, lists the
+exact keys that differ, and with ``fix=True`` writes the difference back in
+one WriteBatch and verifies again.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from cablestore.txn import POSTS
+
+from . import local
+from .recompute import FAULT_KINDS, VIEW_NAMES, view_of
+from .snapshot import SnapshotSource, StoreSource, export
+
+
+@dataclass
+class Report:
+    engine: str
+    posts: int
+    tombstones: int
+    partitions: int
+    faults: list
+    missing: dict = field(default_factory=dict)  # key -> recomputed value
+    extra: dict = field(default_factory=dict)  # key -> live value
+    different: dict = field(default_factory=dict)  # key -> (live, recomputed)
+    live_counts: dict = field(default_factory=dict)
+    recomputed_counts: dict = field(default_factory=dict)
+    differing_buckets: int = 0
+    seconds: dict = field(default_factory=dict)
+    repaired: dict | None = None
+    before: dict | None = None  # the first verify's report, after a repair
+
+    @property
+    def consistent(self) -> bool:
+        return not (self.faults or self.missing or self.extra or self.different)
+
+    def to_dict(self, examples: int = 5) -> dict:
+        views = {}
+        for name in VIEW_NAMES:
+            per = {kind: sorted(k for k in getattr(self, kind) if view_of(k) == name) for kind in ("missing", "extra", "different")}
+            if not any(per.values()) and name not in self.live_counts and name not in self.recomputed_counts:
+                continue
+            views[name] = {
+                "live": self.live_counts.get(name, 0),
+                "recomputed": self.recomputed_counts.get(name, 0),
+                **{kind: len(keys) for kind, keys in per.items()},
+                "examples": {kind: [k.hex() for k in keys[:examples]] for kind, keys in per.items() if keys},
+            }
+        faults = defaultdict(list)
+        for f in self.faults:
+            faults[f.kind].append({"hash": f.hash.hex(), "detail": f.detail})
+        return {
+            "consistent": self.consistent,
+            "engine": self.engine,
+            "posts": self.posts,
+            "tombstones": self.tombstones,
+            "partitions": self.partitions,
+            "differing_buckets": self.differing_buckets,
+            "faults": {kind: faults.get(kind, []) for kind in FAULT_KINDS},
+            "views": views,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "repaired": self.repaired,
+            "before": self.before,
+        }
+
+
+def compare(result, seconds=None) -> Report:
+    wanted = result.differing_buckets()
+    recomputed, live = result.fetch(wanted) if wanted else ({}, {})
+    report = Report(
+        engine=result.engine,
+        posts=result.posts,
+        tombstones=result.tombstones,
+        partitions=result.partitions,
+        faults=sorted(result.faults, key=lambda f: (f.kind, f.hash)),
+        live_counts=result.live_counts,
+        recomputed_counts=result.recomputed_counts,
+        differing_buckets=len(wanted),
+        seconds=dict(seconds or {}),
+    )
+    for key, value in recomputed.items():
+        if key not in live:
+            report.missing[key] = value
+        elif live[key] != value:
+            report.different[key] = (live[key], value)
+    report.extra = {k: v for k, v in live.items() if k not in recomputed}
+    return report
+
+
+def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None):
+    """Recompute with ``engine`` from a plyvel DB or a snapshot directory."""
+    if engine == "local":
+        source = SnapshotSource(snapshot) if snapshot else StoreSource(db)
+        try:
+            parts = source.partitions if snapshot else partitions
+            return local.run(source, parts, check_signatures, progress)
+        finally:
+            source.close()
+    from . import spark
+
+    if snapshot:
+        return spark.run(snapshot, check_signatures, master=master, progress=progress)
+    with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
+        export(db, tmp, partitions)
+        return spark.run(tmp, check_signatures, master=master, progress=progress)
+
+
+def verify(engine="local", *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None) -> Report:
+    start = time.perf_counter()
+    result = run_engine(
+        engine, db=db, snapshot=snapshot, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress
+    )
+    recomputed_at = time.perf_counter()
+    report = compare(result)
+    report.seconds = {"recompute": recomputed_at - start, "compare": time.perf_counter() - recomputed_at}
+    return report
+
+
+def apply_repair(db, report: Report, sync: bool = True) -> dict:
+    """Make the derived views equal to the recomputation, in one WriteBatch.
+
+    Faulty posts (corrupt, mis-keyed, badly signed, or deleted by their
+    author) are removed from the hash store: they can never be indexed.
+    """
+    with db.write_batch(sync=sync) as wb:
+        for fault in report.faults:
+            wb.delete(POSTS + fault.hash)
+        for key in report.extra:
+            wb.delete(key)
+        for key, value in report.missing.items():
+            wb.put(key, value)
+        for key, (_, value) in report.different.items():
+            wb.put(key, value)
+    return {
+        "removed_posts": len(report.faults),
+        "deleted": len(report.extra),
+        "written": len(report.missing) + len(report.different),
+    }
+
+
+def check(store, fix: bool = False, engine: str = "local", **kw) -> Report:
+    """Verify ``store`` (a :class:`cablestore.Store`); with ``fix``, repair and verify again.
+
+    The store's write lock is held throughout, so no ingest interleaves.
+    """
+    with store._write_lock:
+        report = verify(engine, db=store.db, **kw)
+        if not fix or report.consistent:
+            return report
+        repaired = apply_repair(store.db, report)
+        after = verify(engine, db=store.db, **kw)
+        after.repaired = repaired
+        after.seconds = {**{f"first_{k}": v for k, v in report.seconds.items()}, **after.seconds}
+        after.before = report.to_dict()
+        return after
