@@ -1,7 +1,9 @@
-"""The ``cablestore`` command: a thin layer over the library.
+"""cablestore: a Cable post store with materialized views and a Spark rebuild.
 
-Every subcommand parses arguments, calls one library function and prints its
-result (``--json`` for machines).  Logic lives in the library, not here.
+Every subcommand parses its arguments, calls one library function and prints
+the result (``--json`` for machines).  The logic lives in the library.
+Exit status: 0 success (or consistent), 1 differences found or remaining,
+2 usage, input or environment errors.
 """
 
 from __future__ import annotations
@@ -13,13 +15,133 @@ import sys
 from . import __version__
 
 
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
 def _cmd_demo(args) -> int:
     from .demo import run_demo
 
-    report = run_demo(args.dir, posts=args.posts, seed=args.seed, quiet=args.quiet or args.json)
+    report = run_demo(args.dir, posts=args.posts, seed=args.seed, quiet=args.quiet or args.json, engine=args.engine)
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    return 0 if report.get("ok", True) else 1
+        _print_json(report)
+    return 0 if report["ok"] else 1
+
+
+def _cmd_generate(args) -> int:
+    from .progress import Progress
+    from .workload import Workload, write_posts
+
+    progress = Progress(quiet=args.quiet).stage("generate + sign", args.posts)
+
+    def counted():
+        for buf in Workload(args.seed, args.posts):
+            progress.advance()
+            yield buf
+
+    n = write_posts(args.out, counted())
+    progress.done()
+    summary = {"posts": n, "seed": args.seed, "out": str(args.out)}
+    _print_json(summary) if args.json else print(f"wrote {n} posts (seed {args.seed}) to {args.out}")
+    return 0
+
+
+def _cmd_ingest(args) -> int:
+    from .progress import Progress
+    from .store import Store
+    from .workload import read_posts
+
+    bufs = [buf for path in args.files for buf in read_posts(path)]
+    progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))
+    errors: dict[str, int] = {}
+    accepted = 0
+    with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures) as store:
+        for i in range(0, len(bufs), args.batch):
+            for r in store.ingest_many(bufs[i : i + args.batch]):
+                if r.ok:
+                    accepted += 1
+                else:
+                    errors[type(r.error).__name__] = errors.get(type(r.error).__name__, 0) + 1
+            progress.advance(len(bufs[i : i + args.batch]))
+    progress.done()
+    summary = {"read": len(bufs), "accepted": accepted, "refused": errors}
+    _print_json(summary) if args.json else print(f"ingested {accepted} of {len(bufs)} posts; refused: {errors or 'none'}")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from .progress import Progress
+    from .rebuild import export
+    from .store import Store
+
+    with Store(args.store, create=False) as store:
+        manifest = export(store.db, args.dir, args.partitions, Progress(quiet=args.quiet).stage("export"))
+    summary = {"dir": str(args.dir), **manifest["counts"], "partitions": manifest["partitions"]}
+    _print_json(summary) if args.json else print(
+        f"exported {summary['posts']} posts, {summary['tombstones']} tombstones and {summary['live']} view entries "
+        f"to {args.dir} ({args.partitions} partitions)"
+    )
+    return 0
+
+
+def _cmd_rebuild(args) -> int:
+    from .progress import Progress
+    from .rebuild import rebuild
+
+    if args.store is None and args.snapshot is None:
+        print("cablestore rebuild: give a STORE or --snapshot DIR", file=sys.stderr)
+        return 2
+    report = rebuild(
+        args.store,
+        snapshot=args.snapshot,
+        repair=args.repair,
+        engine=args.engine,
+        master=args.master,
+        partitions=args.partitions,
+        check_signatures=not args.no_verify_signatures,
+        progress=Progress(quiet=args.quiet or args.json),
+    )
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(format_report(report, args))
+    return 0 if report.consistent else 1
+
+
+def format_report(report, args) -> str:
+    data = report.to_dict()
+    mode = "repair" if args.repair else "verify"
+    lines = [
+        f"cablestore rebuild --{mode}: {args.store or args.snapshot} ({data['engine']} engine, {data['partitions']} partitions)",
+        f"  primary data: {data['posts']} posts, {data['tombstones']} tombstones",
+    ]
+    if data["repaired"]:
+        r = data["repaired"]
+        lines.append(f"  repaired: removed {r['removed_posts']} faulty posts, deleted {r['deleted']} and wrote {r['written']} view entries")
+    lines.append(f"  {'view':<10}{'live':>10}{'recomputed':>12}{'missing':>9}{'extra':>7}{'different':>11}")
+    for name, v in data["views"].items():
+        lines.append(f"  {name:<10}{v['live']:>10}{v['recomputed']:>12}{v['missing']:>9}{v['extra']:>7}{v['different']:>11}")
+        for kind, keys in v["examples"].items():
+            lines += [f"      {kind}: {k}" for k in keys]
+    faults = {k: v for k, v in data["faults"].items() if v}
+    if faults:
+        for kind, items in faults.items():
+            lines.append(f"  fault {kind}: {len(items)}")
+            lines += [f"      {f['hash']} {f['detail']}" for f in items[:5]]
+    else:
+        lines.append("  primary-data faults: none")
+    if report.consistent:
+        lines.append("  result: consistent")
+    elif args.repair:
+        lines.append("  result: DIFFERENCES REMAIN after repair")
+    else:
+        lines.append("  result: DIFFERENCES FOUND; run `cablestore rebuild STORE --repair` to fix them")
+    return "\n".join(lines)
+
+
+def _add_output_flags(p) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,13 +149,53 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cablestore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="build a sample store and show what it answers")
-    demo.add_argument("--dir", default=None, help="where to build the sample store (default: a temporary directory)")
-    demo.add_argument("--posts", type=int, default=2000, help="how many posts to generate (default: 2000)")
-    demo.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
-    demo.add_argument("--quiet", action="store_true", help="print only the summary")
-    demo.add_argument("--json", action="store_true", help="print the report as JSON")
-    demo.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("demo", help="build a sample store, show its answers, verify it on Spark")
+    p.add_argument("--dir", default=None, help="where to build the store (default: a temporary directory)")
+    p.add_argument("--posts", type=int, default=2000, help="posts to generate (default: 2000)")
+    p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
+    p.add_argument("--engine", choices=("spark", "local"), default="spark", help="rebuild engine (default: spark)")
+    _add_output_flags(p)
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--posts", type=int, default=1000)
+    p.add_argument("out", help="output file ([u32 big-endian length][post] records)")
+    _add_output_flags(p)
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("ingest", help="ingest posts files into a store (created if missing)")
+    p.add_argument("store")
+    p.add_argument("files", nargs="+", help="posts files ([u32 big-endian length][post] records)")
+    p.add_argument("--batch", type=int, default=1000, help="posts per WriteBatch (default: 1000)")
+    p.add_argument("--sync", action="store_true", help="sync every batch to disk")
+    p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
+    _add_output_flags(p)
+    p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("export", help="write a snapshot a Spark cluster can read")
+    p.add_argument("store")
+    p.add_argument("dir")
+    p.add_argument("--partitions", type=int, default=16, help="partitions by hash prefix (default: 16)")
+    _add_output_flags(p)
+    p.set_defaults(func=_cmd_export)
+
+    for name, engine, text in (
+        ("rebuild", "spark", "recompute every view to verify (default) or repair a store"),
+        ("check", "local", "the same as rebuild, with the in-process engine by default"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("store", nargs="?", help="the store directory (optional with --snapshot)")
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--verify", action="store_true", help="report differences, change nothing (default)")
+        mode.add_argument("--repair", action="store_true", help="make the views equal to the recomputation, then verify")
+        p.add_argument("--engine", choices=("spark", "local"), default=engine, help=f"(default: {engine})")
+        p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
+        p.add_argument("--snapshot", default=None, help="read an exported snapshot instead of exporting one")
+        p.add_argument("--partitions", type=int, default=16, help="partitions / digest buckets (default: 16)")
+        p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
+        _add_output_flags(p)
+        p.set_defaults(func=_cmd_rebuild)
     return parser
 
 
@@ -48,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except CableError as exc:
-        print(f"cablestore: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"cablestore {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"cablestore {args.command}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -226,7 +226,10 @@ def decode_post(buf: bytes) -> Post:
 
 
 def _str(value: str) -> bytes:
-    raw = value.encode("utf-8")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates have no UTF-8 form
+        raise Utf8Error(f"string is not encodable as UTF-8: {exc}") from exc
     return encode_varint(len(raw)) + raw
 
 

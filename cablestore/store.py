@@ -273,6 +273,16 @@ class Store(Queries):
             txn.commit(self.sync)
         return len(hashes)
 
+    # --- verification ---------------------------------------------------
+    def check(self, fix: bool = False, engine: str = "local", **kw):
+        """Recompute every derived view and compare; with ``fix``, repair.
+
+        Returns a :class:`cablestore.rebuild.Report` (``report.consistent``).
+        """
+        from cablestore.rebuild import check
+
+        return check(self, fix=fix, engine=engine, **kw)
+
     # --- helpers shared with queries -------------------------------------
     @staticmethod
     def _channel_names(reader) -> list[str]:

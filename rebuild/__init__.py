@@ -1,1 +1,44 @@
-"""Recompute every derived view from the primary data to verify or repair a store."""
+"""Recompute every derived view from the primary data to verify or repair a store.
+
+``rebuild(path)`` verifies, ``rebuild(path, repair=True)`` repairs; engines are
+``"spark"`` (a PySpark job over an exported snapshot) and ``"local"`` (the
+same recomputation in-process).  Both call the view modules in
+``cablestore.views``; neither re-implements a view.
+"""
+
+from __future__ import annotations
+
+from .snapshot import export
+from .verify import Report, apply_repair, check, verify
+
+__all__ = ["Report", "apply_repair", "check", "export", "rebuild", "verify"]
+
+
+def rebuild(
+    store_path=None,
+    *,
+    snapshot=None,
+    repair: bool = False,
+    engine: str = "spark",
+    master: str | None = None,
+    partitions: int = 16,
+    check_signatures: bool = True,
+    progress=None,
+) -> Report:
+    """Verify (or repair) the store at ``store_path``, or verify a snapshot directory."""
+    from cablestore.errors import RebuildError
+    from cablestore.store import Store
+
+    if engine not in ("spark", "local"):
+        raise RebuildError(f"unknown engine {engine!r} (spark or local)")
+    kw = dict(engine=engine, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress)
+    if store_path is None:
+        if snapshot is None or repair:
+            raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")
+        return verify(snapshot=snapshot, **kw)
+    with Store(store_path, create=False) as store:
+        if snapshot is not None:
+            if repair:
+                raise RebuildError("--repair works on a STORE, not on --snapshot")
+            return verify(snapshot=snapshot, **kw)
+        return check(store, fix=repair, **kw)

@@ -9,8 +9,7 @@ from .recompute import (
     bucket_digest,
     classify,
     newer,
-    post_candidates,
-    post_entries,
+    recompute_post,
     render,
     unpack_tombstone,
     view_of,
@@ -32,14 +31,15 @@ def recompute(primary_records, check_signatures: bool = True, progress=None):
         made_by[tomb.by].append(tomb)
     entries, faults, best = {}, [], {}
     for h, blob in posts.items():
-        fault = classify(h, blob, on_target.get(h, ()), check_signatures)
+        fault, post = classify(h, blob, on_target.get(h, ()), check_signatures)
         if progress:
             progress.advance()
         if fault:
             faults.append(fault)
             continue
-        entries.update(post_entries(h, blob, made_by.get(h, ())))
-        for group, cand in post_candidates(h, blob):
+        post_entries, candidates = recompute_post(h, blob, post, made_by.get(h, ()))
+        entries.update(post_entries)
+        for group, cand in candidates:
             best[group] = newer(best[group], cand) if group in best else cand
     for (view_name, group), cand in best.items():
         entries.update(render(view_name, group, cand))

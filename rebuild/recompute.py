@@ -57,34 +57,32 @@ def partition_of(h: bytes, partitions: int) -> int:
     return h[0] * partitions // 256
 
 
-def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True) -> Fault | None:
-    """Why this stored post must not be indexed, or None if it is sound."""
+def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True):
+    """``(fault, None)`` if this stored post must not be indexed, else ``(None, post)``."""
     if post_hash(blob) != h:
-        return Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key")
+        return Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key"), None
     try:
         post = decode_post(blob)
     except CableError as exc:
-        return Fault(h, "undecodable", f"{type(exc).__name__}: {exc}")
+        return Fault(h, "undecodable", f"{type(exc).__name__}: {exc}"), None
     if check_signatures and not verify_post(blob):
-        return Fault(h, "bad_signature", "Ed25519 signature does not verify")
+        return Fault(h, "bad_signature", "Ed25519 signature does not verify"), None
     for tomb in on_target:
         if tomb.deleter == post.public_key:
-            return Fault(h, "tombstoned", f"deleted by {tomb.by.hex()}")
-    return None
+            return Fault(h, "tombstoned", f"deleted by {tomb.by.hex()}"), None
+    return None, post
 
 
-def post_entries(h: bytes, blob: bytes, made) -> list[tuple[bytes, bytes]]:
-    """The per-post derived entries of a sound post, with its reverse entry."""
-    ip = Indexed.of(blob, decode_post(blob), h, tuple(sorted(made, key=lambda t: t.target)))
+def recompute_post(h: bytes, blob: bytes, post, made):
+    """A sound post's derived entries (with its reverse entry) and latest-group candidates.
+
+    Candidates are ``((view name, group), (mono, hash, blob))``.
+    """
+    ip = Indexed.of(blob, post, h, tuple(sorted(made, key=lambda t: t.target)))
     entries = views.entries(ip)
     entries.append((REVERSE + h, msgpack.packb([k for k, _ in entries])))
-    return entries
-
-
-def post_candidates(h: bytes, blob: bytes):
-    """``((view name, group), (mono, hash, blob))`` for each latest group of the post."""
-    ip = Indexed.of(blob, decode_post(blob), h)
-    return [((view.NAME, group), (ip.mono, h, blob)) for view, group in views.groups(ip)]
+    candidates = [((view.NAME, group), (ip.mono, h, blob)) for view, group in views.groups(ip)]
+    return entries, candidates
 
 
 def newer(a, b):

@@ -17,8 +17,7 @@ from .recompute import (
     bucket_digest,
     classify,
     newer,
-    post_candidates,
-    post_entries,
+    recompute_post,
     render,
     unpack_tombstone,
     view_of,
@@ -70,7 +69,10 @@ def _classified(prim, check_signatures: bool, parts: int):
 
     def one(kv):
         h, ((blob, on_t), made) = kv
-        return h, blob, made or [], classify(h, blob, on_t or (), check_signatures)
+        fault, post = classify(h, blob, on_t or (), check_signatures)
+        if fault:
+            return h, None, fault
+        return h, recompute_post(h, blob, post, made or []), None
 
     return posts.leftOuterJoin(on_target, parts).leftOuterJoin(made_by, parts).map(one), tombs
 
@@ -84,10 +86,10 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
     prim = _segments(sc, directory, manifest, "primary")
     classified, tombs = _classified(prim, check_signatures, parts)
     classified = classified.cache()
-    sound = classified.filter(lambda r: r[3] is None)
-    per_post = sound.flatMap(lambda r: post_entries(r[0], r[1], r[2]))
+    sound = classified.filter(lambda r: r[2] is None)
+    per_post = sound.flatMap(lambda r: r[1][0])
     latest = (
-        sound.flatMap(lambda r: post_candidates(r[0], r[1]))
+        sound.flatMap(lambda r: r[1][1])
         .reduceByKey(newer, parts)
         .flatMap(lambda kv: render(kv[0][0], kv[0][1], kv[1]))
     )
@@ -103,7 +105,7 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
             partitions=parts,
             posts=classified.count(),
             tombstones=tombs.count(),
-            faults=classified.filter(lambda r: r[3] is not None).map(lambda r: r[3]).collect(),
+            faults=classified.filter(lambda r: r[2] is not None).map(lambda r: r[2]).collect(),
             recomputed_digests=(rec_digests := _digests(recomputed, parts)),
             live_digests=(live_digests := _digests(live, parts)),
             recomputed_counts=_counts(rec_digests),

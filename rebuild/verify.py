@@ -97,6 +97,8 @@ def compare(result, seconds=None) -> Report:
 def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None):
     """Recompute with ``engine`` from a plyvel DB or a snapshot directory."""
     if engine == "local":
+        if db is not None and progress:
+            progress.total = sum(1 for _ in db.iterator(prefix=POSTS, include_value=False))
         source = SnapshotSource(snapshot) if snapshot else StoreSource(db)
         try:
             parts = source.partitions if snapshot else partitions
@@ -114,11 +116,17 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
 
 def verify(engine="local", *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None) -> Report:
     start = time.perf_counter()
+    if progress:
+        progress.stage(f"recompute views ({engine} engine)")
     result = run_engine(
         engine, db=db, snapshot=snapshot, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress
     )
     recomputed_at = time.perf_counter()
+    if progress:
+        progress.stage("compare with live views")
     report = compare(result)
+    if progress:
+        progress.done()
     report.seconds = {"recompute": recomputed_at - start, "compare": time.perf_counter() - recomputed_at}
     return report
 

@@ -1,0 +1,49 @@
+"""A small progress display for long commands: on a terminal only, never with --quiet."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    """Redraws ``label: n/total`` on stderr at most ten times a second."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = not quiet and getattr(self.stream, "isatty", lambda: False)()
+        self.label, self.total, self.count, self._drawn = "", None, 0, 0.0
+
+    def stage(self, label: str, total: int | None = None) -> "Progress":
+        self._finish_line()
+        self.label, self.total, self.count = label, total, 0
+        self._draw(force=True)
+        return self
+
+    def advance(self, n: int = 1) -> None:
+        self.count += n
+        self._draw()
+
+    def done(self) -> None:
+        self._finish_line()
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self._drawn < 0.1):
+            return
+        self._drawn = now
+        if self.total:
+            width = 30
+            filled = int(width * min(self.count, self.total) / self.total)
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total}"
+        else:
+            bar = f"{self.count}" if self.count else "..."
+        self.stream.write(f"\r\033[K{self.label}: {bar}")
+        self.stream.flush()
+
+    def _finish_line(self) -> None:
+        if self.enabled and self.label:
+            self._draw(force=True)
+            self.stream.write("\n")
+            self.stream.flush()
+        self.label = ""
