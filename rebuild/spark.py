@@ -83,8 +83,8 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
     parts = manifest["partitions"]
     spark = spark or session(master)
     sc = spark.sparkContext
-    prim = _segments(sc, directory, manifest, "primary")
-    classified, tombs = _classified(prim, check_signatures, parts)
+    prim = _segments(sc, directory, manifest, "primary").cache()
+    classified, _ = _classified(prim, check_signatures, parts)
     classified = classified.cache()
     sound = classified.filter(lambda r: r[2] is None)
     per_post = sound.flatMap(lambda r: r[1][0])
@@ -100,11 +100,12 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
     recomputed = per_post.union(latest).map(keyed).cache()
     live = _segments(sc, directory, manifest, "live").map(keyed).cache()
     try:
+        kinds = prim.map(lambda r: r[0]).countByValue()
         result = EngineResult(
             engine="spark",
             partitions=parts,
-            posts=classified.count(),
-            tombstones=tombs.count(),
+            posts=kinds.get("p", 0),
+            tombstones=kinds.get("t", 0),
             faults=classified.filter(lambda r: r[2] is not None).map(lambda r: r[2]).collect(),
             recomputed_digests=(rec_digests := _digests(recomputed, parts)),
             live_digests=(live_digests := _digests(live, parts)),
@@ -119,7 +120,7 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
         result.fetch = lambda wanted: (rec, liv)
         return result
     finally:
-        for rdd in (classified, recomputed, live):
+        for rdd in (prim, classified, recomputed, live):
             rdd.unpersist()
 
 

@@ -1,0 +1,245 @@
+"""Rebuild: break a consistent store in each way, verify finds exactly that, repair fixes it.
+
+Every damage runs on both engines; Spark tests share one local[2] session.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cablestore import Store, post_hash
+from cablestore.rebuild import check, export, rebuild
+from cablestore.rebuild.recompute import view_of
+from cablestore.workload import generate
+
+from .conftest import NOW, dump
+
+POSTS = b"!post!"
+ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
+DERIVED = [b"!chat!", b"!state!", b"!author!", b"!user!", b"!channel!", b"!rev!"]
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    from cablestore.rebuild.spark import session
+
+    spark = session("local[2]")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return generate(seed=11, posts=400)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory, workload):
+    """A consistent store built by ingest; each test gets a copy of its directory."""
+    path = tmp_path_factory.mktemp("pristine") / "store"
+    with Store(path, now=lambda: NOW) as s:
+        s.ingest_many(workload)
+        assert s.check().consistent
+    return path
+
+
+@pytest.fixture
+def damaged(tmp_path, pristine):
+    path = tmp_path / "store"
+    shutil.copytree(pristine, path)
+    with Store(path, now=lambda: NOW) as s:
+        yield s
+
+
+@pytest.fixture
+def engine(request):
+    return request.param
+
+
+def _check(store, engine, request, fix=False):
+    if engine == "spark":
+        request.getfixturevalue("spark_session")
+    return check(store, fix=fix, engine=engine, partitions=2 if engine == "spark" else 4)
+
+
+def _latest_key(store, prefix, kind):
+    """A ``!channel!`` key of the given kind (m: membership, t: topic)."""
+    from cablestore.keys import unescape
+
+    return next(k for k, _ in store.items(prefix) if k[unescape(k, len(prefix))[1] :][:1] == kind)
+
+
+def _first(store, prefix):
+    return next(iter(store.items(prefix)))
+
+
+def _assert_repairs_to(store, engine, request, expected_dump):
+    report = _check(store, engine, request, fix=True)
+    assert report.consistent, report.to_dict()  # the verify that follows the repair
+    assert report.repaired is not None and report.before["consistent"] is False
+    assert dump(store) == expected_dump
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_missing_entry_in_every_view(damaged, engine, request):
+    original = dump(damaged)
+    removed = [_first(damaged, prefix)[0] for prefix in DERIVED]
+    removed += [_latest_key(damaged, b"!channel!", b"m"), _latest_key(damaged, b"!channel!", b"t")]
+    removed += [next(k for k, _ in damaged.items(b"!user!") if k[6 + 32 : 6 + 33] == b"i")]
+    for k in removed:
+        damaged.db.delete(k)
+    report = _check(damaged, engine, request)
+    assert set(report.missing) == set(removed)
+    assert not report.extra and not report.different and not report.faults
+    assert {view_of(k) for k in report.missing} == {"chat", "state", "author", "user", "channel", "reverse"}
+    _assert_repairs_to(damaged, engine, request, original)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_extra_entries(damaged, engine, request):
+    original = dump(damaged)
+    extra = [b"!chat!" + b"nope\x00\x01" + bytes(40), b"!author!" + bytes(73), b"!zzz-unknown", b"!channel!x\x00\x01t"]
+    for k in extra:
+        damaged.db.put(k, b"junk")
+    report = _check(damaged, engine, request)
+    assert set(report.extra) == set(extra)
+    assert not report.missing and not report.different and not report.faults
+    _assert_repairs_to(damaged, engine, request, original)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_changed_values(damaged, engine, request):
+    original = dump(damaged)
+    changed = []
+    for prefix in (b"!channel!", b"!rev!", b"!user!"):
+        k, v = _first(damaged, prefix)
+        damaged.db.put(k, v + b"!")
+        changed.append(k)
+    report = _check(damaged, engine, request)
+    assert set(report.different) == set(changed)
+    assert not report.missing and not report.extra and not report.faults
+    _assert_repairs_to(damaged, engine, request, original)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_half_done_ingest_blob_without_views(tmp_path, workload, damaged, engine, request):
+    """A blob written without its entries: repair indexes it as ingest would."""
+    from cablestore import TEXT, decode_post
+
+    extra_post = next(b for b in generate(seed=12, posts=50) if decode_post(b).post_type == TEXT)
+    h = post_hash(extra_post)
+    with Store(tmp_path / "reference", now=lambda: NOW) as ref:
+        ref.ingest_many(workload)
+        ref.ingest(extra_post)
+        expected = dump(ref)
+    damaged.db.put(POSTS + h, extra_post)
+    report = _check(damaged, engine, request)
+    assert report.missing and not report.extra and not report.faults
+    assert any(k.endswith(h) for k in report.missing)
+    _assert_repairs_to(damaged, engine, request, expected)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_view_entries_whose_blob_is_gone(tmp_path, pristine, damaged, engine, request):
+    key, _ = _first(damaged, POSTS)
+    h = key[len(POSTS) :]
+    reference = tmp_path / "reference"
+    shutil.copytree(pristine, reference)
+    with Store(reference, now=lambda: NOW) as ref:
+        assert ref.delete(h)  # a clean local discard is what repair should reach
+        expected = dump(ref)
+    damaged.db.delete(key)
+    report = _check(damaged, engine, request)
+    assert report.extra and not report.faults
+    assert b"!rev!" + h in report.extra
+    _assert_repairs_to(damaged, engine, request, expected)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+@pytest.mark.parametrize("corruption", ["bad_hash", "undecodable", "bad_signature"])
+def test_corrupted_blob(tmp_path, pristine, damaged, engine, corruption, request):
+    key, blob = _first(damaged, POSTS)
+    h = key[len(POSTS) :]
+    if corruption == "bad_hash":
+        bad, target = blob[:-1] + bytes([blob[-1] ^ 1]), h
+    elif corruption == "undecodable":
+        bad = blob + b"\x00"  # trailing byte, stored under its own (correct) hash
+        target = post_hash(bad)
+    else:
+        bad = blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]  # flip a signature bit
+        target = post_hash(bad)
+    reference = tmp_path / "reference"
+    shutil.copytree(pristine, reference)
+    with Store(reference, now=lambda: NOW) as ref:
+        expected = dump(ref)
+        if corruption == "bad_hash":
+            ref.delete(h)
+            expected = dump(ref)
+    damaged.db.put(POSTS + target, bad)
+    report = _check(damaged, engine, request)
+    assert [(f.kind, f.hash) for f in report.faults] == [(corruption, target)]
+    _assert_repairs_to(damaged, engine, request, expected)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_tombstoned_post_still_present(damaged, engine, request, workload):
+    original = dump(damaged)
+    deleted = next(b for b in workload if damaged.is_deleted(post_hash(b)))
+    damaged.db.put(POSTS + post_hash(deleted), deleted)
+    report = _check(damaged, engine, request)
+    assert [(f.kind, f.hash) for f in report.faults] == [("tombstoned", post_hash(deleted))]
+    assert not report.missing and not report.different
+    _assert_repairs_to(damaged, engine, request, original)
+
+
+@pytest.mark.spark
+def test_engines_agree_on_the_fixture(tmp_path, spark_session):
+    """Both engines give the same report on a store with several kinds of damage at once."""
+    from cablestore.workload import read_posts
+
+    bufs = read_posts("tests/data/cablejs-0.2.1-s7-2000/posts.bin")
+    with Store(tmp_path / "s", now=lambda: NOW) as s:
+        s.ingest_many(bufs)
+        k, _ = _first(s, b"!state!")
+        s.db.delete(k)
+        s.db.put(b"!chat!zz\x00\x01" + bytes(40), b"")
+        local = check(s, engine="local", partitions=8).to_dict()
+        spark = check(s, engine="spark", partitions=8).to_dict()
+    for report in (local, spark):
+        report.pop("seconds")
+        report.pop("engine")
+    assert local == spark
+    assert local["views"]["state"]["missing"] == 1 and local["views"]["chat"]["extra"] == 1
+
+
+def test_snapshot_export_and_verify_from_snapshot(tmp_path, damaged):
+    damaged.db.delete(_first(damaged, b"!author!")[0])
+    manifest = export(damaged.db, tmp_path / "snap", partitions=4)
+    assert manifest["counts"]["posts"] == sum(1 for _ in damaged.items(POSTS))
+    assert len([n for n in manifest["files"] if n.startswith("primary-")]) == 4
+    from cablestore.rebuild import verify
+
+    report = verify("local", snapshot=tmp_path / "snap")
+    assert len(report.missing) == 1 and report.partitions == 4
+
+
+def test_snapshot_checksum_mismatch_is_refused(tmp_path, damaged):
+    from cablestore.errors import RebuildError
+    from cablestore.rebuild import verify
+
+    export(damaged.db, tmp_path / "snap", partitions=2)
+    seg = tmp_path / "snap" / "primary-0001.msgpack"
+    seg.write_bytes(seg.read_bytes()[:-1])
+    with pytest.raises(RebuildError, match="checksum"):
+        verify("local", snapshot=tmp_path / "snap")
+
+
+def test_rebuild_requires_store_for_repair(tmp_path):
+    from cablestore.errors import RebuildError
+
+    with pytest.raises(RebuildError):
+        rebuild(None, snapshot=tmp_path, repair=True)
+    with pytest.raises(RebuildError):
+        rebuild(None, engine="bogus", snapshot=tmp_path)
