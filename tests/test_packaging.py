@@ -1,0 +1,36 @@
+"""views/ and rebuild/ install as cablestore.views and cablestore.rebuild, normal and editable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = (tmp_path / "dist").glob("cablestore-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark.py", "cablestore/codec.py"} <= names
+    assert not any(n.startswith(("views/", "rebuild/", "tests/")) for n in names)
+
+    # a normal install of that wheel imports both subpackages from site-packages
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True)
+    code = "import cablestore.views.chat as v, cablestore.rebuild.spark as r; print(v.__file__); print(r.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert all(p.startswith(str(target)) for p in out), out
+
+
+def test_editable_install_imports_from_the_checkout():
+    code = "import cablestore.views as v, cablestore.rebuild as r; print(v.__file__); print(r.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(ROOT / "views" / "__init__.py"), str(ROOT / "rebuild" / "__init__.py")]
