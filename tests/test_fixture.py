@@ -83,13 +83,6 @@ SPELLINGS = [
 ]
 
 
-def h(prefix: str) -> str:
-    """The full hex hash of the fixture post whose hash starts with ``prefix``."""
-    found = [x for x in BY_HASH if x.startswith(prefix)]
-    assert len(found) == 1, prefix
-    return found[0]
-
-
 def tagged(tag: str) -> list[dict]:
     return BY_TAG[tag]
 
@@ -344,11 +337,21 @@ FINAL = len(META)
 # --------------------------------------------------------------------------
 # fixtures
 # --------------------------------------------------------------------------
-@dataclass
+class Snaps(dict):
+    """Checkpoint -> snapshot; a short repr keeps failure reports readable."""
+
+    def __repr__(self):
+        return f"<{len(self)} snapshots>"
+
+
+@dataclass(repr=False)
 class Built:
     store: Store
     hashes: list[bytes]
-    snaps: dict[int, dict]
+    snaps: Snaps
+
+    def __repr__(self):
+        return f"<store built from {len(self.hashes)} posts, {len(self.snaps)} snapshots>"
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +359,7 @@ def built(tmp_path_factory):
     path = tmp_path_factory.mktemp("fixture") / "one-by-one.ldb"
     with Store(path, now=lambda: NOW) as store:
         view = StoreView(store)
-        snaps, hashes = {}, []
+        snaps, hashes = Snaps(), []
         for n, buf in enumerate(BUFS):
             if n in CHECKPOINTS:
                 snaps[n] = snapshot(view, full=False)
@@ -366,8 +369,8 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def oracle_snaps() -> dict[int, dict]:
-    oracle, snaps = Oracle(), {}
+def oracle_snaps() -> Snaps:
+    oracle, snaps = Oracle(), Snaps()
     for n, m in enumerate(META):
         if n in CHECKPOINTS:
             snaps[n] = snapshot(oracle, full=False)
@@ -392,13 +395,6 @@ def store(built) -> Store:
 @pytest.fixture(scope="module")
 def view(built) -> StoreView:
     return StoreView(built.store)
-
-
-def oracle_at(n: int) -> Oracle:
-    o = Oracle()
-    for m in META[:n]:
-        o.ingest(m)
-    return o
 
 
 def hexes(hashes) -> list[str]:
@@ -844,7 +840,9 @@ def test_delete_topic_reverts_topic(built, oracle_snaps):
     ch, n = BY_HASH[target]["channel"], delete["idx"]
     before, after = built.snaps[n], built.snaps[n + 1]
     assert before[("topic", ch)] == BY_HASH[target]["topic"]
-    previous = latest(m for m in META[:n] if m["type"] == "post/topic" and m.get("channel") == ch and m["hash"] != target)
+    previous = latest(
+        m for m in META[:n] if m["type"] == "post/topic" and m.get("channel") == ch and m["hash"] != target
+    )
     assert after[("topic", ch)] == previous["topic"] == oracle_snaps[n + 1][("topic", ch)]
     assert previous["hash"] in after[("channel_state", ch)]
     assert target not in after[("channel_state", ch, "historic")]
@@ -871,7 +869,8 @@ def test_delete_only_membership_record(built, oracle_snaps):
     assert target in before[("channel_state", ch)]
     assert after[("get", target)] is None and after[("is_deleted", target)] is True
     # the join was the author's only join/leave there: none is left in channel state
-    assert not [x for x in after[("channel_state", ch, "historic")] if BY_HASH[x]["author"] == pk and BY_HASH[x]["type"] in JOIN_LEAVE]
+    historic = after[("channel_state", ch, "historic")]
+    assert not [x for x in historic if BY_HASH[x]["author"] == pk and BY_HASH[x]["type"] in JOIN_LEAVE]
     # the text written after the join still makes them a member (an implicit join)
     text_after = the("text-after-join")
     assert text_after["author"] == pk and text_after["hash"] in after[("channel_time_range", ch)]
