@@ -110,7 +110,8 @@ def latest(posts) -> dict | None:
 class Oracle:
     """The Cable semantics as plain Python over ``posts.jsonl``; hashes are hex."""
 
-    def __init__(self):
+    def __init__(self, by_hash: dict | None = None):
+        self.by_hash = BY_HASH if by_hash is None else by_hash  # hash -> post dict, to find deleters
         self.stored: dict[str, dict] = {}
         self.tombs: dict[str, set[str]] = defaultdict(set)  # target -> deletes whose tombstone holds
         self.listed: dict[str, set[str]] = {}  # post/delete -> channels it is listed under
@@ -120,7 +121,7 @@ class Oracle:
         mh = m["hash"]
         if mh in self.stored:
             return "dup"
-        if any(BY_HASH[d]["author"] == m["author"] for d in self.tombs[mh]):
+        if any(self.by_hash[d]["author"] == m["author"] for d in self.tombs[mh]):
             return "refused"  # deleted by its author: never stored again
         if m["type"] == "post/delete":
             channels: set[str] = set()
