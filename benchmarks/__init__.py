@@ -1,0 +1,1 @@
+"""cablestore benchmarks (run with ``python -m benchmarks``)."""

@@ -1,0 +1,209 @@
+"""cablestore benchmarks: ingest, queries, rebuild, disk and memory, as ratios from one run.
+
+    python -m benchmarks --posts 10000,100000
+
+Machines here are shared and noisy, so every speed is reported next to a
+reference measured in the same run (ingest against pynacl's raw Ed25519
+verify rate on the same posts; Spark local[2] against local[1]).  Results go
+to ``OUT/results.json`` and ``OUT/results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from cablestore import Store, post_hash
+from cablestore.workload import Workload, read_posts, write_posts
+
+NOW = 1_900_000_000_000  # far enough ahead of the generated timestamps
+
+
+def posts_for(out: Path, n: int, seed: int) -> list[bytes]:
+    path = out / f"posts-{n}-seed{seed}.bin"
+    if not path.exists():
+        write_posts(path, Workload(seed, n))
+    return read_posts(path)
+
+
+def raw_verify_rate(bufs) -> float:
+    """pynacl's public verify API on the same posts, one core."""
+    from nacl.signing import VerifyKey
+
+    start = time.perf_counter()
+    for buf in bufs:
+        VerifyKey(buf[:32]).verify(buf[96:], buf[32:96])
+    return len(bufs) / (time.perf_counter() - start)
+
+
+def _ingest_child(path, posts_file, verify, batch, conn):
+    bufs = read_posts(posts_file)
+    with Store(path, verify_signatures=verify, now=lambda: NOW) as store:
+        start = time.perf_counter()
+        for i in range(0, len(bufs), batch):
+            store.ingest_many(bufs[i : i + batch])
+        seconds = time.perf_counter() - start
+    conn.send((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+
+
+def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int = 1000) -> dict:
+    """Ingest in a fresh process so its peak RSS is the ingest's own."""
+    shutil.rmtree(path, ignore_errors=True)
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), verify, batch, child))
+    proc.start()
+    seconds, rss = parent.recv()
+    proc.join()
+    return {"posts_per_s": n / seconds, "seconds": seconds, "peak_rss_mb": rss / 2**20}
+
+
+def percentiles(fn, args_list) -> dict:
+    times = []
+    for args in args_list:
+        start = time.perf_counter_ns()
+        fn(*args)
+        times.append((time.perf_counter_ns() - start) / 1000)
+    times.sort()
+    return {"p50_us": statistics.median(times), "p99_us": times[int(len(times) * 0.99) - 1]}
+
+
+def query_latencies(store: Store, bufs, rng: random.Random, calls: int = 1000) -> dict:
+    channels = store.channel_list()
+    hashes = [post_hash(b) for b in rng.sample(bufs, min(calls, len(bufs)))]
+    lo, hi = 1_700_000_000_000, 1_700_000_000_000 + len(bufs) * 2500
+    windows = [(rng.choice(channels), s, s + 3_600_000 * 24, 50) for s in (rng.randint(lo, hi) for _ in range(calls))]
+    return {
+        "channel_time_range_50": percentiles(store.channel_time_range, windows),
+        "channel_state": percentiles(store.channel_state, [(rng.choice(channels),) for _ in range(calls // 4)]),
+        "channel_list": percentiles(store.channel_list, [() for _ in range(calls // 4)]),
+        "get": percentiles(store.get, [(h,) for h in hashes]),
+    }
+
+
+def disk_usage(path: Path, store: Store) -> dict:
+    store.db.compact_range()
+    on_disk = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    raw = sum(len(v) for _, v in store.items(b"!post!"))
+    posts = sum(1 for _ in store.items(b"!post!"))
+    return {"bytes_per_post": on_disk / posts, "raw_bytes_per_post": raw / posts, "ratio": on_disk / raw}
+
+
+def rebuild_times(store: Store, spark: bool) -> dict:
+    from cablestore.rebuild import check
+
+    out = {}
+    start = time.perf_counter()
+    assert check(store, engine="local").consistent
+    out["local_s"] = time.perf_counter() - start
+    if spark:
+        from cablestore.rebuild.spark import session
+
+        for master in ("local[1]", "local[2]"):
+            s = session(master)
+            start = time.perf_counter()
+            assert check(store, engine="spark").consistent
+            out[f"spark_{master}_s"] = time.perf_counter() - start
+            s.stop()
+        out["spark_2_over_1_speedup"] = out["spark_local[1]_s"] / out["spark_local[2]_s"]
+    return out
+
+
+def batch_sweep(out: Path, posts_file: Path, n: int) -> dict:
+    sweep = {}
+    for batch in (1, 10, 100, 1000, 10000):
+        sweep[str(batch)] = timed_ingest(out / "sweep.ldb", posts_file, n, verify=True, batch=batch)["posts_per_s"]
+    return sweep
+
+
+def run_size(out: Path, n: int, seed: int, spark: bool, sweep_posts: int) -> dict:
+    bufs = posts_for(out, n, seed)
+    posts_file = out / f"posts-{n}-seed{seed}.bin"
+    result: dict = {"posts": n}
+    result["raw_verify_per_s"] = raw_verify_rate(bufs)
+    result["verified_ingest"] = timed_ingest(out / "verified.ldb", posts_file, n, verify=True)
+    result["verified_ingest"]["ratio_to_raw_verify"] = result["verified_ingest"]["posts_per_s"] / result["raw_verify_per_s"]
+    result["trusted_reindex"] = timed_ingest(out / "trusted.ldb", posts_file, n, verify=False)
+    if sweep_posts:
+        sweep_file = out / f"posts-{sweep_posts}-seed{seed}.bin"
+        posts_for(out, sweep_posts, seed)
+        result["batch_sweep_posts_per_s"] = batch_sweep(out, sweep_file, sweep_posts)
+    with Store(out / "verified.ldb", now=lambda: NOW) as store:
+        result["queries"] = query_latencies(store, bufs, random.Random(seed))
+        result["disk"] = disk_usage(out / "verified.ldb", store)
+        result["rebuild"] = rebuild_times(store, spark)
+    return result
+
+
+def markdown(results: list[dict], machine: str, command: str) -> str:
+    rows = [
+        ("raw Ed25519 verify (pynacl, 1 core)", lambda r: f"{r['raw_verify_per_s']:,.0f} /s"),
+        ("verified ingest", lambda r: f"{r['verified_ingest']['posts_per_s']:,.0f} /s"),
+        ("verified ingest / raw verify", lambda r: f"{r['verified_ingest']['ratio_to_raw_verify']:.2f}"),
+        ("trusted reindex", lambda r: f"{r['trusted_reindex']['posts_per_s']:,.0f} /s"),
+        ("ingest peak RSS", lambda r: f"{r['verified_ingest']['peak_rss_mb']:.0f} MB"),
+        ("channel time range (limit 50) p50 / p99", lambda r: _lat(r, "channel_time_range_50")),
+        ("channel state p50 / p99", lambda r: _lat(r, "channel_state")),
+        ("channel list p50 / p99", lambda r: _lat(r, "channel_list")),
+        ("get by hash p50 / p99", lambda r: _lat(r, "get")),
+        ("disk per post (compacted) / raw post bytes", lambda r: f"{r['disk']['bytes_per_post']:.0f} B / {r['disk']['raw_bytes_per_post']:.0f} B = {r['disk']['ratio']:.2f}x"),
+        ("rebuild verify, local engine", lambda r: f"{r['rebuild']['local_s']:.1f} s"),
+        ("rebuild verify, Spark local[1] / local[2]", lambda r: _spark(r)),
+    ]
+    head = "| measure | " + " | ".join(f"{r['posts']:,} posts" for r in results) + " |"
+    lines = [head, "|---|" + "---|" * len(results)]
+    for name, fmt in rows:
+        lines.append(f"| {name} | " + " | ".join(fmt(r) for r in results) + " |")
+    sweep = [r for r in results if "batch_sweep_posts_per_s" in r]
+    if sweep:
+        s = sweep[0]["batch_sweep_posts_per_s"]
+        lines.append("")
+        lines.append("`ingest_many` batch size sweep (verified): " + ", ".join(f"{k}: {v:,.0f}/s" for k, v in s.items()))
+    lines += ["", f"Command: `{command}`", f"Machine: {machine}"]
+    return "\n".join(lines)
+
+
+def _lat(r, name):
+    q = r["queries"][name]
+    return f"{q['p50_us']:.0f} µs / {q['p99_us']:.0f} µs"
+
+
+def _spark(r):
+    rb = r["rebuild"]
+    if "spark_local[1]_s" not in rb:
+        return "not run"
+    return f"{rb['spark_local[1]_s']:.1f} s / {rb['spark_local[2]_s']:.1f} s ({rb['spark_2_over_1_speedup']:.2f}x)"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--posts", default="10000", help="comma-separated store sizes (default: 10000)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="bench-results", help="directory for posts, stores and results")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark rebuild timings")
+    parser.add_argument("--sweep-posts", type=int, default=20000, help="posts for the batch-size sweep (0: skip)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.posts.split(",")]
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}"
+    command = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
+    results = []
+    for i, n in enumerate(sizes):
+        print(f"benchmarking {n:,} posts...", file=sys.stderr)
+        results.append(run_size(out, n, args.seed, not args.no_spark, args.sweep_posts if i == 0 else 0))
+    table = markdown(results, machine, command)
+    (out / "results.json").write_text(json.dumps({"machine": machine, "command": command, "results": results}, indent=2))
+    (out / "results.md").write_text(table + "\n")
+    print(table)
+    return 0
