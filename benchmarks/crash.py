@@ -1,0 +1,123 @@
+"""Crash consistency: ingest in a child process, SIGKILL it at random moments.
+
+    python -m benchmarks.crash --kills 200 --posts 20000
+
+After every kill the store is reopened and checked with the in-process
+rebuild: no partial ingest (every derived view equals the recomputation) and
+every post the child acknowledged (``ingest`` or ``ingest_many`` returned) is
+present, unless a delete in the workload targets it.  At the end the child
+finishes the workload and the store must equal, byte for byte, a store that
+ingested the same posts without interruption.  The test suite runs a short
+version (tests/test_crash.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cablestore import DELETE, Store, decode_post, post_hash
+from cablestore.workload import read_posts, write_posts, Workload
+
+NOW = 1_900_000_000_000
+
+
+def child(store_path: str, posts_file: str, ack_file: str, seed: int) -> None:
+    """Ingest from where the acknowledgements stop, in random batch sizes, forever."""
+    bufs = read_posts(posts_file)
+    acked = _acked(Path(ack_file))
+    start = max(acked) + 1 if acked else 0
+    rng = random.Random(seed)
+    sync = rng.random() < 0.5  # both durability modes survive a process kill
+    with Store(store_path, now=lambda: NOW, sync=sync) as store, open(ack_file, "a") as ack:
+        i = start
+        while i < len(bufs):
+            n = rng.choice((1, 1, 2, 7, 50, 200))
+            chunk = bufs[i : i + n]
+            if n == 1:
+                try:
+                    store.ingest(chunk[0])
+                except Exception:  # a deleted post coming back: refused, still "handled"
+                    pass
+            else:
+                store.ingest_many(chunk)
+            # the acknowledgement: written only after the store call returned
+            ack.write(f"{i + len(chunk) - 1}\n")
+            ack.flush()
+            i += len(chunk)
+            time.sleep(rng.random() / 50)  # posts arrive from the network, not all at once
+    Path(ack_file + ".done").touch()
+
+
+def _acked(path: Path) -> list[int]:
+    if not path.exists():
+        return []
+    return [int(line) for line in path.read_text().split() if line.strip()]
+
+
+def run(kills: int, posts: int, seed: int = 1, workdir=None, log=print) -> dict:
+    work = Path(workdir or tempfile.mkdtemp(prefix="cablestore-crash-"))
+    posts_file, store_path, ack_file = work / "posts.bin", work / "store", work / "acks"
+    write_posts(posts_file, Workload(seed, posts))
+    bufs = read_posts(posts_file)
+    targeted = {h for b in bufs if (p := decode_post(b)).post_type == DELETE for h in p.hashes}
+    rng = random.Random(seed)
+    stats = {"kills": 0, "checks": 0, "acked_max": -1, "posts": posts}
+    cmd = [sys.executable, "-m", "benchmarks.crash", "--child", str(store_path), str(posts_file), str(ack_file)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
+    while stats["kills"] < kills and not Path(str(ack_file) + ".done").exists():
+        proc = subprocess.Popen(cmd + [str(rng.randrange(1 << 30))], env=env)
+        time.sleep(rng.uniform(0.15, 0.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            stats["kills"] += 1
+        proc.wait()
+        _check(store_path, bufs, _acked(ack_file), targeted, stats)
+    subprocess.run(cmd + ["0"], env=env, check=True)  # finish the workload
+    _check(store_path, bufs, _acked(ack_file), targeted, stats)
+    with Store(store_path, now=lambda: NOW) as crashed, Store(work / "clean", now=lambda: NOW) as clean:
+        clean.ingest_many(bufs)
+        stats["identical_to_uninterrupted"] = list(crashed.items()) == list(clean.items())
+    log(json.dumps(stats))
+    return stats
+
+
+def _check(store_path, bufs, acked, targeted, stats) -> None:
+    with Store(store_path, now=lambda: NOW) as store:
+        report = store.check(check_signatures=False)  # verified at ingest
+        if not report.consistent:
+            raise AssertionError(f"inconsistent after kill {stats['kills']}: {report.to_dict()}")
+        last = max(acked, default=-1)
+        for buf in bufs[: last + 1]:
+            h = post_hash(buf)
+            if h not in targeted and store.get(h) is None:
+                raise AssertionError(f"acknowledged post {h.hex()} lost after kill {stats['kills']}")
+    stats["checks"] += 1
+    stats["acked_max"] = last
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        child(argv[1], argv[2], argv[3], int(argv[4]))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.crash", description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=200)
+    parser.add_argument("--posts", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args(argv)
+    stats = run(args.kills, args.posts, args.seed, args.dir)
+    return 0 if stats["identical_to_uninterrupted"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

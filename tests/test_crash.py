@@ -1,0 +1,19 @@
+"""Crash consistency: 30 SIGKILLs of an ingesting child (the long run: python -m benchmarks.crash)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+
+
+def test_sigkill_during_ingest_loses_nothing_acknowledged(tmp_path):
+    from benchmarks.crash import run
+
+    stats = run(kills=30, posts=20000, seed=3, workdir=tmp_path, log=lambda *_: None)
+    assert stats["kills"] == 30
+    assert stats["checks"] == 31
+    assert stats["acked_max"] == 19999
+    assert stats["identical_to_uninterrupted"] is True
