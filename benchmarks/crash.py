@@ -65,6 +65,7 @@ def _acked(path: Path) -> list[int]:
 
 def run(kills: int, posts: int, seed: int = 1, workdir=None, log=print) -> dict:
     work = Path(workdir or tempfile.mkdtemp(prefix="cablestore-crash-"))
+    work.mkdir(parents=True, exist_ok=True)
     posts_file, store_path, ack_file = work / "posts.bin", work / "store", work / "acks"
     write_posts(posts_file, Workload(seed, posts))
     bufs = read_posts(posts_file)
