@@ -46,9 +46,9 @@ def raw_verify_rate(bufs) -> float:
     return len(bufs) / (time.perf_counter() - start)
 
 
-def _ingest_child(path, posts_file, verify, batch, conn):
+def _ingest_child(path, posts_file, verify, batch, workers, conn):
     bufs = read_posts(posts_file)
-    with Store(path, verify_signatures=verify, now=lambda: NOW) as store:
+    with Store(path, verify_signatures=verify, verify_workers=workers, now=lambda: NOW) as store:
         start = time.perf_counter()
         for i in range(0, len(bufs), batch):
             store.ingest_many(bufs[i : i + batch])
@@ -56,12 +56,12 @@ def _ingest_child(path, posts_file, verify, batch, conn):
     conn.send((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
 
 
-def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int = 1000) -> dict:
+def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int = 1000, workers: int = 0) -> dict:
     """Ingest in a fresh process so its peak RSS is the ingest's own."""
     shutil.rmtree(path, ignore_errors=True)
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), verify, batch, child))
+    proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), verify, batch, workers, child))
     proc.start()
     seconds, rss = parent.recv()
     proc.join()
@@ -91,11 +91,13 @@ def query_latencies(store: Store, bufs, rng: random.Random, calls: int = 1000) -
     }
 
 
-def disk_usage(path: Path, store: Store) -> dict:
-    store.db.compact_range()
+def disk_usage(path: Path) -> dict:
+    """Bytes on disk after a reopen (which turns the write-ahead log into a table) and a full compaction."""
+    with Store(path, now=lambda: NOW) as store:
+        store.db.compact_range()
+        raw = sum(len(v) for _, v in store.items(b"!post!"))
+        posts = sum(1 for _ in store.items(b"!post!"))
     on_disk = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-    raw = sum(len(v) for _, v in store.items(b"!post!"))
-    posts = sum(1 for _ in store.items(b"!post!"))
     return {"bytes_per_post": on_disk / posts, "raw_bytes_per_post": raw / posts, "ratio": on_disk / raw}
 
 
@@ -133,6 +135,12 @@ def run_size(out: Path, n: int, seed: int, spark: bool, sweep_posts: int) -> dic
     result["raw_verify_per_s"] = raw_verify_rate(bufs)
     result["verified_ingest"] = timed_ingest(out / "verified.ldb", posts_file, n, verify=True)
     result["verified_ingest"]["ratio_to_raw_verify"] = result["verified_ingest"]["posts_per_s"] / result["raw_verify_per_s"]
+    workers = os.cpu_count() or 1
+    if workers > 1:
+        par = timed_ingest(out / "verified-workers.ldb", posts_file, n, verify=True, workers=workers)
+        par["ratio_to_raw_verify"] = par["posts_per_s"] / result["raw_verify_per_s"]
+        par["workers"] = workers
+        result["verified_ingest_workers"] = par
     result["trusted_reindex"] = timed_ingest(out / "trusted.ldb", posts_file, n, verify=False)
     if sweep_posts:
         sweep_file = out / f"posts-{sweep_posts}-seed{seed}.bin"
@@ -140,8 +148,8 @@ def run_size(out: Path, n: int, seed: int, spark: bool, sweep_posts: int) -> dic
         result["batch_sweep_posts_per_s"] = batch_sweep(out, sweep_file, sweep_posts)
     with Store(out / "verified.ldb", now=lambda: NOW) as store:
         result["queries"] = query_latencies(store, bufs, random.Random(seed))
-        result["disk"] = disk_usage(out / "verified.ldb", store)
         result["rebuild"] = rebuild_times(store, spark)
+    result["disk"] = disk_usage(out / "verified.ldb")
     return result
 
 
@@ -150,6 +158,7 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         ("raw Ed25519 verify (pynacl, 1 core)", lambda r: f"{r['raw_verify_per_s']:,.0f} /s"),
         ("verified ingest", lambda r: f"{r['verified_ingest']['posts_per_s']:,.0f} /s"),
         ("verified ingest / raw verify", lambda r: f"{r['verified_ingest']['ratio_to_raw_verify']:.2f}"),
+        ("verified ingest, signatures in worker processes", lambda r: _workers(r)),
         ("trusted reindex", lambda r: f"{r['trusted_reindex']['posts_per_s']:,.0f} /s"),
         ("ingest peak RSS", lambda r: f"{r['verified_ingest']['peak_rss_mb']:.0f} MB"),
         ("channel time range (limit 50) p50 / p99", lambda r: _lat(r, "channel_time_range_50")),
@@ -171,6 +180,13 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         lines.append("`ingest_many` batch size sweep (verified): " + ", ".join(f"{k}: {v:,.0f}/s" for k, v in s.items()))
     lines += ["", f"Command: `{command}`", f"Machine: {machine}"]
     return "\n".join(lines)
+
+
+def _workers(r):
+    w = r.get("verified_ingest_workers")
+    if not w:
+        return "n/a (1 core)"
+    return f"{w['posts_per_s']:,.0f} /s ({w['workers']} workers; {w['ratio_to_raw_verify']:.2f}x raw)"
 
 
 def _lat(r, name):

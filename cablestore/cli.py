@@ -55,7 +55,7 @@ def _cmd_ingest(args) -> int:
     progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))
     errors: dict[str, int] = {}
     accepted = 0
-    with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures) as store:
+    with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers) as store:
         for i in range(0, len(bufs), args.batch):
             for r in store.ingest_many(bufs[i : i + args.batch]):
                 if r.ok:
@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", help="posts files ([u32 big-endian length][post] records)")
     p.add_argument("--batch", type=int, default=1000, help="posts per WriteBatch (default: 1000)")
     p.add_argument("--sync", action="store_true", help="sync every batch to disk")
+    p.add_argument("--workers", type=int, default=0, help="processes verifying signatures (default: 0, inline)")
     p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
     _add_output_flags(p)
     p.set_defaults(func=_cmd_ingest)

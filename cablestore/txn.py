@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .codec import decode_post
+from .keys import next_prefix
 from .records import Indexed, Tombstone
 
 POSTS = b"!post!"
-REVERSE = b"!rev!"
 DELETED = b"!deleted!"
 _MISSING = object()
 
@@ -23,6 +23,10 @@ _MISSING = object()
 class Txn:
     def __init__(self, db):
         self.db = db
+        # One iterator, re-seeked for every scan: creating one per scan cost
+        # more than the scan.  It reads the DB as of now, which is right: the
+        # DB does not change until commit.
+        self._it = None
         self.writes: dict[bytes, bytes | None] = {}
         self.deleted: set[bytes] = set()  # post hashes removed in this txn
         self._touched: dict[tuple, object] = {}  # (view name, group) -> view
@@ -42,9 +46,41 @@ class Txn:
         self.writes[key] = None
 
     # --- tombstones (primary data) -------------------------------------
+    # --- scans through the shared iterator ----------------------------
+    def _iter(self):
+        if self._it is None:
+            self._it = self.db.iterator()
+        return self._it
+
+    def scan(self, prefix: bytes):
+        """``(key, value)`` pairs of the DB under ``prefix`` (not this txn's writes)."""
+        it = self._iter()
+        it.seek(prefix)
+        out = []
+        for key, value in it:
+            if not key.startswith(prefix):
+                break
+            out.append((key, value))
+        return out
+
+    def last_candidate(self, prefix: bytes) -> bytes | None:
+        """The greatest DB key under ``prefix`` whose post is not deleted in this txn."""
+        it = self._iter()
+        it.seek(next_prefix(prefix))
+        while True:
+            try:
+                key, _ = it.prev()
+            except StopIteration:
+                return None
+            if not key.startswith(prefix):
+                return None
+            if key[-32:] not in self.deleted:
+                return key
+
+    # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
         prefix = DELETED + target
-        found = {k[len(prefix) :]: v for k, v in self.db.iterator(prefix=prefix)}
+        found = {k[len(prefix) :]: v for k, v in self.scan(prefix)}
         found.update(self._tombs.get(target, {}))
         return [Tombstone.unpack(target, by, v) for by, v in sorted(found.items()) if v is not None]
 
@@ -86,18 +122,15 @@ class Txn:
         for ip in self._added.get((name, group), {}).values():
             if ip.hash not in self.deleted and (best is None or ip.mono > best.mono):
                 best = ip
-        for key in self.db.iterator(prefix=view.candidates(group), reverse=True, include_value=False):
-            if key[-32:] in self.deleted:
-                continue
-            if best is None or key[-40:] > best.mono:
-                blob = self.get(POSTS + key[-32:])
-                best = Indexed.of(blob, decode_post(blob), key[-32:])
-            break
+        key = self.last_candidate(view.candidates(group))
+        if key is not None and (best is None or key[-40:] > best.mono):
+            blob = self.get(POSTS + key[-32:])
+            best = Indexed.of(blob, decode_post(blob), key[-32:])
         return best
 
     def _write_latest(self, name, group, view, entries) -> None:
         prefix = view.latest_prefix(group)
-        current = set(self.db.iterator(prefix=prefix, include_value=False))
+        current = {key for key, _ in self.scan(prefix)}
         current |= self._latest_keys.get((name, group), set())
         fresh = dict(entries)
         for key in current - fresh.keys():
@@ -114,6 +147,9 @@ class Txn:
     # --- commit ---------------------------------------------------------
     def commit(self, sync: bool = False) -> None:
         self.settle()
+        if self._it is not None:
+            self._it.close()
+            self._it = None
         if not self.writes:
             return
         with self.db.write_batch(sync=sync) as wb:

@@ -10,19 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import blake3
-import msgpack
 
-from cablestore import views
+from cablestore import reverse, views
 from cablestore.codec import decode_post, post_hash
 from cablestore.crypto import verify_post
 from cablestore.errors import CableError
 from cablestore.records import Indexed, Tombstone
-from cablestore.txn import DELETED, POSTS, REVERSE
+from cablestore.txn import DELETED, POSTS
 
 META = b"!meta!"
 PRIMARY_PREFIXES = (POSTS, DELETED, META)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
-VIEW_PREFIXES["reverse"] = REVERSE
+VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
 FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned")
 
@@ -80,7 +79,7 @@ def recompute_post(h: bytes, blob: bytes, post, made):
     """
     ip = Indexed.of(blob, post, h, tuple(sorted(made, key=lambda t: t.target)))
     entries = views.entries(ip)
-    entries.append((REVERSE + h, msgpack.packb([k for k, _ in entries])))
+    entries.append((reverse.key(h), reverse.pack(post.timestamp, ip.mono, [k for k, _ in entries])))
     candidates = [((view.NAME, group), (ip.mono, h, blob)) for view, group in views.groups(ip)]
     return entries, candidates
 

@@ -216,3 +216,15 @@ def test_readers_never_see_half_a_batch_with_deletes(store, alice):
         t.join()
     assert errors == []
     assert all(store.is_deleted(H(a)) and store.is_deleted(H(b)) for a, b, _ in pairs)
+
+
+def test_worker_processes_verify_like_inline(tmp_path):
+    """verify_workers=2: same refusals and the same bytes as verifying inline."""
+    posts = generate(seed=31, posts=700)
+    forged = [b[:40] + bytes([b[40] ^ 1]) + b[41:] for b in posts[100:700:50]]
+    stream = posts[:350] + forged + posts[350:]
+    with Store(tmp_path / "inline", now=lambda: NOW) as inline, Store(tmp_path / "workers", now=lambda: NOW, verify_workers=2) as workers:
+        a, b = inline.ingest_many(stream), workers.ingest_many(stream)
+        assert [type(r.error) for r in a] == [type(r.error) for r in b]
+        assert sum(isinstance(r.error, SignatureError) for r in b) == len(forged)
+        assert dump(inline) == dump(workers)
