@@ -46,7 +46,6 @@ def verify_post(buf: bytes) -> bool:
     return _verify_detached(bytes(buf[:PUBLIC_KEY_SIZE]), bytes(buf[HEADER_FIXED:]), bytes(buf[PUBLIC_KEY_SIZE:HEADER_FIXED]))
 
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
 _CHUNK = 128
 
 
@@ -54,37 +53,40 @@ def _verify_chunk(bufs) -> list[bool]:
     return [verify_post(b) for b in bufs]
 
 
-def verify_many(bufs, workers: int = 0):
+def verify_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes for :func:`verify_many`; the caller shuts them down.
+
+    Spawned, not forked (forking a process that has LevelDB open is unsafe),
+    so a program run as a script needs the ``if __name__ == "__main__":`` guard.
+    """
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def verify_many(bufs, pool: ProcessPoolExecutor | None = None):
     """Verify posts; return an iterator of results in order.
 
-    With ``workers > 1`` and enough posts, chunks go to that many worker
-    processes (threads do not help: the GIL hand-offs after every libsodium
-    call slow the indexing thread more than the parallel verify gains), and
+    With a ``pool`` and enough posts, chunks are verified in its worker
+    processes (threads do not help: the GIL hand-off after every libsodium
+    call slows the indexing thread more than the parallel verify gains), and
     the caller consumes results while later chunks are still verifying.
-    Workers are spawned once per process, so a program run as a script needs
-    the usual ``if __name__ == "__main__":`` guard.
     """
-    if workers <= 1 or len(bufs) < 4 * _CHUNK:
+    if pool is None or len(bufs) < 4 * _CHUNK:
         return iter(_verify_chunk(bufs))
     chunks = [bufs[i : i + _CHUNK] for i in range(0, len(bufs), _CHUNK)]
     try:
-        pool = _POOLS.get(workers) or _POOLS.setdefault(
-            workers, ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-        )
         results = pool.map(_verify_chunk, chunks)
     except (OSError, RuntimeError, BrokenProcessPool):
         return iter(_verify_chunk(bufs))
-    return _consume(results, chunks, workers)
+    return _consume(results, chunks)
 
 
-def _consume(results, chunks, workers):
+def _consume(results, chunks):
     done = 0
     try:
         for chunk_results in results:
             done += 1
             yield from chunk_results
-    except BrokenProcessPool:  # a worker died: finish here, start afresh next time
-        _POOLS.pop(workers, None)
+    except BrokenProcessPool:  # a worker died: finish the batch here
         for chunk in chunks[done:]:
             yield from _verify_chunk(chunk)
 

@@ -18,7 +18,7 @@ import plyvel
 
 from . import reverse, views
 from .codec import DELETE, INFO, Post, decode_post, post_hash
-from .crypto import check_signature, verify_many
+from .crypto import check_signature, verify_many, verify_pool
 from .errors import (
     CableError,
     DeletedPostError,
@@ -32,7 +32,7 @@ from .errors import (
 from .keys import as_hash, canonical_channel, channel_key, escape, next_prefix, unescape
 from .queries import Queries
 from .records import Indexed, Tombstone
-from .txn import DELETED, POSTS, Txn
+from .txn import POSTS, Txn
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 FORMAT_KEY = b"!meta!format"
@@ -77,6 +77,7 @@ class Store(Queries):
         self.sync = sync
         self.verify_signatures = verify_signatures
         self.verify_workers = verify_workers
+        self._verify_pool = None
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         try:
@@ -96,6 +97,9 @@ class Store(Queries):
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
+        if self._verify_pool is not None:
+            self._verify_pool.shutdown(wait=True, cancel_futures=True)
+            self._verify_pool = None
         if not self._db.closed:
             self._db.close()
 
@@ -121,6 +125,11 @@ class Store(Queries):
         if self.verify_signatures:
             check_signature(buf)
         return h, post
+
+    def _pool(self):
+        if self.verify_workers > 1 and self._verify_pool is None:
+            self._verify_pool = verify_pool(self.verify_workers)
+        return self._verify_pool
 
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
@@ -152,7 +161,7 @@ class Store(Queries):
         now = self._now() if now is None else now
         bufs = [bytes(b) for b in bufs]
         # Verification needs only the bytes: start it first, decode meanwhile.
-        signatures = verify_many(bufs, self.verify_workers) if self.verify_signatures else None
+        signatures = verify_many(bufs, self._pool()) if self.verify_signatures else None
         checked = []
         for i, buf in enumerate(bufs):
             try:

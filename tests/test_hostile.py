@@ -25,7 +25,7 @@ from cablestore.errors import (
 from cablestore.store import WEEK_MS
 from cablestore.workload import generate
 
-from .conftest import NOW, dump, keypair, post
+from .conftest import NOW, dump, post
 
 H = post_hash
 

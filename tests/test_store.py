@@ -414,3 +414,19 @@ def test_readers_see_consistent_snapshots_while_writing(store, alice):
         t.join()
     assert errors == []
     assert len(store.channel_state("c", historic=True)) == 300
+
+
+def test_second_process_gets_store_locked_error(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom cablestore import Store\nfrom cablestore.errors import StoreLockedError\n"
+        "try:\n    Store(sys.argv[1])\nexcept StoreLockedError as e:\n    print('locked:', e); sys.exit(3)\n"
+    )
+    with Store(tmp_path / "s"):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True)
+    assert out.returncode == 3, out.stderr
+    assert "open in another process" in out.stdout
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True)
+    assert done.returncode == 0  # released on close
