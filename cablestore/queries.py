@@ -57,6 +57,13 @@ class Queries:
         prefix = _DELETED + h
         return [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in self.db.iterator(prefix=prefix)]
 
+    def tombstones_made_by(self, delete_hash, targets) -> list[Tombstone]:
+        """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
+        by = as_hash(delete_hash)
+        with self.db.snapshot() as snap:
+            found = [(t, snap.get(_DELETED + t + by)) for t in dict.fromkeys(targets)]
+        return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
+
     # --- channel time range -------------------------------------------------
     def channel_time_range(self, name: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
         """Hashes of post/text and post/delete in ``[start, end)``, newest first.
@@ -79,23 +86,18 @@ class Queries:
         Latest topic, latest join/leave of each member, latest post/info of
         each member and ex-member; ``historic=True`` gives every one of them.
         """
-        take = None if historic else 1
         ch = channel_key(name)
-        with self.db.snapshot() as snap:
-            out = _newest(snap, state.topic_prefix(ch), take)
-            out += self._member_records(snap, state.PREFIX + ch + b"m", historic)
-            for pk in self._member_keys(snap, ch):
-                out += _newest(snap, user.posts_prefix(pk), take)
-        return out
-
-    @staticmethod
-    def _member_records(snap, prefix: bytes, historic: bool) -> list[bytes]:
-        by_member: dict[bytes, list[bytes]] = {}
-        for key in snap.iterator(prefix=prefix, include_value=False):
-            by_member.setdefault(key[len(prefix) : len(prefix) + 32], []).append(key[-32:])
-        out = []
-        for hashes in by_member.values():
-            out += hashes[::-1] if historic else hashes[-1:]
+        with self.db.snapshot() as snap, snap.iterator(include_value=False) as it:
+            people = self._member_keys(snap, ch)
+            if historic:
+                out = _all_newest_first(it, state.topic_prefix(ch))
+                out += _all_newest_first(it, state.PREFIX + ch + b"m")
+                for pk in people:
+                    out += _all_newest_first(it, user.posts_prefix(pk))
+                return out
+            out = _latest(it, [state.topic_prefix(ch)])
+            out += _latest(it, [state.PREFIX + ch + b"m" + pk for pk in _members_with_records(it, state.PREFIX + ch + b"m")])
+            out += _latest(it, [user.posts_prefix(pk) for pk in people])
         return out
 
     @staticmethod
@@ -139,7 +141,45 @@ class Queries:
         return [k[-32:] for k in keys]
 
 
-def _newest(reader, prefix: bytes, take: int | None) -> list[bytes]:
-    with reader.iterator(prefix=prefix, reverse=True, include_value=False) as it:
-        return [k[-32:] for k in islice(it, take)]
+# One iterator, re-seeked, answers a whole channel state request: creating an
+# iterator per member cost more than the seeks.
+def _latest(it, prefixes) -> list[bytes]:
+    """The hash ending the last key under each prefix (prefixes with none are skipped)."""
+    out = []
+    for prefix in prefixes:
+        it.seek(next_prefix(prefix))
+        try:
+            key = it.prev()
+        except StopIteration:
+            continue
+        if key.startswith(prefix):
+            out.append(key[-32:])
+    return out
+
+
+def _all_newest_first(it, prefix: bytes) -> list[bytes]:
+    it.seek(prefix)
+    keys = []
+    for key in it:
+        if not key.startswith(prefix):
+            break
+        keys.append(key)
+    keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
+    return [k[-32:] for k in keys]
+
+
+def _members_with_records(it, prefix: bytes) -> list[bytes]:
+    """Public keys that have a key under ``prefix + pubkey`` (a skip scan)."""
+    found = []
+    it.seek(prefix)
+    while True:
+        try:
+            key = next(it)
+        except StopIteration:
+            return found
+        if not key.startswith(prefix):
+            return found
+        pk = key[len(prefix) : len(prefix) + 32]
+        found.append(pk)
+        it.seek(next_prefix(prefix + pk))
 

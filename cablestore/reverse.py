@@ -1,18 +1,26 @@
 """The reverse-hash lookup: from a post's hash to every view key that indexes it.
 
-    !rev!<hash> -> msgpack [timestamp, [key prefix, ...]]
+    !rev!<hash> -> msgpack [timestamp, post_type, public_key, [channel, ...]]
 
-Every per-post view key ends in the post's mono timestamp (timestamp + hash),
-so the entry stores only what comes before it, and the timestamp once:
-``key = prefix + timestamp(8 bytes) + hash``.  That halves the entry without
-losing anything a delete needs, even when the post's blob is gone.
+The entry stores the few fields the view modules build keys from, not the
+keys themselves, and :func:`keys` runs the views on them: one definition of
+every key, and a third of the bytes (a text post's keys repeat its public key
+and channel; this stores each once).  It still works when the post's blob is
+gone, which is when a repair needs it most.
+
+The fields are the ones ``views`` read: post type, public key, timestamp,
+channel, and for a post/delete the channels it is listed under.  A view that
+starts reading another field must add it here (``tests/test_reverse.py``
+checks every post type against the views).
 """
 
 from __future__ import annotations
 
 import msgpack
 
-from .keys import MONO_SIZE, TS_SIZE
+from .codec import DELETE, Post
+from .keys import mono
+from .records import Indexed, Tombstone
 
 PREFIX = b"!rev!"
 
@@ -21,16 +29,26 @@ def key(post_hash: bytes) -> bytes:
     return PREFIX + post_hash
 
 
-def pack(timestamp: int, mono: bytes, keys) -> bytes:
-    prefixes = []
-    for k in keys:
-        if not k.endswith(mono):  # every view key ends in the mono timestamp
-            raise ValueError(f"view key {k!r} does not end in the post's mono timestamp")
-        prefixes.append(k[:-MONO_SIZE])
-    return msgpack.packb([timestamp, prefixes])
+def pack(ip: Indexed) -> bytes:
+    if ip.post.post_type == DELETE:
+        channels = sorted({c for t in ip.tombstones for c in t.channels})
+    else:
+        channels = [ip.channel] if ip.channel is not None else []
+    return msgpack.packb([ip.post.timestamp, ip.post.post_type, ip.post.public_key, channels])
 
 
-def unpack(post_hash: bytes, value: bytes) -> list[bytes]:
-    timestamp, prefixes = msgpack.unpackb(value)
-    suffix = timestamp.to_bytes(TS_SIZE, "big") + post_hash
-    return [p + suffix for p in prefixes]
+def stand_in(post_hash: bytes, value: bytes) -> Indexed:
+    """An Indexed with just the fields the views read, rebuilt from the entry."""
+    timestamp, post_type, public_key, channels = msgpack.unpackb(value)
+    post = Post(public_key, b"", (), post_type, timestamp)
+    if post_type == DELETE:
+        made = (Tombstone(b"", post_hash, public_key, channels=tuple(channels)),)
+        return Indexed(post_hash, post, mono(timestamp, post_hash), None, made)
+    return Indexed(post_hash, post, mono(timestamp, post_hash), channels[0] if channels else None)
+
+
+def keys(post_hash: bytes, value: bytes) -> list[bytes]:
+    """Every per-post view key of the post whose reverse entry is ``value``."""
+    from cablestore import views
+
+    return [k for k, _ in views.entries(stand_in(post_hash, value))]

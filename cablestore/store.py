@@ -211,7 +211,7 @@ class Store(Queries):
         txn.put(POSTS + ip.hash, buf)
         for key, value in entries:
             txn.put(key, value)
-        txn.put(reverse.key(ip.hash), reverse.pack(ip.post.timestamp, ip.mono, [k for k, _ in entries]))
+        txn.put(reverse.key(ip.hash), reverse.pack(ip))
         txn.deleted.discard(ip.hash)
         for view, group in views.groups(ip):
             txn.add_candidate(view, group, ip)
@@ -224,7 +224,7 @@ class Store(Queries):
             made = tuple(t for t in txn.tombstones_by(h, post.hashes))
         ip = Indexed.of(blob, post, h, made)
         rev = txn.get(reverse.key(h))
-        keys = set(reverse.unpack(h, rev)) if rev is not None else set()
+        keys = set(reverse.keys(h, rev)) if rev is not None else set()
         keys.update(k for k, _ in views.entries(ip))  # robust to a damaged reverse entry
         for key in keys:
             txn.delete(key)

@@ -141,6 +141,25 @@ def write_posts(path, bufs) -> int:
     return n
 
 
+def iter_posts(path, batch: int = 1000):
+    """Yield lists of up to ``batch`` posts from a posts file, without reading it whole."""
+    with open(path, "rb") as f:
+        chunk = []
+        while header := f.read(4):
+            if len(header) < 4:
+                raise TruncatedError(f"{path}: truncated record header")
+            (n,) = struct.unpack(">I", header)
+            buf = f.read(n)
+            if len(buf) < n:
+                raise TruncatedError(f"{path}: truncated record")
+            chunk.append(buf)
+            if len(chunk) == batch:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+
 def read_posts(path) -> list[bytes]:
     data = Path(path).read_bytes()
     out, pos = [], 0

@@ -79,7 +79,7 @@ def recompute_post(h: bytes, blob: bytes, post, made):
     """
     ip = Indexed.of(blob, post, h, tuple(sorted(made, key=lambda t: t.target)))
     entries = views.entries(ip)
-    entries.append((reverse.key(h), reverse.pack(post.timestamp, ip.mono, [k for k, _ in entries])))
+    entries.append((reverse.key(h), reverse.pack(ip)))
     candidates = [((view.NAME, group), (ip.mono, h, blob)) for view, group in views.groups(ip)]
     return entries, candidates
 
