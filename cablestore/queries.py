@@ -96,7 +96,7 @@ class Queries:
                     out += _all_newest_first(it, user.posts_prefix(pk))
                 return out
             out = _latest(it, [state.topic_prefix(ch)])
-            out += _latest(it, [state.PREFIX + ch + b"m" + pk for pk in _members_with_records(it, state.PREFIX + ch + b"m")])
+            out += _latest_per_member(it, state.PREFIX + ch + b"m")
             out += _latest(it, [user.posts_prefix(pk) for pk in people])
         return out
 
@@ -168,18 +168,17 @@ def _all_newest_first(it, prefix: bytes) -> list[bytes]:
     return [k[-32:] for k in keys]
 
 
-def _members_with_records(it, prefix: bytes) -> list[bytes]:
-    """Public keys that have a key under ``prefix + pubkey`` (a skip scan)."""
-    found = []
+def _latest_per_member(it, prefix: bytes) -> list[bytes]:
+    """The last hash of each member's run under ``prefix + pubkey`` (a few keys each: scan, don't seek)."""
+    out, member = [], None
     it.seek(prefix)
-    while True:
-        try:
-            key = next(it)
-        except StopIteration:
-            return found
+    for key in it:
         if not key.startswith(prefix):
-            return found
+            break
         pk = key[len(prefix) : len(prefix) + 32]
-        found.append(pk)
-        it.seek(next_prefix(prefix + pk))
-
+        if pk != member:
+            out.append(key[-32:])
+            member = pk
+        else:
+            out[-1] = key[-32:]
+    return out
