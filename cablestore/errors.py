@@ -61,6 +61,10 @@ class StoreLockedError(StoreError):
     """Another process (or another Store object) holds the database lock."""
 
 
+class CorruptRecordError(StoreError):
+    """A stored record (a tombstone, say) is damaged; ``check --repair`` removes it."""
+
+
 class StoreClosedError(StoreError):
     """The store was closed."""
 

@@ -43,7 +43,12 @@ class Queries:
         return self.get(h) is not None
 
     def is_deleted(self, h) -> bool:
-        """True if a post/delete honoured for this hash keeps it out of the store."""
+        """True if a tombstone holds this hash and no post with it is stored.
+
+        A delete that arrived before its target counts, although the target
+        will still be accepted if it turns out to belong to someone else than
+        the deleter (its author is unknown until it arrives).
+        """
         h = as_hash(h)
         with self.db.snapshot() as snap:
             if snap.get(_POSTS + h) is not None:
@@ -81,7 +86,7 @@ class Queries:
 
     # --- channel state ------------------------------------------------------
     def channel_state(self, name: str, historic: bool = False) -> list[bytes]:
-        """Hashes describing a channel (spec 5.4.4), newest first in each part.
+        """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
 
         Latest topic, latest join/leave of each member, latest post/info of
         each member and ex-member; ``historic=True`` gives every one of them.

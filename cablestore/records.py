@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import msgpack
 
 from .codec import CHANNEL_TYPES, Post, decode_post, post_hash
+from .errors import CorruptRecordError
 from .keys import canonical_channel, mono
 
 
@@ -36,8 +37,16 @@ class Tombstone:
 
     @classmethod
     def unpack(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
-        deleter, author, post_type, timestamp, channels = msgpack.unpackb(value)
-        return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
+        """Decode a stored tombstone; a damaged one raises :class:`CorruptRecordError`."""
+        try:
+            deleter, author, post_type, timestamp, channels = msgpack.unpackb(value)
+            if len(target) != 32 or len(by) != 32 or len(deleter) != 32:
+                raise ValueError("hash or key of the wrong length")
+            return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise CorruptRecordError(
+                f"tombstone {target.hex()}/{by.hex()} is damaged ({exc}); run `cablestore check STORE --repair`"
+            ) from exc
 
     @property
     def authorized(self) -> bool:

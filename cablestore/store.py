@@ -32,7 +32,7 @@ from .errors import (
 from .keys import as_hash, canonical_channel, channel_key, escape, next_prefix, unescape
 from .queries import Queries
 from .records import Indexed, Tombstone
-from .txn import POSTS, Txn
+from .txn import DELETED, POSTS, Txn
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 FORMAT_KEY = b"!meta!format"
@@ -251,7 +251,12 @@ class Store(Queries):
 
     def _delete_target(self, txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombstone:
         blob = txn.get(POSTS + target)
-        if blob is None:
+        kept = txn.get(DELETED + target + by)
+        if blob is None and kept is not None:
+            # This delete was discarded locally and has come back: its
+            # tombstone still says what it deleted; keep that.
+            tomb = Tombstone.unpack(target, by, kept)
+        elif blob is None:
             tomb = Tombstone(target, by, delete.public_key)
         else:
             ip = self._unindex(txn, target, blob, forget_tombstones=True)
@@ -284,7 +289,9 @@ class Store(Queries):
         """Discard a post locally, without a post/delete and without a tombstone.
 
         Returns False if the post was not stored.  Tombstones a discarded
-        post/delete made are kept: the deletion it carried still holds.
+        post/delete made are kept: the deletion it carried still holds, and a
+        later post/delete of the discarded delete cannot lift it (the store no
+        longer holds the delete, so it cannot tell what it targeted).
         """
         h = as_hash(h)
         with self._write_lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .recompute import (
+    Fault,
     bucket,
     bucket_digest,
     classify,
@@ -19,17 +20,19 @@ from .result import EngineResult
 
 def recompute(primary_records, check_signatures: bool = True, progress=None):
     """Return ``(entries, faults, post count, tombstone count)`` from primary records."""
-    posts, tombs = {}, []
+    posts, tombs, faults = {}, [], []
     for rec in primary_records:
         if rec[0] == "p":
             posts[rec[1]] = rec[2]
         else:
-            tombs.append(unpack_tombstone(rec[1], rec[2], rec[3]))
+            tomb = unpack_tombstone(rec[1], rec[2], rec[3])
+            (faults if isinstance(tomb, Fault) else tombs).append(tomb)
+    n_tombs = len(tombs) + len(faults)
     on_target, made_by = defaultdict(list), defaultdict(list)
     for tomb in tombs:
         on_target[tomb.target].append(tomb)
         made_by[tomb.by].append(tomb)
-    entries, faults, best = {}, [], {}
+    entries, best = {}, {}
     for h, blob in posts.items():
         fault, post = classify(h, blob, on_target.get(h, ()), check_signatures)
         if progress:
@@ -43,7 +46,7 @@ def recompute(primary_records, check_signatures: bool = True, progress=None):
             best[group] = newer(best[group], cand) if group in best else cand
     for (view_name, group), cand in best.items():
         entries.update(render(view_name, group, cand))
-    return entries, faults, len(posts), len(tombs)
+    return entries, faults, len(posts), n_tombs
 
 
 def _buckets(pairs, partitions):

@@ -14,7 +14,7 @@ import blake3
 from cablestore import reverse, views
 from cablestore.codec import decode_post, post_hash
 from cablestore.crypto import verify_post
-from cablestore.errors import CableError
+from cablestore.errors import CableError, CorruptRecordError
 from cablestore.records import Indexed, Tombstone
 from cablestore.txn import DELETED, POSTS
 
@@ -23,16 +23,20 @@ PRIMARY_PREFIXES = (POSTS, DELETED, META)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
-FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned")
+FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "bad_tombstone")
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A primary-data fault: the post is left out of the recomputation."""
+    """A primary-data fault: the post (or tombstone) is left out of the recomputation.
+
+    ``key`` is the LevelDB key a repair removes.
+    """
 
     hash: bytes
     kind: str
     detail: str = ""
+    key: bytes = b""
 
 
 def is_primary(key: bytes) -> bool:
@@ -53,22 +57,23 @@ def bucket(key: bytes, partitions: int) -> int:
 
 def partition_of(h: bytes, partitions: int) -> int:
     """The snapshot partition of a post (or tombstone target): a hash prefix."""
-    return h[0] * partitions // 256
+    return h[0] * partitions // 256 if h else 0  # a damaged empty key still exports
 
 
 def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True):
     """``(fault, None)`` if this stored post must not be indexed, else ``(None, post)``."""
+    key = POSTS + h
     if post_hash(blob) != h:
-        return Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key"), None
+        return Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key", key), None
     try:
         post = decode_post(blob)
     except CableError as exc:
-        return Fault(h, "undecodable", f"{type(exc).__name__}: {exc}"), None
+        return Fault(h, "undecodable", f"{type(exc).__name__}: {exc}", key), None
     if check_signatures and not verify_post(blob):
-        return Fault(h, "bad_signature", "Ed25519 signature does not verify"), None
+        return Fault(h, "bad_signature", "Ed25519 signature does not verify", key), None
     for tomb in on_target:
         if tomb.deleter == post.public_key:
-            return Fault(h, "tombstoned", f"deleted by {tomb.by.hex()}"), None
+            return Fault(h, "tombstoned", f"deleted by {tomb.by.hex()}", key), None
     return None, post
 
 
@@ -102,5 +107,9 @@ def bucket_digest(entries) -> str:
     return hasher.hexdigest()
 
 
-def unpack_tombstone(target: bytes, by: bytes, value: bytes) -> Tombstone:
-    return Tombstone.unpack(target, by, value)
+def unpack_tombstone(target: bytes, by: bytes, value: bytes):
+    """A Tombstone, or a ``bad_tombstone`` Fault when the record is damaged."""
+    try:
+        return Tombstone.unpack(target, by, value)
+    except CorruptRecordError as exc:
+        return Fault(target, "bad_tombstone", str(exc), DELETED + target + by)

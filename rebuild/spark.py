@@ -13,6 +13,7 @@ import shutil
 from cablestore.errors import RebuildError
 
 from .recompute import (
+    Fault,
     bucket,
     bucket_digest,
     classify,
@@ -63,7 +64,9 @@ def _segments(sc, directory: str, manifest: dict, kind: str):
 
 def _classified(prim, check_signatures: bool, parts: int):
     posts = prim.filter(lambda r: r[0] == "p").map(lambda r: (r[1], r[2]))
-    tombs = prim.filter(lambda r: r[0] == "t").map(lambda r: unpack_tombstone(r[1], r[2], r[3]))
+    parsed = prim.filter(lambda r: r[0] == "t").map(lambda r: unpack_tombstone(r[1], r[2], r[3]))
+    tombs = parsed.filter(lambda t: not isinstance(t, Fault))
+    bad_tombs = parsed.filter(lambda t: isinstance(t, Fault))
     on_target = tombs.map(lambda t: (t.target, t)).groupByKey(parts).mapValues(list)
     made_by = tombs.map(lambda t: (t.by, t)).groupByKey(parts).mapValues(list)
 
@@ -74,7 +77,7 @@ def _classified(prim, check_signatures: bool, parts: int):
             return h, None, fault
         return h, recompute_post(h, blob, post, made or []), None
 
-    return posts.leftOuterJoin(on_target, parts).leftOuterJoin(made_by, parts).map(one), tombs
+    return posts.leftOuterJoin(on_target, parts).leftOuterJoin(made_by, parts).map(one), bad_tombs
 
 
 def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None) -> EngineResult:
@@ -84,7 +87,7 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
     spark = spark or session(master)
     sc = spark.sparkContext
     prim = _segments(sc, directory, manifest, "primary").cache()
-    classified, _ = _classified(prim, check_signatures, parts)
+    classified, bad_tombs = _classified(prim, check_signatures, parts)
     classified = classified.cache()
     sound = classified.filter(lambda r: r[2] is None)
     per_post = sound.flatMap(lambda r: r[1][0])
@@ -106,7 +109,7 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
             partitions=parts,
             posts=kinds.get("p", 0),
             tombstones=kinds.get("t", 0),
-            faults=classified.filter(lambda r: r[2] is not None).map(lambda r: r[2]).collect(),
+            faults=classified.filter(lambda r: r[2] is not None).map(lambda r: r[2]).collect() + bad_tombs.collect(),
             recomputed_digests=(rec_digests := _digests(recomputed, parts)),
             live_digests=(live_digests := _digests(live, parts)),
             recomputed_counts=_counts(rec_digests),

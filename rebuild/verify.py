@@ -136,10 +136,11 @@ def apply_repair(db, report: Report, sync: bool = True) -> dict:
 
     Faulty posts (corrupt, mis-keyed, badly signed, or deleted by their
     author) are removed from the hash store: they can never be indexed.
+    Damaged tombstones are removed too.
     """
     with db.write_batch(sync=sync) as wb:
         for fault in report.faults:
-            wb.delete(POSTS + fault.hash)
+            wb.delete(fault.key or POSTS + fault.hash)
         for key in report.extra:
             wb.delete(key)
         for key, value in report.missing.items():
@@ -147,7 +148,7 @@ def apply_repair(db, report: Report, sync: bool = True) -> dict:
         for key, (_, value) in report.different.items():
             wb.put(key, value)
     return {
-        "removed_posts": len(report.faults),
+        "removed_records": len(report.faults),
         "deleted": len(report.extra),
         "written": len(report.missing) + len(report.different),
     }

@@ -9,12 +9,12 @@ import shutil
 
 import pytest
 
-from cablestore import Store, post_hash
+from cablestore import TEXT, Store, post_hash
 from cablestore.rebuild import check, export, rebuild
 from cablestore.rebuild.recompute import view_of
 from cablestore.workload import generate
 
-from .conftest import NOW, dump
+from .conftest import NOW, dump, post
 
 POSTS = b"!post!"
 ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
@@ -243,3 +243,31 @@ def test_rebuild_requires_store_for_repair(tmp_path):
         rebuild(None, snapshot=tmp_path, repair=True)
     with pytest.raises(RebuildError):
         rebuild(None, engine="bogus", snapshot=tmp_path)
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_damaged_tombstone_is_a_fault_and_repair_removes_it(damaged, engine, request):
+    original = dump(damaged)
+    bad_key = b"!deleted!" + b"\x01" * 64
+    damaged.db.put(bad_key, b"junk")
+    report = _check(damaged, engine, request)
+    assert [(f.kind, f.key) for f in report.faults] == [("bad_tombstone", bad_key)]
+    _assert_repairs_to(damaged, engine, request, original)
+
+
+def test_damaged_tombstone_makes_ingest_say_repair(damaged, alice):
+    from cablestore.errors import CorruptRecordError
+
+    t = post(alice, TEXT, 5000, channel="general", text="x")
+    damaged.db.put(b"!deleted!" + post_hash(t) + bytes(32), b"junk")
+    with pytest.raises(CorruptRecordError, match="--repair"):
+        damaged.ingest(t)
+
+
+def test_stray_short_post_key_exports_and_is_a_fault(tmp_path, damaged):
+    from cablestore.rebuild import verify
+
+    damaged.db.put(b"!post!", b"junk")
+    export(damaged.db, tmp_path / "snap", partitions=2)
+    report = verify("local", snapshot=tmp_path / "snap")
+    assert [(f.kind, f.key) for f in report.faults] == [("bad_hash", b"!post!")]

@@ -430,3 +430,28 @@ def test_second_process_gets_store_locked_error(tmp_path):
     assert "open in another process" in out.stdout
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True)
     assert done.returncode == 0  # released on close
+
+
+def test_discarded_delete_that_comes_back_keeps_what_it_deleted(store, alice):
+    t = text(alice, 1000, channel="c")
+    d = delete(alice, 2000, t)
+    store.ingest_many([t, d])
+    listed = store.channel_time_range("c")
+    assert listed == [H(d)]
+    assert store.delete(H(d))
+    assert store.channel_time_range("c") == [] and store.is_deleted(H(t))  # the deletion still holds
+    store.ingest(d)  # a peer sends it again
+    assert store.channel_time_range("c") == listed
+    [tomb] = store.tombstones(H(t))
+    assert tomb.channels == ("c",) and tomb.author == alice.public_key
+    assert store.check().consistent
+
+
+def test_deleting_a_discarded_delete_cannot_lift_its_deletion(store, alice):
+    t = text(alice, 1000, channel="c")
+    d1 = delete(alice, 2000, t)
+    store.ingest_many([t, d1])
+    store.delete(H(d1))
+    store.ingest(delete(alice, 3000, d1))
+    with pytest.raises(DeletedPostError):  # documented: the store no longer knows what d1 deleted
+        store.ingest(t)
