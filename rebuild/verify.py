@@ -97,7 +97,7 @@ def compare(result, seconds=None) -> Report:
 def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None):
     """Recompute with ``engine`` from a plyvel DB or a snapshot directory."""
     if engine == "local":
-        if db is not None and progress:
+        if db is not None and progress is not None and progress.enabled:  # a bar needs a total; count only then
             progress.total = sum(1 for _ in db.iterator(prefix=POSTS, include_value=False))
         source = SnapshotSource(snapshot) if snapshot else StoreSource(db)
         try:
