@@ -13,9 +13,8 @@ from cablestore.views import author, channel, chat, state, user
 from .errors import QueryError
 from .keys import MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
 from .records import Tombstone
+from .txn import DELETED, POSTS
 
-_POSTS = b"!post!"
-_DELETED = b"!deleted!"
 U64_MAX = (1 << 64) - 1
 
 
@@ -31,13 +30,13 @@ class Queries:
     # --- posts ------------------------------------------------------------
     def get(self, h) -> bytes | None:
         """The post's bytes, or None if it is not stored."""
-        return self.db.get(_POSTS + as_hash(h))
+        return self.db.get(POSTS + as_hash(h))
 
     def get_many(self, hashes) -> list[bytes | None]:
         """Answer a post request: bytes (or None) for each hash, in order."""
         keys = [as_hash(h) for h in hashes]
         with self.db.snapshot() as snap:
-            return [snap.get(_POSTS + h) for h in keys]
+            return [snap.get(POSTS + h) for h in keys]
 
     def __contains__(self, h) -> bool:
         return self.get(h) is not None
@@ -51,22 +50,18 @@ class Queries:
         """
         h = as_hash(h)
         with self.db.snapshot() as snap:
-            if snap.get(_POSTS + h) is not None:
+            if snap.get(POSTS + h) is not None:
                 return False
-            prefix = _DELETED + h
-            tombs = [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in snap.iterator(prefix=prefix)]
-        return any(t.authorized for t in tombs)
+            return any(t.authorized for t in _tombstones(snap, h))
 
     def tombstones(self, h) -> list[Tombstone]:
-        h = as_hash(h)
-        prefix = _DELETED + h
-        return [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in self.db.iterator(prefix=prefix)]
+        return _tombstones(self.db, as_hash(h))
 
     def tombstones_made_by(self, delete_hash, targets) -> list[Tombstone]:
         """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
         by = as_hash(delete_hash)
         with self.db.snapshot() as snap:
-            found = [(t, snap.get(_DELETED + t + by)) for t in dict.fromkeys(targets)]
+            found = [(t, snap.get(DELETED + t + by)) for t in dict.fromkeys(targets)]
         return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
 
     # --- channel time range -------------------------------------------------
@@ -123,7 +118,7 @@ class Queries:
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
         with self.db.snapshot() as snap:
-            names = self._channel_names(snap)
+            names = channel_names(snap)
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------
@@ -144,6 +139,23 @@ class Queries:
         keys = list(self.db.iterator(prefix=prefix, include_value=False))
         keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
         return [k[-32:] for k in keys]
+
+
+def _tombstones(reader, h: bytes) -> list[Tombstone]:
+    prefix = DELETED + h
+    return [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in reader.iterator(prefix=prefix)]
+
+
+def channel_names(reader) -> list[str]:
+    """Every channel with a ``!channel`` entry, ascending (a skip scan)."""
+    prefix = channel.PREFIX
+    names = []
+    with reader.iterator(prefix=prefix, include_value=False) as it:
+        for key in it:
+            name, end = unescape(key, len(prefix))
+            names.append(name)
+            it.seek(next_prefix(key[:end]))
+    return names
 
 
 # One iterator, re-seeked, answers a whole channel state request: creating an

@@ -29,8 +29,8 @@ from .errors import (
     StoreLockedError,
     UnauthorizedDeleteError,
 )
-from .keys import as_hash, canonical_channel, channel_key, escape, next_prefix, unescape
-from .queries import Queries
+from .keys import as_hash, canonical_channel, channel_key, escape, unescape
+from .queries import Queries, channel_names
 from .records import Indexed, Tombstone
 from .txn import DELETED, POSTS, Txn
 
@@ -277,12 +277,10 @@ class Store(Queries):
 
     def _member_channels(self, txn: Txn, public_key: bytes) -> tuple[str, ...]:
         txn.settle()  # membership changed earlier in this batch must count
-        names = set(self._channel_names(txn.db))
+        names = set(channel_names(txn.db))
         names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m")
-        member = views.channel.PREFIX
-        return tuple(
-            sorted(n for n in names if txn.get(member + escape(n) + b"m" + public_key) == b"\x01")
-        )
+        membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
+        return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))
 
     # --- local removal --------------------------------------------------
     def delete(self, h) -> bool:
@@ -326,19 +324,6 @@ class Store(Queries):
         from cablestore.rebuild import check
 
         return check(self, fix=fix, engine=engine, **kw)
-
-    # --- helpers shared with queries -------------------------------------
-    @staticmethod
-    def _channel_names(reader) -> list[str]:
-        """Every channel with a ``!channel`` entry, ascending (a skip scan)."""
-        prefix = views.channel.PREFIX
-        names = []
-        with reader.iterator(prefix=prefix, include_value=False) as it:
-            for key in it:
-                name, end = unescape(key, len(prefix))
-                names.append(name)
-                it.seek(next_prefix(key[:end]))
-        return names
 
     def items(self, prefix: bytes = b""):
         """Every raw key/value pair (for tools and tests), in key order."""

@@ -12,14 +12,14 @@ such post is a candidate; the latest topic is the newest post/topic.
 Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
 """
 
-from cablestore.codec import JOIN, LEAVE, TEXT, TOPIC
+from cablestore.codec import CHANNEL_TYPES, LEAVE, TOPIC
 from cablestore.keys import escape
 
 from . import state
 
 NAME = "channel"
 PREFIX = b"!channel!"
-_MEMBERSHIP_TYPES = frozenset({TEXT, TOPIC, JOIN, LEAVE})
+_MEMBERSHIP_TYPES = CHANNEL_TYPES  # every post to a channel: join, text, topic, leave
 
 
 def entries(ip):
