@@ -19,6 +19,7 @@ import plyvel
 from . import reverse, views
 from .codec import DELETE, INFO, Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
+from .events import Listeners
 from .errors import (
     CableError,
     DeletedPostError,
@@ -37,6 +38,7 @@ from .txn import DELETED, POSTS, Txn
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 FORMAT_KEY = b"!meta!format"
 FORMAT = b"cablestore-1"
+LOCAL = b"!local!"  # this peer's own state (clock, sync cursors): neither primary nor derived
 
 
 def wall_clock_ms() -> int:
@@ -83,6 +85,7 @@ class Store(Queries):
         self._verify_pool = None
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
+        self._listeners = Listeners()
         try:
             # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
             # keep ingest from slowing as the store grows (measured: +20% at
@@ -149,18 +152,32 @@ class Store(Queries):
             raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
         return post_hash(buf), post
 
-    def ingest(self, buf: bytes, *, now: int | None = None) -> bytes:
+    def subscribe(self, callback):
+        """Call ``callback(Committed)`` after every commit that adds or removes posts.
+
+        Returns a function that unsubscribes.  See :mod:`cablestore.events`.
+        """
+        return self._listeners.subscribe(callback)
+
+    def ingest(self, buf: bytes, *, now: int | None = None, extra: dict[bytes, bytes] | None = None) -> bytes:
         """Validate and store one post with all its view entries; return its hash.
 
         Storing a post already stored is a no-op.  A refused post raises and
-        leaves the store unchanged.
+        leaves the store unchanged.  ``extra``: more ``!local!`` keys to write
+        in the same WriteBatch (an author's clock, a sync cursor), so they
+        land with the post or not at all.
         """
         buf = bytes(buf)
         h, post = self.validate(buf, now)
         with self._write_lock:
             txn = Txn(self.db)
             self._apply(txn, buf, h, post)
+            for key, value in (extra or {}).items():
+                if not key.startswith(LOCAL):
+                    raise StoreError(f"extra keys live under {LOCAL!r}, not {key[:16]!r}")
+                txn.put(key, value)
             txn.commit(self.sync)
+        self._listeners.notify(txn.committed())
         return h
 
     def ingest_many(self, bufs, *, now: int | None = None) -> list[IngestResult]:
@@ -194,6 +211,7 @@ class Store(Queries):
                         error = exc
                 results.append(IngestResult(i, h, error))
             txn.commit(self.sync)
+        self._listeners.notify(txn.committed())
         return results
 
     def _apply(self, txn: Txn, buf: bytes, h: bytes, post: Post) -> bool:
@@ -224,6 +242,7 @@ class Store(Queries):
             txn.put(key, value)
         txn.put(reverse.key(ip.hash), reverse.pack(ip))
         txn.deleted.discard(ip.hash)
+        txn.added[ip.hash] = ip.post
         for view, group in views.groups(ip):
             txn.add_candidate(view, group, ip)
 
@@ -299,6 +318,7 @@ class Store(Queries):
                 return False
             self._unindex(txn, h, blob, forget_tombstones=False)
             txn.commit(self.sync)
+        self._listeners.notify(txn.committed())
         return True
 
     def purge_author(self, public_key) -> int:
@@ -313,6 +333,7 @@ class Store(Queries):
                 if blob is not None:
                     self._unindex(txn, h, blob, forget_tombstones=False)
             txn.commit(self.sync)
+        self._listeners.notify(txn.committed())
         return len(hashes)
 
     # --- verification ---------------------------------------------------

@@ -29,6 +29,7 @@ class Txn:
         self._it = None
         self.writes: dict[bytes, bytes | None] = {}
         self.deleted: set[bytes] = set()  # post hashes removed in this txn
+        self.added: dict[bytes, object] = {}  # post hash -> Post stored in this txn
         self._touched: dict[tuple, object] = {}  # (view name, group) -> view
         self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
         self._latest_keys: dict[tuple, set[bytes]] = {}
@@ -143,6 +144,14 @@ class Txn:
     def latest_keys_written(self, name: str):
         """Groups of view ``name`` settled in this txn (for overlaying scans)."""
         return [g for (n, g) in self._latest_keys if n == name]
+
+    def committed(self):
+        """What this txn changed, for listeners (see :mod:`cablestore.events`)."""
+        from .events import Committed
+
+        added = tuple((h, p) for h, p in self.added.items() if h not in self.deleted)
+        removed = tuple(h for h in self.deleted if h not in self.added)
+        return Committed(added, removed)
 
     # --- commit ---------------------------------------------------------
     def commit(self, sync: bool = False) -> None:

@@ -19,7 +19,8 @@ from cablestore.records import Indexed, Tombstone
 from cablestore.txn import DELETED, POSTS
 
 META = b"!meta!"
-PRIMARY_PREFIXES = (POSTS, DELETED, META)
+LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)
+PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
