@@ -79,3 +79,7 @@ class RebuildError(CableError):
 
 class QueryError(CableError, ValueError):
     """A query argument is invalid (negative limit, malformed hash, ...)."""
+
+
+class PostsFileError(CableError):
+    """A file given as a posts file is not one, or is truncated or damaged."""
