@@ -79,3 +79,11 @@ class RebuildError(CableError):
 
 class QueryError(CableError, ValueError):
     """A query argument is invalid (negative limit, malformed hash, ...)."""
+
+
+class SparkUnavailableError(RebuildError):
+    """Spark could not start or run the job (its own output is in the log file named)."""
+
+
+class SparkMasterUnreachableError(SparkUnavailableError):
+    """The ``--master`` given cannot be reached, or did not accept the application in time."""
