@@ -128,5 +128,13 @@ class TransportError(CableError):
     """A network connection failed (refused, reset, timed out)."""
 
 
+class SparkUnavailableError(RebuildError):
+    """Spark could not start or run the job (its own output is in the log file named)."""
+
+
+class SparkMasterUnreachableError(SparkUnavailableError):
+    """The ``--master`` given cannot be reached, or did not accept the application in time."""
+
+
 class PostsFileError(CableError):
     """A file given as a posts file is not one, or is truncated or damaged."""
