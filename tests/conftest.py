@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 
 import pytest
 
 from cablestore import Keypair, Store, make_post
+
+# Spark's Python workers must run this interpreter (this checkout's code), not
+# whichever `python3` is first on PATH.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 NOW = 1_700_200_000_000  # a fixed "now" so timestamps never become "future"
 
@@ -39,3 +45,13 @@ def bob():
 def store(tmp_path):
     with Store(tmp_path / "store", now=lambda: NOW) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """One local[2] Spark session shared by every Spark test, stopped at the end."""
+    from cablestore.rebuild.spark import session
+
+    spark = session("local[2]")
+    yield spark
+    spark.stop()
