@@ -126,3 +126,18 @@ class RequestTableFullError(PeerError):
 
 class TransportError(CableError):
     """A network connection failed (refused, reset, timed out)."""
+
+
+# --- authoring (cablestore.author, cablestore.keyfile) ----------------------
+
+
+class PostFieldError(CableError, ValueError):
+    """A post is being built with a missing field or a field of the wrong type."""
+
+
+class NotYourPostError(UnauthorizedDeleteError):
+    """An author asked to delete a post that is not theirs (or is not stored, so not provably theirs)."""
+
+
+class KeyFileError(CableError):
+    """A key file cannot be used: missing, unreadable, malformed, or readable by others."""

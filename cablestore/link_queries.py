@@ -34,3 +34,33 @@ class LinkQueries:
             raise QueryError(f"channel must be a string, got {type(channel).__name__}")
         prefix = view.heads_prefix(channel)
         return [k[len(prefix) :] for k in self.db.iterator(prefix=prefix, include_value=False)]
+
+
+def causal_sort(store, hashes) -> list[bytes]:
+    """Sort stored posts as spec 5.1.3 does: after every post they link to, else by timestamp, then hash.
+
+    A topological sort over the links among ``hashes`` (found with
+    ``links`` and ``reverse_links``) that always takes the ready post with the
+    lowest ``(timestamp, hash)``.  Chains through posts outside ``hashes`` are
+    not seen.  Unknown hashes are left out.
+    """
+    import heapq
+
+    posts = {}
+    for h in dict.fromkeys(as_hash(x) for x in hashes):
+        blob = store.get(h)
+        if blob is not None:
+            posts[h] = decode_post(blob).timestamp
+    waiting = {h: len({p for p in store.links(h) if p in posts}) for h in posts}
+    ready = [(ts, h) for h, ts in posts.items() if not waiting[h]]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, h = heapq.heappop(ready)
+        out.append(h)
+        for child in store.reverse_links(h):
+            if child in waiting:
+                waiting[child] -= 1
+                if not waiting[child]:
+                    heapq.heappush(ready, (posts[child], child))
+    return out

@@ -196,3 +196,17 @@ def test_rebuild_finds_damage_to_the_links_view(linked_store, tmp_path, engine, 
         assert report.to_dict()["views"]["links"]["missing"] == 1
         assert check(s, fix=True, engine=engine, partitions=2).consistent
         assert dump(s) == original
+
+
+def test_causal_sort_puts_links_before_timestamps(store, alice, bob):
+    from cablestore.link_queries import causal_sort
+
+    root = post(alice, TEXT, 5000, channel="dev", text="root")
+    skewed = post(bob, TEXT, 1000, [post_hash(root)], channel="dev", text="bob's clock is slow")
+    side = post(alice, TEXT, 3000, channel="dev", text="unrelated")
+    late = post(alice, TEXT, 2000, [post_hash(skewed), post_hash(side)], channel="dev", text="merge")
+    store.ingest_many([root, skewed, side, late])
+    order = causal_sort(store, [post_hash(b) for b in (late, side, skewed, root)] + [bytes(32)])
+    assert order == [post_hash(side), post_hash(root), post_hash(skewed), post_hash(late)]
+    by_time = sorted([root, skewed, side, late], key=lambda b: decode_post(b).timestamp)
+    assert [post_hash(b) for b in by_time] != order  # timestamps alone would put bob's reply first
