@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 
 import pytest
 
 from cablestore import Keypair, Store, make_post
-
-# Spark's Python workers must run this interpreter (this checkout's code), not
-# whichever `python3` is first on PATH.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 NOW = 1_700_200_000_000  # a fixed "now" so timestamps never become "future"
 
