@@ -25,7 +25,7 @@ their 37-byte prefix.
 from cablestore.codec import CHANNEL_TYPES
 from cablestore.keys import channel_key, escape
 from cablestore.reverse import PREFIX as REV
-from cablestore.reverse import stand_in
+from cablestore.reverse import channel_of
 
 NAME = "links"
 PREFIX = b"!links!"
@@ -71,12 +71,7 @@ def rank(group, ip) -> bytes:
 def latest_keys(group, txn):
     """The head key ``group`` has in the DB, if any (its channel is in the post's reverse entry)."""
     rev = txn.db.get(REV + group)
-    if rev is None:
-        return []
-    try:
-        channel = stand_in(group, rev).channel
-    except Exception:  # a damaged reverse entry: the rebuild reports and repairs it
-        return []
+    channel = None if rev is None else channel_of(rev)
     if channel is None:
         return []
     key = _head_key(channel, group)
