@@ -103,15 +103,20 @@ def test_pre_emptive_delete_blocks_only_the_deleter(store, alice, bob):
     forged = delete(bob, 500, t)  # bob deletes alice's post before it arrives
     store.ingest(forged)
     assert store.is_deleted(H(t))
-    store.ingest(t)  # not bob's to delete: accepted
+    store.ingest(t)  # not bob's to delete: accepted, and bob's delete is retracted
     assert store.get(H(t)) == t and not store.is_deleted(H(t))
+    assert store.get(H(forged)) is None and store.tombstones(H(t)) == []
 
     t2 = text(alice, 1100, body="later")
-    store.ingest(delete(alice, 1200, t2))  # alice deletes her own post before it arrives
-    before = dump(store)
+    dh = store.ingest(delete(alice, 1200, t2))  # alice deletes her own post before it arrives
+    assert store.channel_time_range("general") == [H(t)]  # the target's channel is unknown yet
     with pytest.raises(DeletedPostError):
         store.ingest(t2)
-    assert dump(store) == before
+    # refused, but the tombstone learned what t2 was: the delete is listed where t2 belonged
+    assert store.get(H(t2)) is None and store.channel_time_range("general") == [dh, H(t)]
+    [tomb] = store.tombstones(H(t2))
+    assert (tomb.author, tomb.post_type, tomb.timestamp, tomb.channels) == (alice.public_key, TEXT, 1100, ("general",))
+    assert store.check().consistent
 
 
 def test_delete_of_unknown_and_known_targets(store, alice):
