@@ -112,9 +112,8 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
     post = decode_post(blob)
     made = tuple(txn.tombstones_by(h, post.hashes)) if post.post_type == DELETE else ()
     ip = Indexed.of(blob, post, h, made)
-    rev = txn.get(reverse.key(h))
-    keys = set(reverse.keys(h, rev)) if rev is not None else set()
-    keys.update(k for k, _ in views.entries(ip))  # robust to a damaged reverse entry
+    keys = set(reverse.keys_or_none(h, txn.get(reverse.key(h))) or ())
+    keys.update(k for k, _ in views.entries(ip))  # what the post itself says: robust to a damaged reverse entry
     for key in keys:
         txn.delete(key)
     txn.delete(reverse.key(h))
