@@ -80,7 +80,9 @@ def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> No
             continue
         if channels is None:
             channels = _channels_of_post(txn, h, post)
-        learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, channels)
+        # Knowledge only grows: a target of the delete may be gone by now.
+        known = tuple(sorted(set(channels) | set(tomb.channels)))
+        learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, known)
         if learned == tomb:
             continue
         txn.put_tombstone(learned)

@@ -137,3 +137,15 @@ def test_permutations_give_byte_identical_stores(tmp_path_factory, workload, dat
         print("DIFF-", [k[:12] for k in set(expected) - set(got)])
         print("DIFF+", [k[:12] for k in set(got) - set(expected)])
     assert got == expected
+
+
+def test_re_offering_a_deleted_delete_whose_target_is_gone_changes_nothing(tmp_path):
+    t = text(ALICE, 1000, "news")
+    d1 = delete(ALICE, 2000, t)
+    dd = delete(ALICE, 3000, d1)
+    with Store(tmp_path / "s", now=lambda: NOW) as s:
+        _offer(s, [t, d1, dd])
+        before = dump(s)
+        assert s.channel_time_range("news") == [H(dd)]
+        _offer(s, [d1])  # refused; what its tombstone knew (channel "news") must not shrink
+        assert dump(s) == before
