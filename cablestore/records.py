@@ -47,6 +47,7 @@ class Tombstone:
     channels: tuple[str, ...] = ()
 
     def fields(self) -> list:
+        """The five stored fields, in record order (the tag covers them)."""
         return [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
 
     def pack(self) -> bytes:
@@ -94,6 +95,7 @@ class Tombstone:
 
     @property
     def knows_target(self) -> bool:
+        """True once the tombstone has learned who wrote its target (and its type, timestamp, channels)."""
         return self.author is not None
 
     @property
