@@ -89,7 +89,7 @@ class Tombstone:
             raise ValueError("tag does not match the record")
         return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
 
-    def with_target(self, author: bytes, post_type: int, timestamp: int, channels) -> "Tombstone":
+    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: "Iterable[str]") -> "Tombstone":
         """This tombstone, completed with what its target turned out to be."""
         return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
 
