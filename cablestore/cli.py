@@ -74,7 +74,7 @@ def _cmd_export(args) -> int:
     from .rebuild import export
     from .store import Store
 
-    with Store(args.store, create=False) as store:
+    with Store(args.store, create=False) as store, store.in_flight():
         manifest = export(store.db, args.dir, args.partitions, Progress(quiet=args.quiet).stage("export"))
     summary = {"dir": str(args.dir), **manifest["counts"], "partitions": manifest["partitions"]}
     _print_json(summary) if args.json else print(

@@ -11,6 +11,7 @@ from itertools import islice
 from cablestore.views import author, channel, chat, state, user
 
 from .errors import QueryError
+from .inflight import guarded
 from .keys import MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
 from .records import Tombstone
 from .txn import DELETED, POSTS
@@ -25,13 +26,20 @@ def _count(value, what) -> int:
 
 
 class Queries:
-    """Mixed into Store; expects ``self.db`` (a plyvel DB)."""
+    """Mixed into Store; expects ``self.db`` (a plyvel DB) and ``self._gate``.
+
+    Every public method is ``@guarded``: ``close()`` waits for it, and plyvel
+    errors leave it as CableErrors.  A new public method must be too
+    (tests/test_lifecycle.py checks).
+    """
 
     # --- posts ------------------------------------------------------------
+    @guarded
     def get(self, h) -> bytes | None:
         """The post's bytes, or None if it is not stored."""
         return self.db.get(POSTS + as_hash(h))
 
+    @guarded
     def get_many(self, hashes) -> list[bytes | None]:
         """Answer a post request: bytes (or None) for each hash, in order."""
         keys = [as_hash(h) for h in hashes]
@@ -41,6 +49,7 @@ class Queries:
     def __contains__(self, h) -> bool:
         return self.get(h) is not None
 
+    @guarded
     def is_deleted(self, h) -> bool:
         """True if a tombstone holds this hash and no post with it is stored.
 
@@ -54,9 +63,11 @@ class Queries:
                 return False
             return any(t.authorized for t in _tombstones(snap, h))
 
+    @guarded
     def tombstones(self, h) -> list[Tombstone]:
         return _tombstones(self.db, as_hash(h))
 
+    @guarded
     def tombstones_made_by(self, delete_hash, targets) -> list[Tombstone]:
         """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
         by = as_hash(delete_hash)
@@ -65,6 +76,7 @@ class Queries:
         return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
 
     # --- channel time range -------------------------------------------------
+    @guarded
     def channel_time_range(self, name: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
         """Hashes of post/text and post/delete in ``[start, end)``, newest first.
 
@@ -80,6 +92,7 @@ class Queries:
             return [k[-32:] for k in islice(it, limit or None)]
 
     # --- channel state ------------------------------------------------------
+    @guarded
     def channel_state(self, name: str, historic: bool = False) -> list[bytes]:
         """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
 
@@ -105,15 +118,18 @@ class Queries:
         prefix = channel.PREFIX + ch + b"m"
         return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
 
+    @guarded
     def members(self, name: str) -> list[bytes]:
         """Public keys of the channel's current members, ascending."""
         return self._member_keys(self.db, channel_key(name), current_only=True)
 
+    @guarded
     def topic(self, name: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
         value = self.db.get(channel.PREFIX + channel_key(name) + b"t")
         return value.decode("utf-8") if value else ""
 
+    @guarded
     def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
@@ -122,17 +138,20 @@ class Queries:
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------
+    @guarded
     def name(self, public_key) -> str | None:
         """The user's current name (from their latest post/info), or None."""
         value = self.db.get(user.property_key(as_hash(public_key), "name"))
         return None if value is None else value.decode("utf-8")
 
+    @guarded
     def user_info(self, public_key) -> dict[str, str]:
         """Every property of the user's latest post/info."""
         prefix = user.PREFIX + as_hash(public_key) + b"i"
 
         return {unescape(k, len(prefix))[0]: v.decode("utf-8") for k, v in self.db.iterator(prefix=prefix)}
 
+    @guarded
     def author_posts(self, public_key, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
         prefix = author.prefix(as_hash(public_key), post_type)

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import plyvel
 
-from . import reverse, views
+from . import opening, reverse, views
 from .codec import DELETE, INFO, Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
 from .events import Listeners
+from .inflight import Gate, guarded, guarded_iter
 from .errors import (
     CableError,
     DeletedPostError,
@@ -27,7 +28,6 @@ from .errors import (
     SignatureError,
     StoreClosedError,
     StoreError,
-    StoreLockedError,
     UnauthorizedDeleteError,
 )
 from .keys import as_hash, canonical_channel, channel_key, escape, unescape
@@ -36,8 +36,8 @@ from .records import Indexed, Tombstone
 from .txn import DELETED, POSTS, Txn
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
-FORMAT_KEY = b"!meta!format"
-FORMAT = b"cablestore-1"
+FORMAT_KEY = opening.FORMAT_KEY
+FORMAT = opening.FORMAT
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors): neither primary nor derived
 
 
@@ -86,36 +86,25 @@ class Store(Queries):
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
-        try:
-            # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
-            # keep ingest from slowing as the store grows (measured: +20% at
-            # 100k posts), for ~50 MB of memory that does not grow further.
-            self._db = plyvel.DB(
-                str(self.path),
-                create_if_missing=create,
-                lru_cache_size=cache_mb << 20,
-                write_buffer_size=write_buffer_mb << 20,
-            )
-        except plyvel.IOError as exc:
-            if "lock" in str(exc).lower():
-                raise StoreLockedError(f"{self.path} is open in another process or Store") from exc
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
-        except plyvel.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
-        stored = self._db.get(FORMAT_KEY)
-        if stored is None:
-            self._db.put(FORMAT_KEY, FORMAT, sync=True)
-        elif stored != FORMAT:
-            self._db.close()
-            raise StoreError(f"{self.path} holds format {stored!r}, expected {FORMAT!r}")
+        self._gate = Gate()
+        self._db, self._registered = opening.open_db(self.path, create=create, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
+        """Wait for calls in flight, then close; later calls raise StoreClosedError."""
+        if not self._gate.shut():
+            return
         if self._verify_pool is not None:
             self._verify_pool.shutdown(wait=True, cancel_futures=True)
             self._verify_pool = None
-        if not self._db.closed:
+        try:
             self._db.close()
+        finally:
+            opening.release(self._registered)
+
+    @property
+    def closed(self) -> bool:
+        return self._gate.closed
 
     def __enter__(self):
         return self
@@ -125,9 +114,18 @@ class Store(Queries):
 
     @property
     def db(self) -> plyvel.DB:
+        """The plyvel DB; use it inside :meth:`in_flight` (or a Store method)."""
         if self._db.closed:
             raise StoreClosedError("the store is closed")
         return self._db
+
+    def in_flight(self):
+        """A block ``close()`` waits for, whose plyvel errors become CableErrors.
+
+        >>> with store.in_flight():                     # doctest: +SKIP
+        ...     export(store.db, "snap/")
+        """
+        return self._gate.call(self.path)
 
     # --- ingest ---------------------------------------------------------
     def validate(self, buf: bytes, now: int | None = None) -> tuple[bytes, Post]:
@@ -159,6 +157,7 @@ class Store(Queries):
         """
         return self._listeners.subscribe(callback)
 
+    @guarded
     def ingest(self, buf: bytes, *, now: int | None = None, extra: dict[bytes, bytes] | None = None) -> bytes:
         """Validate and store one post with all its view entries; return its hash.
 
@@ -180,6 +179,7 @@ class Store(Queries):
         self._listeners.notify(txn.committed())
         return h
 
+    @guarded
     def ingest_many(self, bufs, *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
@@ -302,6 +302,7 @@ class Store(Queries):
         return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))
 
     # --- local removal --------------------------------------------------
+    @guarded
     def delete(self, h) -> bool:
         """Discard a post locally, without a post/delete and without a tombstone.
 
@@ -321,6 +322,7 @@ class Store(Queries):
         self._listeners.notify(txn.committed())
         return True
 
+    @guarded
     def purge_author(self, public_key) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
@@ -337,6 +339,7 @@ class Store(Queries):
         return len(hashes)
 
     # --- verification ---------------------------------------------------
+    @guarded
     def check(self, fix: bool = False, engine: str = "local", **kw):
         """Recompute every derived view and compare; with ``fix``, repair.
 
@@ -346,9 +349,10 @@ class Store(Queries):
 
         return check(self, fix=fix, engine=engine, **kw)
 
+    @guarded
     def items(self, prefix: bytes = b""):
         """Every raw key/value pair (for tools and tests), in key order."""
-        return self.db.iterator(prefix=prefix)
+        return guarded_iter(self, self.db.iterator(prefix=prefix))
 
 
 __all__ = ["Store", "IngestResult", "as_hash", "canonical_channel", "channel_key", "WEEK_MS"]

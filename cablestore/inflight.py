@@ -1,0 +1,103 @@
+"""Calls in flight on a Store, so ``close()`` never pulls LevelDB from under one.
+
+plyvel frees the database on ``close()`` while other threads may be inside
+a ``get`` or an iterator: that segfaults.  Every public Store method passes
+through a :class:`Gate`; ``close()`` shuts the gate to new calls, waits for
+the calls inside to finish, and only then closes LevelDB.  The same wrapper
+turns plyvel's exceptions into :class:`cablestore.errors.CableError` ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import contextmanager
+
+import plyvel
+
+from .errors import StoreClosedError
+from .opening import translate
+
+
+class Gate:
+    """A count of calls in flight that ``close`` waits to reach zero."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+        self._closed = False
+        self._local = threading.local()  # this thread's nesting depth
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _depth(self) -> int:
+        return getattr(self._local, "depth", 0)
+
+    def enter(self) -> None:
+        """Admit a call; StoreClosedError once closing began (nested calls still pass)."""
+        depth = self._depth()
+        with self._cond:
+            if self._closed and depth == 0:
+                raise StoreClosedError("the store is closed")
+            self._count += 1
+        self._local.depth = depth + 1
+
+    def leave(self) -> None:
+        self._local.depth = self._depth() - 1
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def shut(self) -> bool:
+        """Refuse new calls and wait for those in flight; False if already shut.
+
+        Calls this thread is itself inside (a listener closing the store) are
+        not waited for: they end with StoreClosedError at their next LevelDB use.
+        """
+        mine = self._depth()
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            self._cond.wait_for(lambda: self._count <= mine)
+        return True
+
+    @contextmanager
+    def call(self, path):
+        """The body of one guarded call: admitted, errors translated, counted out."""
+        self.enter()
+        try:
+            yield
+        except plyvel.Error as exc:
+            raise translate(exc, path) from exc
+        except RuntimeError as exc:
+            if "closed" not in str(exc):
+                raise
+            raise StoreClosedError("the store is closed") from exc
+        finally:
+            self.leave()
+
+
+def guarded(method):
+    """Run a Store method inside the store's gate (see :class:`Gate`)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._gate.call(self.path):
+            return method(self, *args, **kwargs)
+
+    wrapper.__guarded__ = True
+    return wrapper
+
+
+def guarded_iter(store, iterator):
+    """Yield from a plyvel iterator, each step inside the store's gate."""
+    while True:
+        with store._gate.call(store.path):
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+        yield item
