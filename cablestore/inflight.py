@@ -4,7 +4,9 @@ plyvel frees the database on ``close()`` while other threads may be inside
 a ``get`` or an iterator: that segfaults.  Every public Store method passes
 through a :class:`Gate`; ``close()`` shuts the gate to new calls, waits for
 the calls inside to finish, and only then closes LevelDB.  The same wrapper
-turns plyvel's exceptions into :class:`cablestore.errors.CableError` ones.
+turns plyvel's exceptions into :class:`cablestore.errors.CableError` ones,
+and after an I/O error (a full disk) reopens LevelDB before the next call,
+so the store works again once space is freed.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from .opening import translate
 class Gate:
     """A count of calls in flight that ``close`` waits to reach zero."""
 
-    def __init__(self) -> None:
+    def __init__(self, reopen=None) -> None:
         self._cond = threading.Condition()
         self._count = 0
         self._closed = False
         self._local = threading.local()  # this thread's nesting depth
+        self._reopen = reopen  # called with no call in flight, after an I/O error
+        self.needs_reopen = False
+        self._pausing = False
 
     @property
     def closed(self) -> bool:
@@ -39,10 +44,25 @@ class Gate:
         """Admit a call; StoreClosedError once closing began (nested calls still pass)."""
         depth = self._depth()
         with self._cond:
-            if self._closed and depth == 0:
-                raise StoreClosedError("the store is closed")
+            if depth == 0:
+                self._cond.wait_for(lambda: not self._pausing)
+                if self._closed:
+                    raise StoreClosedError("the store is closed")
+                if self.needs_reopen and self._reopen is not None:
+                    self._reopen_alone()
             self._count += 1
         self._local.depth = depth + 1
+
+    def _reopen_alone(self) -> None:
+        """Reopen LevelDB once no call is in flight (the caller holds the condition)."""
+        self._pausing = True
+        try:
+            self._cond.wait_for(lambda: self._count == 0)
+            self._reopen()  # raises (a CableError) if the cause persists; the next call tries again
+            self.needs_reopen = False
+        finally:
+            self._pausing = False
+            self._cond.notify_all()
 
     def leave(self) -> None:
         self._local.depth = self._depth() - 1
@@ -70,6 +90,11 @@ class Gate:
         self.enter()
         try:
             yield
+        except plyvel.IOError as exc:
+            # LevelDB refuses every later write after some failed writes (a
+            # full disk) until it is reopened: the next call reopens it.
+            self.needs_reopen = True
+            raise translate(exc, path) from exc
         except plyvel.Error as exc:
             raise translate(exc, path) from exc
         except RuntimeError as exc:

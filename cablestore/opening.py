@@ -33,6 +33,7 @@ from pathlib import Path
 
 import plyvel
 
+from . import leveldb_files
 from .errors import (
     DiskFullError,
     NotAStoreError,
@@ -134,16 +135,14 @@ def message(exc: BaseException) -> str:
 def translate(exc: BaseException, path) -> StoreError:
     """The CableError for a plyvel (or closed-DB) exception raised while using ``path``."""
     text = message(exc)
-    if isinstance(exc, plyvel.CorruptionError):
+    if isinstance(exc, plyvel.CorruptionError) or (isinstance(exc, plyvel.IOError) and "Invalid argument" in text):
+        # (a table cut short reads as EINVAL)
         return StoreCorruptError(f"{path}: damaged data ({text}); {RECOVER_HINT}")
     if isinstance(exc, plyvel.IOError):
         lowered = text.lower()
         if "no space" in lowered or "file too large" in lowered or "quota" in lowered:
-            return DiskFullError(
-                f"{path}: out of space ({text}); LevelDB stops writing after a failed write: "
-                "free space, then close and reopen the store"
-            )
-        return StoreIOError(f"{path}: I/O error ({text}); close and reopen the store once the cause is fixed")
+            return DiskFullError(f"{path}: out of space ({text}); this write may not be stored: free space and retry it (the store reopens LevelDB itself; ingest is idempotent)")
+        return StoreIOError(f"{path}: I/O error ({text}); this call may not have completed: retry once the cause is fixed")
     if isinstance(exc, RuntimeError):  # plyvel: "Database is closed"
         return StoreClosedError("the store is closed")
     return StoreError(f"{path}: {text}")
@@ -174,9 +173,14 @@ def open_db(path: Path, *, create: bool, cache_mb: int = 32, write_buffer_mb: in
     """
     key = claim(path)
     try:
-        refused = refusal(path, classify(path), create)
+        kind = classify(path)
+        refused = refusal(path, kind, create)
         if refused is not None:
             raise refused
+        if kind is Kind.MISSING:
+            _make_dirs(path)
+        elif kind is Kind.STORE and (unlisted := leveldb_files.unlisted_tables(path)):
+            raise StoreCorruptError(f"{path}: the MANIFEST does not list {', '.join(unlisted)} (LevelDB would delete them); {RECOVER_HINT}")
         db = _plyvel_open(path, create, cache_mb, write_buffer_mb)
         try:
             _check_format(db, path, create)
@@ -187,6 +191,18 @@ def open_db(path: Path, *, create: bool, cache_mb: int = 32, write_buffer_mb: in
     except BaseException:
         release(key)
         raise
+
+
+def reopen_db(path: Path, *, cache_mb: int = 32, write_buffer_mb: int = 16) -> plyvel.DB:
+    """Open again a store this process has registered and just closed."""
+    return _plyvel_open(path, False, cache_mb, write_buffer_mb)
+
+
+def _make_dirs(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreIOError(f"cannot create {path}: {exc.strerror or exc}") from exc
 
 
 def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) -> plyvel.DB:
@@ -223,3 +239,20 @@ def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
         if not create:
             raise StoreNotFoundError(f"{path} is an empty LevelDB database, not a cablestore store")
         db.put(FORMAT_KEY, FORMAT, sync=True)
+
+
+def flush(db: plyvel.DB) -> None:
+    """Move the memtable into a table, leaving the write-ahead log empty.
+
+    A closed store then holds everything in checksummed tables the MANIFEST
+    lists, and a damaged or truncated log cannot lose acknowledged posts.
+    LevelDB flushes the memtable before any manual compaction; the range is
+    past every key, so nothing else is compacted.  A failed flush loses
+    nothing (the log still holds the data), so it is not an error.
+    """
+    if db.closed:  # a reopen after an I/O error failed
+        return
+    try:
+        db.compact_range(start=b"\xff" * 8, stop=b"\xff" * 9)
+    except plyvel.Error:
+        pass

@@ -86,8 +86,9 @@ class Store(Queries):
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
-        self._gate = Gate()
-        self._db, self._registered = opening.open_db(self.path, create=create, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
+        self._gate = Gate(reopen=self._reopen)
+        self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
+        self._db, self._registered = opening.open_db(self.path, create=create, **self._sizes)
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
@@ -98,9 +99,15 @@ class Store(Queries):
             self._verify_pool.shutdown(wait=True, cancel_futures=True)
             self._verify_pool = None
         try:
+            opening.flush(self._db)
             self._db.close()
         finally:
             opening.release(self._registered)
+
+    def _reopen(self) -> None:
+        """Close and reopen LevelDB (no call in flight): clears its sticky write error."""
+        self._db.close()
+        self._db = opening.reopen_db(self.path, **self._sizes)
 
     @property
     def closed(self) -> bool:
