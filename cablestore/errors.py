@@ -81,6 +81,56 @@ class QueryError(CableError, ValueError):
     """A query argument is invalid (negative limit, malformed hash, ...)."""
 
 
+# --- wire messages and peers (cablestore.messages, cablestore.peer) ---------
+
+
+class MessageError(CableError):
+    """A Cable wire message is malformed; the message is dropped, the connection kept."""
+
+
+class FramingError(MessageError):
+    """The byte stream cannot be split into messages any more; the connection is closed."""
+
+
+class MessageTooLargeError(FramingError):
+    """A message declares a length above the cap; nothing of it is buffered."""
+
+
+class UnknownMessageTypeError(MessageError):
+    """The message type is not one this peer can parse (the spec says: discard it)."""
+
+
+class TtlError(MessageError):
+    """A request's ``ttl`` is above 16."""
+
+
+class PeerError(CableError):
+    """A remote peer sent something well-formed that this peer refuses."""
+
+
+class UnknownRequestError(PeerError):
+    """A response names a ``req_id`` this peer has no live request for."""
+
+
+class DuplicateRequestError(PeerError):
+    """A request reuses a ``req_id`` that is already alive here (a loop or a replay)."""
+
+
+class UnsolicitedPostError(PeerError):
+    """A post response carries a post this peer did not ask for."""
+
+
+class RequestTableFullError(PeerError):
+    """The table of live requests is full; the request is refused."""
+
+
+class TransportError(CableError):
+    """A network connection failed (refused, reset, timed out)."""
+
+
+# --- opening, closing and damaged stores (cablestore.opening, cablestore.recovery) ---
+
+
 class StoreNotFoundError(StoreError):
     """No cablestore store is at the path (missing, or an empty directory)."""
 
