@@ -25,13 +25,14 @@ class Gate:
     """A count of calls in flight that ``close`` waits to reach zero."""
 
     def __init__(self, reopen=None) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._count = 0
         self._closed = False
         self._local = threading.local()  # this thread's nesting depth
         self._reopen = reopen  # called with no call in flight, after an I/O error
         self.needs_reopen = False
         self._pausing = False
+        self._waiters = 0  # threads in shut() or a reopen, waiting for the count to fall
 
     @property
     def closed(self) -> bool:
@@ -42,33 +43,40 @@ class Gate:
 
     def enter(self) -> None:
         """Admit a call; StoreClosedError once closing began (nested calls still pass)."""
-        depth = self._depth()
+        local = self._local
+        depth = getattr(local, "depth", 0)
         with self._cond:
-            if depth == 0:
-                self._cond.wait_for(lambda: not self._pausing)
-                if self._closed:
-                    raise StoreClosedError("the store is closed")
-                if self.needs_reopen and self._reopen is not None:
-                    self._reopen_alone()
+            if depth == 0 and (self._pausing or self._closed or self.needs_reopen):
+                self._admit_slowly()
             self._count += 1
-        self._local.depth = depth + 1
+        local.depth = depth + 1
 
-    def _reopen_alone(self) -> None:
-        """Reopen LevelDB once no call is in flight (the caller holds the condition)."""
-        self._pausing = True
-        try:
-            self._cond.wait_for(lambda: self._count == 0)
-            self._reopen()  # raises (a CableError) if the cause persists; the next call tries again
-            self.needs_reopen = False
-        finally:
-            self._pausing = False
-            self._cond.notify_all()
+    def _admit_slowly(self) -> None:
+        """A top-level call while closing, reopening, or after an I/O error (condition held)."""
+        while self._pausing:
+            self._cond.wait()
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        if self.needs_reopen and self._reopen is not None:
+            self._pausing = True
+            self._waiters += 1
+            try:
+                while self._count:
+                    self._cond.wait()
+                self._reopen()  # raises (a CableError) if the cause persists; the next call tries again
+                self.needs_reopen = False
+            finally:
+                self._waiters -= 1
+                self._pausing = False
+                self._cond.notify_all()
 
     def leave(self) -> None:
-        self._local.depth = self._depth() - 1
+        local = self._local
+        local.depth -= 1
         with self._cond:
             self._count -= 1
-            self._cond.notify_all()
+            if self._waiters:
+                self._cond.notify_all()
 
     def shut(self) -> bool:
         """Refuse new calls and wait for those in flight; False if already shut.
@@ -81,7 +89,13 @@ class Gate:
             if self._closed:
                 return False
             self._closed = True
-            self._cond.wait_for(lambda: self._count <= mine)
+            self._waiters += 1
+            try:
+                while self._count > mine:
+                    self._cond.wait()
+            finally:
+                self._waiters -= 1
+                self._cond.notify_all()  # a top-level call waiting out a reopen sees the close
         return True
 
     @contextmanager
@@ -90,19 +104,25 @@ class Gate:
         self.enter()
         try:
             yield
-        except plyvel.IOError as exc:
+        except BaseException as exc:
+            raise self.failure(exc, path)
+        finally:
+            self.leave()
+
+    def failure(self, exc: BaseException, path) -> BaseException:
+        """The exception a guarded call raises for ``exc`` (plyvel's become CableErrors)."""
+        if isinstance(exc, plyvel.IOError):
             # LevelDB refuses every later write after some failed writes (a
             # full disk) until it is reopened: the next call reopens it.
             self.needs_reopen = True
-            raise translate(exc, path) from exc
-        except plyvel.Error as exc:
-            raise translate(exc, path) from exc
-        except RuntimeError as exc:
-            if "closed" not in str(exc):
-                raise
-            raise StoreClosedError("the store is closed") from exc
-        finally:
-            self.leave()
+        if isinstance(exc, plyvel.Error):
+            new = translate(exc, path)
+        elif isinstance(exc, RuntimeError) and "closed" in str(exc):  # plyvel's closed DB or iterator
+            new = StoreClosedError("the store is closed")
+        else:
+            return exc
+        new.__cause__ = exc
+        return new
 
 
 def guarded(method):
@@ -110,8 +130,14 @@ def guarded(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        with self._gate.call(self.path):
+        gate = self._gate
+        gate.enter()  # (not ``with gate.call()``: this is every query's hot path)
+        try:
             return method(self, *args, **kwargs)
+        except BaseException as exc:
+            raise gate.failure(exc, self.path)
+        finally:
+            gate.leave()
 
     wrapper.__guarded__ = True
     return wrapper

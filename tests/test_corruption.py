@@ -174,3 +174,16 @@ def test_a_closed_store_keeps_nothing_in_its_log(tmp_path):
         s.ingest_many(generate(seed=4, posts=100))
     assert [f.stat().st_size for f in (tmp_path / "s").glob("*.log")] == [0]
 
+
+
+def test_recover_refuses_a_store_that_is_open(tmp_path):
+    from cablestore.errors import StoreLockedError
+
+    with Store(tmp_path / "s") as s:
+        with pytest.raises(StoreLockedError):
+            recover(tmp_path / "s")
+        code = "import sys\nfrom cablestore.recovery import recover\nrecover(sys.argv[1])\n"
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+        assert "StoreLockedError" in out.stderr  # another process: LevelDB's lock
+        assert s.get(bytes(32)) is None  # and the open store is unharmed
+    assert not (tmp_path / "s" / "lost").exists()
