@@ -12,6 +12,7 @@ so the store works again once space is freed.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from contextlib import contextmanager
 
@@ -141,6 +142,25 @@ def guarded(method):
 
     wrapper.__guarded__ = True
     return wrapper
+
+
+# Store methods that never touch LevelDB (or manage the gate themselves).
+UNGUARDED = frozenset({"close", "subscribe", "validate", "in_flight"})
+
+
+def guard_public_methods(cls):
+    """Class decorator: make every public method of ``cls`` (and its bases) ``@guarded``.
+
+    Methods mixed in by other modules (link queries, say) are covered
+    without each remembering the decorator.
+    """
+    for name in dir(cls):
+        if name.startswith("_") or name in UNGUARDED:
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if inspect.isfunction(attr) and not getattr(attr, "__guarded__", False):
+            setattr(cls, name, guarded(attr))
+    return cls
 
 
 def guarded_iter(store, iterator):

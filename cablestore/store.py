@@ -20,7 +20,7 @@ from . import opening, reverse, views
 from .codec import DELETE, INFO, Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
 from .events import Listeners
-from .inflight import Gate, guarded, guarded_iter
+from .inflight import Gate, guard_public_methods, guarded, guarded_iter
 from .errors import (
     CableError,
     DeletedPostError,
@@ -59,6 +59,7 @@ class IngestResult:
         return self.error is None
 
 
+@guard_public_methods
 class Store(Queries):
     """A Cable post store in a LevelDB directory.
 
