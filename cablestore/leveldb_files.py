@@ -20,6 +20,31 @@ _TABLE = re.compile(r"^(\d+)\.(ldb|sst)$")
 _COMPARATOR, _LOG, _NEXT_FILE, _LAST_SEQ, _COMPACT_POINTER, _DELETED_FILE, _NEW_FILE, _PREV_LOG = 1, 2, 3, 4, 5, 6, 7, 9
 
 
+def torn_tail(data: bytes) -> bool:
+    """True if the MANIFEST's records stop before its data does: a damaged file.
+
+    LevelDB syncs every MANIFEST record and pads only the last 1-6 bytes of
+    a block, so a record cut short, a header of zeros with data after it,
+    or an unknown record type means the file was damaged (or the machine
+    lost power mid-write).  LevelDB reads such a spot as the end of the
+    file, or skips it, forgetting the tables the lost edit listed.
+    """
+    pending = False
+    for start in range(0, len(data), BLOCK):
+        block = data[start : start + BLOCK]
+        pos = 0
+        while pos + 7 <= len(block):
+            length = int.from_bytes(block[pos + 4 : pos + 6], "little")
+            kind = block[pos + 6]
+            if kind not in (1, 2, 3, 4) or pos + 7 + length > len(block):
+                return any(data[start + pos :])  # zeros to the end are preallocation, not damage
+            pos += 7 + length
+            pending = kind in (2, 3)
+        if any(block[pos:]):
+            return True
+    return pending
+
+
 def records(data: bytes):
     """Yield each record's payload (7-byte headers, 32 KiB blocks, CRCs ignored)."""
     pending = b""
@@ -100,11 +125,13 @@ def mentioned_tables(manifest: bytes) -> set[int] | None:
 
 
 def unlisted_tables(path: Path) -> list[str]:
-    """Complete table files the current MANIFEST never mentions (LevelDB would delete them).
+    """Complete tables a damaged (torn) MANIFEST does not mention: LevelDB would delete them.
 
-    A table cut short (no footer) is the leftover of an interrupted write and
-    is not listed; an unreadable CURRENT or MANIFEST is left to LevelDB's
-    own checks.
+    A crash during a compaction can leave a complete table the MANIFEST
+    never listed (its data is still in the compaction's inputs or the log),
+    so unlisted tables count only when the MANIFEST itself is torn.  A table
+    cut short (no footer) is the leftover of an interrupted write.  An
+    unreadable CURRENT or MANIFEST is left to LevelDB's own checks.
     """
     try:
         manifest_name = (path / "CURRENT").read_text().strip()
@@ -112,7 +139,7 @@ def unlisted_tables(path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError):
         return []
     mentioned = mentioned_tables(manifest)
-    if mentioned is None:
+    if mentioned is None or not torn_tail(manifest):
         return []
     out = []
     for f in sorted(path.iterdir()):

@@ -227,12 +227,14 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
 
 def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
     with translated(path):
-        stored = db.get(FORMAT_KEY)
+        # Checksums verified: a block read here stays in the block cache, where
+        # a later check (which verifies what it reads from disk) would trust it.
+        stored = db.get(FORMAT_KEY, verify_checksums=True)
         if stored == FORMAT:
             return
         if stored is not None:
             raise NotAStoreError(f"{path} holds format {stored!r}, expected {FORMAT!r}")
-        with db.iterator(include_value=False) as it:
+        with db.iterator(include_value=False, verify_checksums=True) as it:
             empty = next(it, None) is None
         if not empty:
             raise NotAStoreError(f"{path} is a LevelDB database without {FORMAT_KEY!r}: not a cablestore store; nothing was changed")
