@@ -92,15 +92,21 @@ def _skip_string(buf: bytes, pos: int) -> int:
     return pos + n
 
 
-def mentioned_tables(manifest: bytes) -> set[int] | None:
-    """Table numbers any edit of the MANIFEST adds or deletes; None if an edit does not parse."""
+def mentioned_tables(manifest: bytes) -> tuple[set[int], int] | None:
+    """Table numbers any edit of the MANIFEST adds or deletes, and the last log number it records.
+
+    None if an edit does not parse.
+    """
     found: set[int] = set()
+    log_number = 0
     try:
         for edit in records(manifest):
             pos = 0
             while pos < len(edit):
                 tag, pos = _varint(edit, pos)
-                if tag in (_LOG, _NEXT_FILE, _LAST_SEQ, _PREV_LOG):
+                if tag == _LOG:
+                    log_number, pos = _varint(edit, pos)
+                elif tag in (_NEXT_FILE, _LAST_SEQ, _PREV_LOG):
                     _, pos = _varint(edit, pos)
                 elif tag == _COMPARATOR:
                     pos = _skip_string(edit, pos)
@@ -121,25 +127,30 @@ def mentioned_tables(manifest: bytes) -> set[int] | None:
                     return None
     except (ValueError, IndexError):
         return None
-    return found
+    return found, log_number
 
 
 def unlisted_tables(path: Path) -> list[str]:
-    """Complete tables a damaged (torn) MANIFEST does not mention: LevelDB would delete them.
+    """Complete tables a MANIFEST that lost edits does not mention: LevelDB would delete them.
 
     A crash during a compaction can leave a complete table the MANIFEST
     never listed (its data is still in the compaction's inputs or the log),
-    so unlisted tables count only when the MANIFEST itself is torn.  A table
-    cut short (no footer) is the leftover of an interrupted write.  An
-    unreadable CURRENT or MANIFEST is left to LevelDB's own checks.
+    so unlisted tables count only when the MANIFEST shows it lost edits:
+    it is torn, or the log it names last is gone (LevelDB deletes a log only
+    after an edit moving past it: that edit is missing).  A table cut short
+    (no footer) is the leftover of an interrupted write.  An unreadable
+    CURRENT or MANIFEST is left to LevelDB's own checks.
     """
     try:
         manifest_name = (path / "CURRENT").read_text().strip()
         manifest = (path / manifest_name).read_bytes()
     except (OSError, UnicodeDecodeError):
         return []
-    mentioned = mentioned_tables(manifest)
-    if mentioned is None or not torn_tail(manifest):
+    parsed = mentioned_tables(manifest)
+    if parsed is None:
+        return []
+    mentioned, log_number = parsed
+    if not torn_tail(manifest) and (path / f"{log_number:06d}.log").exists():
         return []
     out = []
     for f in sorted(path.iterdir()):
