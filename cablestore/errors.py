@@ -151,6 +151,10 @@ class KeyFileError(CableError):
     """A key file cannot be used: missing, unreadable, malformed, or readable by others."""
 
 
+class PostsFileError(CableError):
+    """A file given as a posts file is not one, or is truncated or damaged."""
+
+
 # --- opening, closing and damaged stores (cablestore.opening, cablestore.recovery) ---
 
 

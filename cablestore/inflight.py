@@ -127,7 +127,19 @@ class Gate:
 
 
 def guarded(method):
-    """Run a Store method inside the store's gate (see :class:`Gate`)."""
+    """Run a Store method inside the store's gate (see :class:`Gate`).
+
+    A generator method's every step runs inside the gate instead: it may be
+    resumed long after the call that made it.
+    """
+    if inspect.isgeneratorfunction(method):
+
+        @functools.wraps(method)
+        def steps(self, *args, **kwargs):
+            return guarded_iter(self, method(self, *args, **kwargs))
+
+        steps.__guarded__ = True
+        return steps
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
@@ -146,6 +158,7 @@ def guarded(method):
 
 # Store methods that never touch LevelDB (or manage the gate themselves).
 UNGUARDED = frozenset({"close", "subscribe", "validate", "in_flight"})
+GUARDED_SPECIAL = frozenset({"__len__", "__contains__", "__iter__"})
 
 
 def guard_public_methods(cls):
@@ -155,7 +168,7 @@ def guard_public_methods(cls):
     without each remembering the decorator.
     """
     for name in dir(cls):
-        if name.startswith("_") or name in UNGUARDED:
+        if (name.startswith("_") and name not in GUARDED_SPECIAL) or name in UNGUARDED:
             continue
         attr = inspect.getattr_static(cls, name)
         if inspect.isfunction(attr) and not getattr(attr, "__guarded__", False):

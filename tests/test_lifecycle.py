@@ -184,6 +184,9 @@ def close_race(directory: str, rounds: int) -> None:
                     store.get_many([bytes(32)] * 4)
                     for _ in store.items(b"!post!"):
                         pass
+                    for _ in store.posts():  # a generator method: guarded step by step
+                        pass
+                    len(store)
             except StoreClosedError:
                 ended.append(1)
             except BaseException as exc:  # noqa: BLE001 - what this test hunts for
@@ -255,6 +258,8 @@ def test_every_call_after_close_raises_store_closed(tmp_path, alice):
     store.ingest(text(alice, 1))
     it = store.items()
     next(it)
+    posts = store.posts()
+    next(posts)
     store.close()
     store.close()  # twice is fine
     calls = [
@@ -267,6 +272,8 @@ def test_every_call_after_close_raises_store_closed(tmp_path, alice):
         lambda: store.check(),
         lambda: store.delete(bytes(32)),
         lambda: next(it),  # an iterator made before close
+        lambda: next(posts),  # a generator made before close
+        lambda: len(store),
     ]
     for call in calls:
         with pytest.raises(StoreClosedError):
@@ -283,7 +290,7 @@ def test_every_public_store_method_is_guarded():
         if not name.startswith("_") and name not in UNGUARDED and inspect.isfunction(member) and not getattr(member, "__guarded__", False)
     ]
     assert unguarded == []
-    assert {"get", "ingest", "check", "items", "links"} <= {n for n, m in inspect.getmembers(Store) if getattr(m, "__guarded__", False)}
+    assert {"get", "ingest", "check", "items", "links", "posts", "__len__"} <= {n for n, m in inspect.getmembers(Store) if getattr(m, "__guarded__", False)}
 
 
 def test_errors_are_cable_errors():
