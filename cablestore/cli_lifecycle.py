@@ -37,6 +37,8 @@ def format_recovery(report) -> str:
     ]
     if report.format_restored:
         lines.append("  restored the format key LevelDB's repair had lost")
+    if report.deleted_again:
+        lines.append(f"  deleted again: {len(report.deleted_again)} deleted posts had come back (their deletion was in a damaged block)")
     if report.view_repair:
         r = report.view_repair
         lines.append(f"  view repair: removed {r['removed_records']} damaged records, deleted {r['deleted']} and wrote {r['written']} view entries")

@@ -11,11 +11,15 @@
 3. more evidence from the repaired database: the reverse entry
    (``!rev!<hash>``) each stored post has, in another part of the key space
    than the post itself;
-4. ``check --repair``: damaged records (a post whose bytes no longer hash to
+4. posts a stored post/delete of their author names (back because the
+   blocks recording their deletion were damaged) are deleted again;
+5. ``check --repair``: damaged records (a post whose bytes no longer hash to
    its key, a damaged tombstone) are removed and the views recomputed;
-5. the report: posts and tombstones before the view repair and after, and
+6. the report: posts and tombstones before the view repair and after,
    every post the evidence says was stored but is not any more (``lost``:
-   fetch those again from a peer).
+   fetch those again from a peer), and LevelDB's lines about data it could
+   not read (``damaged``: a table or log block whose posts cannot be named,
+   because the evidence of them was in the same block).
 
 What recovery keeps: every record LevelDB's repair can read whose bytes
 still match their hash; nothing damaged is indexed, nothing intact is
@@ -33,7 +37,8 @@ from pathlib import Path
 import plyvel
 
 from . import leveldb_files, opening, reverse
-from .errors import StoreError, StoreLockedError
+from .codec import DELETE, decode_post, post_hash
+from .errors import CableError, StoreError, StoreLockedError
 from .txn import DELETED, POSTS
 
 _POST_KEY_LEN = len(POSTS) + 32
@@ -60,6 +65,7 @@ class RecoveryReport:
     leveldb: list[str] = field(default_factory=list)  # LevelDB's own account of the repair
     damaged: list[str] = field(default_factory=list)  # LevelDB lines naming data it could not read
     format_restored: bool = False
+    deleted_again: list[str] = field(default_factory=list)  # deleted posts that came back, deleted again
     consistent: bool = False
 
     @property
@@ -97,6 +103,7 @@ def recover(path, progress=None) -> RecoveryReport:
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
         present, rev, report.tombstones_before = _inventory(store.db)
         report.posts_before = len(present)
+        report.deleted_again = _reapply_deletes(store)
         if progress:
             progress.stage("view repair")
         checked = store.check(fix=True, check_signatures=False)
@@ -114,6 +121,34 @@ def recover(path, progress=None) -> RecoveryReport:
     if progress:
         progress.done()
     return report
+
+
+def _reapply_deletes(store) -> list[str]:
+    """Delete again the posts a stored post/delete of their author deletes.
+
+    LevelDB's repair can drop a block holding the deletion of a post (and
+    another holding its tombstone) while the post itself survives in an
+    older table: the post comes back.  Its author's post/delete, if stored,
+    still names it; discarding and re-ingesting that delete applies it again
+    (tombstones included), through the ingest path itself.
+    """
+    deletes = []
+    for key, blob in store.db.iterator(prefix=POSTS):
+        try:
+            post = decode_post(blob)
+        except CableError:
+            continue  # the view repair removes it
+        if post.post_type == DELETE:
+            deletes.append((key[len(POSTS) :], blob, post))
+    back = set()
+    for h, blob, post in deletes:
+        targets = [t for t in post.hashes if (stored := store.db.get(POSTS + t)) is not None and stored[:32] == post.public_key]
+        if not targets or post_hash(blob) != h:
+            continue
+        store.delete(h)
+        store.ingest(blob)
+        back.update(targets)
+    return sorted(t.hex() for t in back)
 
 
 class _leveldb_lock:

@@ -187,3 +187,26 @@ def test_recover_refuses_a_store_that_is_open(tmp_path):
         assert "StoreLockedError" in out.stderr  # another process: LevelDB's lock
         assert s.get(bytes(32)) is None  # and the open store is unharmed
     assert not (tmp_path / "s" / "lost").exists()
+
+
+def test_recover_deletes_again_a_deleted_post_that_came_back(tmp_path):
+    """A damaged block can hold a post's deletion and its tombstone while the post survives elsewhere."""
+    from cablestore import DELETE, TEXT, Keypair, make_post, post_hash
+
+    kp = Keypair.from_seed(bytes(32))
+    t, _ = make_post(kp, TEXT, 1000, channel="c", text="hi")
+    th = post_hash(t)
+    d, _ = make_post(kp, DELETE, 2000, hashes=[th])
+    path = tmp_path / "s"
+    with Store(path, now=lambda: NOW) as s:
+        s.ingest_many([t, d])
+        want = list(s.items())
+        with s.in_flight():  # what a lost block leaves: the post back, its tombstone gone
+            s.db.put(b"!post!" + th, t)
+            for key, _ in s.items(b"!deleted!" + th):
+                s.db.delete(key)
+    report = recover(path)
+    assert report.deleted_again == [th.hex()]
+    assert report.consistent
+    with Store(path, create=False) as s:
+        assert list(s.items()) == want
