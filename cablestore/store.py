@@ -9,17 +9,21 @@ LevelDB WriteBatch, so a crash leaves all of it or none of it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import plyvel
 
 from . import opening, reverse, views
 from .codec import DELETE, INFO, Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
-from .events import Listeners
+from .events import Committed, Listeners
 from .inflight import Gate, guard_public_methods, guarded, guarded_iter
 from .errors import (
     CableError,
@@ -30,11 +34,14 @@ from .errors import (
     StoreError,
     UnauthorizedDeleteError,
 )
-from .keys import as_hash, canonical_channel, channel_key, escape, unescape
+from .keys import HashLike, as_hash, canonical_channel, channel_key, escape, unescape
 from .queries import Queries, channel_names
 from .reading import Reading
 from .records import Indexed, Tombstone
 from .txn import DELETED, POSTS, Txn
+
+if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
+    from cablestore.rebuild import Report
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 FORMAT_KEY = opening.FORMAT_KEY
@@ -57,6 +64,7 @@ class IngestResult:
 
     @property
     def ok(self) -> bool:
+        """True when the post was accepted (stored now or already)."""
         return self.error is None
 
 
@@ -78,8 +86,17 @@ class Store(Reading, Queries):
     """
 
     def __init__(
-        self, path, *, create=True, sync=False, verify_signatures=True, verify_workers=0, now=None, cache_mb=32, write_buffer_mb=16
-    ):
+        self,
+        path: str | os.PathLike,
+        *,
+        create: bool = True,
+        sync: bool = False,
+        verify_signatures: bool = True,
+        verify_workers: int = 0,
+        now: Callable[[], int] | None = None,
+        cache_mb: int = 32,
+        write_buffer_mb: int = 16,
+    ) -> None:
         self.path = Path(path)
         self.sync = sync
         self.verify_signatures = verify_signatures
@@ -94,7 +111,7 @@ class Store(Reading, Queries):
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
-        """Wait for calls in flight, then close; later calls raise StoreClosedError."""
+        """Wait for calls in flight, then close; later calls raise :class:`StoreClosedError`."""
         if not self._gate.shut():
             return
         if self._verify_pool is not None:
@@ -113,22 +130,23 @@ class Store(Reading, Queries):
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` began."""
         return self._gate.closed
 
-    def __enter__(self):
+    def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
     def db(self) -> plyvel.DB:
-        """The plyvel DB; use it inside :meth:`in_flight` (or a Store method)."""
+        """The underlying plyvel database (for tools; use it inside :meth:`in_flight`); raises :class:`StoreClosedError` once closed."""
         if self._db.closed:
             raise StoreClosedError("the store is closed")
         return self._db
 
-    def in_flight(self):
+    def in_flight(self) -> AbstractContextManager[None]:
         """A block ``close()`` waits for, whose plyvel errors become CableErrors.
 
         >>> with store.in_flight():                     # doctest: +SKIP
@@ -159,7 +177,7 @@ class Store(Reading, Queries):
             raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
         return post_hash(buf), post
 
-    def subscribe(self, callback):
+    def subscribe(self, callback: Callable[[Committed], None]) -> Callable[[], None]:
         """Call ``callback(Committed)`` after every commit that adds or removes posts.
 
         Returns a function that unsubscribes.  See :mod:`cablestore.events`.
@@ -189,7 +207,7 @@ class Store(Reading, Queries):
         return h
 
     @guarded
-    def ingest_many(self, bufs, *, now: int | None = None) -> list[IngestResult]:
+    def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
         With ``verify_workers > 1``, signatures are verified in that many
@@ -312,7 +330,7 @@ class Store(Reading, Queries):
 
     # --- local removal --------------------------------------------------
     @guarded
-    def delete(self, h) -> bool:
+    def delete(self, h: HashLike) -> bool:
         """Discard a post locally, without a post/delete and without a tombstone.
 
         Returns False if the post was not stored.  Tombstones a discarded
@@ -332,7 +350,7 @@ class Store(Reading, Queries):
         return True
 
     @guarded
-    def purge_author(self, public_key) -> int:
+    def purge_author(self, public_key: HashLike) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
         with self._write_lock:
@@ -349,7 +367,7 @@ class Store(Reading, Queries):
 
     # --- verification ---------------------------------------------------
     @guarded
-    def check(self, fix: bool = False, engine: str = "local", **kw):
+    def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
         """Recompute every derived view and compare; with ``fix``, repair.
 
         Returns a :class:`cablestore.rebuild.Report` (``report.consistent``).
@@ -359,7 +377,7 @@ class Store(Reading, Queries):
         return check(self, fix=fix, engine=engine, **kw)
 
     @guarded
-    def items(self, prefix: bytes = b""):
+    def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
         return guarded_iter(self, self.db.iterator(prefix=prefix))
 
