@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import plyvel
 
@@ -22,10 +25,14 @@ from .errors import StoreClosedError
 from .opening import translate
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
 class Gate:
     """A count of calls in flight that ``close`` waits to reach zero."""
 
-    def __init__(self, reopen=None) -> None:
+    def __init__(self, reopen: Callable[[], None] | None = None) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._count = 0
         self._closed = False
@@ -37,6 +44,7 @@ class Gate:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`shut` began."""
         return self._closed
 
     def _depth(self) -> int:
@@ -72,6 +80,7 @@ class Gate:
                 self._cond.notify_all()
 
     def leave(self) -> None:
+        """Count a call out (the one :meth:`enter` admitted)."""
         local = self._local
         local.depth -= 1
         with self._cond:
@@ -100,7 +109,7 @@ class Gate:
         return True
 
     @contextmanager
-    def call(self, path):
+    def call(self, path: str | os.PathLike) -> Iterator[None]:
         """The body of one guarded call: admitted, errors translated, counted out."""
         self.enter()
         try:
@@ -110,7 +119,7 @@ class Gate:
         finally:
             self.leave()
 
-    def failure(self, exc: BaseException, path) -> BaseException:
+    def failure(self, exc: BaseException, path: str | os.PathLike) -> BaseException:
         """The exception a guarded call raises for ``exc`` (plyvel's become CableErrors)."""
         if isinstance(exc, plyvel.IOError):
             # LevelDB refuses every later write after some failed writes (a
@@ -126,7 +135,7 @@ class Gate:
         return new
 
 
-def guarded(method):
+def guarded(method: F) -> F:
     """Run a Store method inside the store's gate (see :class:`Gate`).
 
     A generator method's every step runs inside the gate instead: it may be
@@ -161,7 +170,7 @@ UNGUARDED = frozenset({"close", "subscribe", "validate", "in_flight"})
 GUARDED_SPECIAL = frozenset({"__len__", "__contains__", "__iter__"})
 
 
-def guard_public_methods(cls):
+def guard_public_methods(cls: type) -> type:
     """Class decorator: make every public method of ``cls`` (and its bases) ``@guarded``.
 
     Methods mixed in by other modules (link queries, say) are covered
@@ -170,13 +179,16 @@ def guard_public_methods(cls):
     for name in dir(cls):
         if (name.startswith("_") and name not in GUARDED_SPECIAL) or name in UNGUARDED:
             continue
-        attr = inspect.getattr_static(cls, name)
-        if inspect.isfunction(attr) and not getattr(attr, "__guarded__", False):
-            setattr(cls, name, guarded(attr))
+        # Wrapped where it is defined (the mixins serve only Store), so it
+        # stays inherited: the API reference links it to its own module.
+        owner = next(k for k in cls.__mro__ if name in vars(k))
+        attr = vars(owner)[name]
+        if owner is not object and inspect.isfunction(attr) and not getattr(attr, "__guarded__", False):
+            setattr(owner, name, guarded(attr))
     return cls
 
 
-def guarded_iter(store, iterator):
+def guarded_iter(store: Any, iterator: Iterator[T]) -> Iterator[T]:
     """Yield from a plyvel iterator, each step inside the store's gate."""
     while True:
         with store._gate.call(store.path):

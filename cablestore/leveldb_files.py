@@ -11,6 +11,7 @@ record still yields what it says.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 BLOCK = 32768
@@ -45,7 +46,7 @@ def torn_tail(data: bytes) -> bool:
     return pending
 
 
-def records(data: bytes):
+def records(data: bytes) -> Iterator[bytes]:
     """Yield each record's payload (7-byte headers, 32 KiB blocks, CRCs ignored)."""
     pending = b""
     for start in range(0, len(data), BLOCK):

@@ -27,6 +27,7 @@ import errno
 import os
 import re
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -132,7 +133,7 @@ def message(exc: BaseException) -> str:
     return arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
 
 
-def translate(exc: BaseException, path) -> StoreError:
+def translate(exc: BaseException, path: str | os.PathLike) -> StoreError:
     """The CableError for a plyvel (or closed-DB) exception raised while using ``path``."""
     text = message(exc)
     if isinstance(exc, plyvel.CorruptionError) or (isinstance(exc, plyvel.IOError) and "Invalid argument" in text):
@@ -152,7 +153,7 @@ PLYVEL_ERRORS = (plyvel.Error, RuntimeError)
 
 
 @contextmanager
-def translated(path):
+def translated(path: str | os.PathLike) -> Iterator[None]:
     """Turn plyvel errors raised inside the block into CableErrors."""
     try:
         yield

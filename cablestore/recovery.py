@@ -39,6 +39,7 @@ import plyvel
 from . import leveldb_files, opening, reverse
 from .codec import DELETE, decode_post, post_hash
 from .errors import CableError, StoreError, StoreLockedError
+from .progress import Progress
 from .txn import DELETED, POSTS
 
 _POST_KEY_LEN = len(POSTS) + 32
@@ -70,13 +71,15 @@ class RecoveryReport:
 
     @property
     def lossless(self) -> bool:
+        """Nothing lost, nothing removed, nothing LevelDB could not read."""
         return not self.lost and not self.removed_records and not self.damaged
 
     def to_dict(self) -> dict:
+        """The report as JSON-ready data (``cablestore recover --json``)."""
         return {**asdict(self), "lossless": self.lossless}
 
 
-def recover(path, progress=None) -> RecoveryReport:
+def recover(path: str | os.PathLike, progress: Progress | None = None) -> RecoveryReport:
     """Repair the LevelDB at ``path``, then its views; report what was kept and lost."""
     from .store import Store
 
