@@ -46,14 +46,14 @@ class StoreSource:
         self._snap = db.snapshot()
 
     def primary(self):
-        for key, value in self._snap.iterator(prefix=POSTS):
+        for key, value in self._snap.iterator(prefix=POSTS, verify_checksums=True):
             yield ("p", key[len(POSTS) :], value)
-        for key, value in self._snap.iterator(prefix=DELETED):
+        for key, value in self._snap.iterator(prefix=DELETED, verify_checksums=True):
             rest = key[len(DELETED) :]
             yield ("t", rest[:32], rest[32:], value)
 
     def live(self):
-        for key, value in self._snap.iterator():
+        for key, value in self._snap.iterator(verify_checksums=True):  # damaged tables fail loudly
             if not is_primary(key):
                 yield key, value
 
