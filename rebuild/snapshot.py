@@ -26,7 +26,7 @@ import msgpack
 from cablestore.errors import RebuildError
 from cablestore.txn import DELETED, POSTS
 
-from .recompute import bucket, is_primary, partition_of
+from .recompute import PRIMARY_PREFIXES, bucket, partition_of
 
 FORMAT = "cablestore-snapshot-1"
 
@@ -42,16 +42,29 @@ class StoreSource:
         self._snap = db.snapshot()
 
     def primary(self):
+        for h, blob in self.posts():
+            yield ("p", h, blob)
+        yield from self.tombstones()
+
+    def posts(self):
+        """``(hash, blob)`` of every stored post."""
+        n = len(POSTS)
         for key, value in self._snap.iterator(prefix=POSTS):
-            yield ("p", key[len(POSTS) :], value)
+            yield key[n:], value
+
+    def tombstones(self):
+        """``("t", target, by, value)`` of every tombstone."""
         for key, value in self._snap.iterator(prefix=DELETED):
             rest = key[len(DELETED) :]
             yield ("t", rest[:32], rest[32:], value)
 
     def live(self):
-        for key, value in self._snap.iterator():
-            if not is_primary(key):
-                yield key, value
+        """Every derived entry: the key ranges between the primary prefixes (posts are not read)."""
+        start = None
+        for prefix in sorted(PRIMARY_PREFIXES):
+            yield from self._snap.iterator(start=start, stop=prefix)
+            start = prefix[:-1] + bytes([prefix[-1] + 1])
+        yield from self._snap.iterator(start=start)
 
     def close(self):
         self._snap.close()
@@ -129,6 +142,16 @@ class SnapshotSource:
     def primary(self):
         for rec in self._records("primary"):
             yield tuple(rec)
+
+    def posts(self):
+        for rec in self._records("primary"):
+            if rec[0] == "p":
+                yield rec[1], rec[2]
+
+    def tombstones(self):
+        for rec in self._records("primary"):
+            if rec[0] == "t":
+                yield tuple(rec)
 
     def live(self):
         for key, value in self._records("live"):

@@ -240,106 +240,93 @@ def _python_exec() -> str:
     return getattr(sc, "pythonExec", None) or "python3"
 
 
-from .recompute import (
-    Fault,
-    bucket,
-    bucket_digest,
-    classify,
-    newer,
-    recompute_post,
-    render,
-    unpack_tombstone,
-    view_of,
-)
+from .fold import Fold, by_key, fold_posts, parse_tombstones
+from .local import known_faults, result_of
+from .recompute import newer, partition_of
 from .result import EngineResult
 from .snapshot import iter_segment, load_manifest
 
 
-def _segments(sc, directory: str, manifest: dict, kind: str):
-    files = [(n, info["blake3"]) for n, info in sorted(manifest["files"].items()) if n.startswith(kind)]
-    return sc.parallelize(files, max(1, len(files))).flatMap(lambda f: iter_segment(directory, f[0], f[1]))
+def _files(manifest: dict, kind: str) -> list:
+    """``(name, blake3)`` of the segments of one kind, in partition order."""
+    return [(n, info["blake3"]) for n, info in sorted(manifest["files"].items()) if n.startswith(kind)]
 
 
-def _classified(prim, check_signatures: bool, parts: int):
-    posts = prim.filter(lambda r: r[0] == "p").map(lambda r: (r[1], r[2]))
-    parsed = prim.filter(lambda r: r[0] == "t").map(lambda r: unpack_tombstone(r[1], r[2], r[3]))
-    tombs = parsed.filter(lambda t: not isinstance(t, Fault))
-    bad_tombs = parsed.filter(lambda t: isinstance(t, Fault))
-    on_target = tombs.map(lambda t: (t.target, t)).groupByKey(parts).mapValues(list)
-    made_by = tombs.map(lambda t: (t.by, t)).groupByKey(parts).mapValues(list)
+def _tombstones_by_maker(sc, directory: str, files: list, parts: int):
+    """Sound tombstones keyed by the partition of the delete that made them (the only shuffle of records)."""
 
-    def one(kv):
-        h, ((blob, on_t), made) = kv
-        fault, post = classify(h, blob, on_t or (), check_signatures)
-        if fault:
-            return h, None, fault
-        return h, recompute_post(h, blob, post, made or []), None
+    def read(f):
+        tombs = parse_tombstones(r for r in iter_segment(directory, f[0], f[1]) if r[0] == "t")
+        return [(partition_of(t.by, parts), t) for t in tombs]
 
-    return posts.leftOuterJoin(on_target, parts).leftOuterJoin(made_by, parts).map(one), bad_tombs
+    return sc.parallelize(files, len(files)).flatMap(read)
+
+
+def _recompute_segment(directory: str, primary: list, live: list, check_signatures: bool, wanted, skip):
+    """Partition ``i``'s work: its primary segment recomputed and its live segment, each folded to digests."""
+    parts = len(primary)
+
+    def one(i, made):
+        made = [t for _, t in made]
+        rec = Fold(parts, wanted)
+        records = list(iter_segment(directory, *primary[i]))
+        # A segment holds every tombstone on its posts (they are partitioned by target).
+        tombs = parse_tombstones((r for r in records if r[0] == "t"), rec)
+        posts = ((r[1], r[2]) for r in records if r[0] == "p")
+        fold_posts(rec, posts, by_key(tombs, "target"), by_key(made, "by"), check_signatures, skip)
+        liv = Fold(parts, wanted)
+        liv.add_entries(iter_segment(directory, *live[i]))
+        return [(rec, liv)]
+
+    return one
+
+
+def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset()) -> tuple[Fold, Fold]:
+    """``(recomputed, live)`` folds: every partition digests its own entries; only folds are collected.
+
+    Two shuffles, both small: tombstones to the partition of the delete that
+    made them, and each partition's best candidate per latest group.
+    """
+    primary, live = _files(manifest, "primary"), _files(manifest, "live")
+    parts = len(primary)
+    made = _tombstones_by_maker(sc, directory, primary, parts).partitionBy(parts, lambda i: i)
+    folds = made.mapPartitionsWithIndex(_recompute_segment(directory, primary, live, check_signatures, wanted, skip)).cache()
+
+    def latest(items):
+        fold = Fold(parts, wanted)
+        fold.add_latest(dict(items))
+        return [(fold, Fold(parts, wanted))]
+
+    def without_best(pair):
+        pair[0].best = {}
+        return pair
+
+    try:
+        winners = folds.flatMap(lambda pair: pair[0].best.items()).reduceByKey(newer, parts).mapPartitions(latest)
+        rec, liv = Fold(parts, wanted), Fold(parts, wanted)
+        for r, l in folds.map(without_best).union(winners).collect():
+            rec.merge(r)
+            liv.merge(l)
+        return rec, liv
+    finally:
+        folds.unpersist()
 
 
 def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None) -> EngineResult:
+    """Verify a snapshot directory on Spark; the entries of differing buckets are collected before returning."""
     directory = os.path.abspath(str(snapshot_dir))
     manifest = load_manifest(directory)
     parts = manifest["partitions"]
     spark = spark or session(master, log=log)
     sc = spark.sparkContext
-    prim = _segments(sc, directory, manifest, "primary").cache()
-    classified, bad_tombs = _classified(prim, check_signatures, parts)
-    classified = classified.cache()
-    sound = classified.filter(lambda r: r[2] is None)
-    per_post = sound.flatMap(lambda r: r[1][0])
-    latest = (
-        sound.flatMap(lambda r: r[1][1])
-        .reduceByKey(newer, parts)
-        .flatMap(lambda kv: render(kv[0][0], kv[0][1], kv[1]))
-    )
-
-    def keyed(kv):
-        return (view_of(kv[0]), bucket(kv[0], parts)), (kv[0], kv[1])
-
-    recomputed = per_post.union(latest).map(keyed).cache()
-    live = _segments(sc, directory, manifest, "live").map(keyed).cache()
-    try:
-      with job_errors():
-        kinds = prim.map(lambda r: r[0]).countByValue()
-        result = EngineResult(
-            engine="spark",
-            partitions=parts,
-            posts=kinds.get("p", 0),
-            tombstones=kinds.get("t", 0),
-            faults=classified.filter(lambda r: r[2] is not None).map(lambda r: r[2]).collect() + bad_tombs.collect(),
-            recomputed_digests=(rec_digests := _digests(recomputed, parts)),
-            live_digests=(live_digests := _digests(live, parts)),
-            recomputed_counts=_counts(rec_digests),
-            live_counts=_counts(live_digests),
-            fetch=None,
-        )
-        # Collect the differing buckets now: the snapshot may be a temporary
-        # directory that is gone once this returns.
-        differing = result.differing_buckets()
-        rec, liv = _collect(recomputed, differing), _collect(live, differing)
-        result.fetch = lambda wanted: (rec, liv)
-        return result
-    finally:
-        for rdd in (prim, classified, recomputed, live):
-            rdd.unpersist()
-
-
-def _digests(rdd, parts: int) -> dict:
-    """(view, bucket) -> (digest, entries), in one pass."""
-    return rdd.groupByKey(parts).mapValues(lambda es: (bucket_digest(es), len(es))).collectAsMap()
-
-
-def _counts(digests: dict) -> dict:
-    counts = {}
-    for (view_name, _), (_, n) in digests.items():
-        counts[view_name] = counts.get(view_name, 0) + n
-    return counts
-
-
-def _collect(rdd, wanted) -> dict:
-    if not wanted:
-        return {}
-    wanted = set(wanted)
-    return dict(rdd.filter(lambda x: x[0] in wanted).map(lambda x: x[1]).collect())
+    with job_errors():
+        rec, live = one_pass(sc, directory, manifest, check_signatures)
+        result = result_of("spark", parts, rec, live)
+        differing = frozenset(result.differing_buckets())
+        found = ({}, {})
+        if differing:
+            # The snapshot may be a temporary directory, gone once this returns.
+            rec2, live2 = one_pass(sc, directory, manifest, False, differing, known_faults(rec.faults))
+            found = (rec2.entries, live2.entries)
+    result.fetch = lambda wanted: found
+    return result
