@@ -20,7 +20,7 @@ from cablestore.workload import generate
 
 from .conftest import NOW
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # about a minute idle, three under load
 
 
 def damage(path) -> None:
