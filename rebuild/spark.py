@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 from cablestore.errors import CableError, RebuildError, SparkMasterUnreachableError, SparkUnavailableError
 
-CONNECT_TIMEOUT = 25.0  # seconds for a master to accept the application (Spark itself waits 60)
+CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark itself gives up after 60 with a stopped context
 _log = {"path": None, "keep": False}
 
 
