@@ -227,6 +227,8 @@ def job_errors():
     except CableError:
         raise
     except Exception as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None  # an interrupted call's clean-up failed: still an interrupt
         line = _first_line(exc)
         if "pyspark.daemon" in line or "No module named 'cablestore'" in line:
             line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON)"
@@ -301,15 +303,20 @@ def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=
         pair[0].best = {}
         return pair
 
+    winners = folds.flatMap(lambda pair: pair[0].best.items()).reduceByKey(newer, parts).mapPartitions(latest)
     try:
-        winners = folds.flatMap(lambda pair: pair[0].best.items()).reduceByKey(newer, parts).mapPartitions(latest)
-        rec, liv = Fold(parts, wanted), Fold(parts, wanted)
-        for r, l in folds.map(without_best).union(winners).collect():
-            rec.merge(r)
-            liv.merge(l)
-        return rec, liv
-    finally:
+        collected = folds.map(without_best).union(winners).collect()
+    except KeyboardInterrupt:
+        raise  # the JVM connection was cut mid-call: no further call on it
+    except BaseException:
         folds.unpersist()
+        raise
+    folds.unpersist()
+    rec, liv = Fold(parts, wanted), Fold(parts, wanted)
+    for r, l in collected:
+        rec.merge(r)
+        liv.merge(l)
+    return rec, liv
 
 
 def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None) -> EngineResult:
