@@ -20,6 +20,7 @@ from .recompute import (
     newer,
     recompute_post,
     render,
+    tombstone_status,
     unpack_tombstone,
     view_of,
 )
@@ -56,9 +57,9 @@ class Fold:
     def add_post(self, h: bytes, blob: bytes, on_target, made, check_signatures: bool) -> None:
         """Classify one stored post; fold its entries in, or record its fault."""
         self.posts += 1
-        fault, post = classify(h, blob, on_target, check_signatures)
-        if fault:
-            self.faults.append(fault)
+        faults, post = classify(h, blob, on_target, check_signatures)
+        self.faults.extend(faults)
+        if post is None:
             return
         entries, candidates = recompute_post(h, blob, post, made)
         self.add_entries(entries)
@@ -113,6 +114,25 @@ def parse_tombstones(records, fold: Fold | None = None):
         if fold is not None:
             fold.tombstones += 1
     return out
+
+
+def check_tombstones(tombs, by_blobs: dict, fold: Fold | None = None) -> tuple[dict, dict]:
+    """Cross-check tombstones with their stored post/deletes (``by_blobs``: hash -> blob).
+
+    Returns ``(on_target, made_by)``: target -> [(tombstone, status)] and
+    delete hash -> [tombstone]; a contradicted tombstone becomes a fault in ``fold``.
+    """
+    on_target: dict = {}
+    made_by: dict = {}
+    for t in tombs:
+        status = tombstone_status(t, by_blobs.get(t.by))
+        if isinstance(status, Fault):
+            if fold is not None:
+                fold.faults.append(status)
+            continue
+        on_target.setdefault(t.target, []).append((t, status))
+        made_by.setdefault(t.by, []).append(t)
+    return on_target, made_by
 
 
 def by_key(tombs, attr: str) -> dict:

@@ -8,7 +8,7 @@ second pass collect the entries of the differing buckets.
 
 from __future__ import annotations
 
-from .fold import Fold, by_key, fold_posts, parse_tombstones
+from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .result import EngineResult
 
 
@@ -16,7 +16,10 @@ def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=froze
     """``(recomputed, live)`` folds of a source (a StoreSource or SnapshotSource)."""
     rec = Fold(parts, wanted)
     tombs = parse_tombstones(source.tombstones(), rec)
-    fold_posts(rec, source.posts(), by_key(tombs, "target"), by_key(tombs, "by"), check_signatures, skip, progress)
+    makers = {t.by for t in tombs}
+    by_blobs = {h: blob for h, blob in source.posts() if h in makers} if makers else {}
+    on_target, made_by = check_tombstones(tombs, by_blobs, rec)
+    fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress)
     rec.add_latest(rec.best)
     live = Fold(parts, wanted)
     live.add_entries(source.live())

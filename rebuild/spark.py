@@ -242,7 +242,7 @@ def _python_exec() -> str:
     return getattr(sc, "pythonExec", None) or "python3"
 
 
-from .fold import Fold, by_key, fold_posts, parse_tombstones
+from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .recompute import newer, partition_of
 from .result import EngineResult
@@ -264,18 +264,49 @@ def _tombstones_by_maker(sc, directory: str, files: list, parts: int):
     return sc.parallelize(files, len(files)).flatMap(read)
 
 
+def _checked_tombstones(directory: str, primary: list):
+    """In the partition of their deletes: cross-check tombstones, and route them to where they are needed.
+
+    Yields ``(partition, item)``: ``("on", tombstone, status)`` to the target's
+    partition, ``("made", tombstone)`` to the delete's, ``("fault", fault)`` anywhere.
+    """
+    parts = len(primary)
+
+    def one(i, items):
+        tombs = [t for _, t in items]
+        if not tombs:
+            return []
+        makers = {t.by for t in tombs}
+        by_blobs = {r[1]: r[2] for r in iter_segment(directory, *primary[i]) if r[0] == "p" and r[1] in makers}
+        sink = Fold(parts)
+        on_target, made_by = check_tombstones(tombs, by_blobs, sink)
+        out = [(i, ("fault", f)) for f in sink.faults]
+        out += [(partition_of(target, parts), ("on", t, status)) for target, pairs in on_target.items() for t, status in pairs]
+        out += [(i, ("made", t)) for made in made_by.values() for t in made]
+        return out
+
+    return one
+
+
 def _recompute_segment(directory: str, primary: list, live: list, check_signatures: bool, wanted, skip):
     """Partition ``i``'s work: its primary segment recomputed and its live segment, each folded to digests."""
     parts = len(primary)
 
-    def one(i, made):
-        made = [t for _, t in made]
+    def one(i, items):
         rec = Fold(parts, wanted)
+        on_target: dict = {}
+        made_by: dict = {}
+        for _, item in items:
+            if item[0] == "on":
+                on_target.setdefault(item[1].target, []).append((item[1], item[2]))
+            elif item[0] == "made":
+                made_by.setdefault(item[1].by, []).append(item[1])
+            else:
+                rec.faults.append(item[1])
         records = list(iter_segment(directory, *primary[i]))
-        # A segment holds every tombstone on its posts (they are partitioned by target).
-        tombs = parse_tombstones((r for r in records if r[0] == "t"), rec)
+        parse_tombstones((r for r in records if r[0] == "t"), rec)  # counts them, and the damaged ones are faults
         posts = ((r[1], r[2]) for r in records if r[0] == "p")
-        fold_posts(rec, posts, by_key(tombs, "target"), by_key(made, "by"), check_signatures, skip)
+        fold_posts(rec, posts, on_target, made_by, check_signatures, skip)
         liv = Fold(parts, wanted)
         liv.add_entries(iter_segment(directory, *live[i]))
         return [(rec, liv)]
@@ -286,13 +317,15 @@ def _recompute_segment(directory: str, primary: list, live: list, check_signatur
 def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset()) -> tuple[Fold, Fold]:
     """``(recomputed, live)`` folds: every partition digests its own entries; only folds are collected.
 
-    Two shuffles, both small: tombstones to the partition of the delete that
-    made them, and each partition's best candidate per latest group.
+    Shuffles carry tombstones only (to the partition of the delete that made
+    them, to be cross-checked with it, then to their target's) and each
+    partition's best candidate per latest group; never a view entry.
     """
     primary, live = _files(manifest, "primary"), _files(manifest, "live")
     parts = len(primary)
-    made = _tombstones_by_maker(sc, directory, primary, parts).partitionBy(parts, lambda i: i)
-    folds = made.mapPartitionsWithIndex(_recompute_segment(directory, primary, live, check_signatures, wanted, skip)).cache()
+    by_maker = _tombstones_by_maker(sc, directory, primary, parts).partitionBy(parts, lambda i: i)
+    routed = by_maker.mapPartitionsWithIndex(_checked_tombstones(directory, primary)).partitionBy(parts, lambda i: i)
+    folds = routed.mapPartitionsWithIndex(_recompute_segment(directory, primary, live, check_signatures, wanted, skip)).cache()
 
     def latest(items):
         fold = Fold(parts, wanted)
