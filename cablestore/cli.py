@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -160,11 +161,18 @@ def _terminate_as_interrupt():
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    # py4j logs an interrupted call through the root logger, which would print a traceback.
+    root = logging.getLogger()
+    quiet = logging.NullHandler() if not root.handlers else None
+    if quiet:
+        root.addHandler(quiet)
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if quiet:
+            root.removeHandler(quiet)
 
 
 def format_report(report, args) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import zlib
+
 import blake3
 
 from cablestore import reverse, views
@@ -52,16 +54,18 @@ def is_primary(key: bytes) -> bool:
     return key.startswith(PRIMARY_PREFIXES)
 
 
+_VIEW_BY_PREFIX = {prefix: name for name, prefix in VIEW_PREFIXES.items()}
+assert all(p.count(b"!") == 2 and p.startswith(b"!") for p in _VIEW_BY_PREFIX)  # view_of relies on it
+
+
 def view_of(key: bytes) -> str:
-    for name, prefix in VIEW_PREFIXES.items():
-        if key.startswith(prefix):
-            return name
-    return "unknown"
+    """The view a derived key belongs to (``"unknown"`` for a key under no view's prefix)."""
+    return _VIEW_BY_PREFIX.get(key[: key.find(b"!", 1) + 1], "unknown")
 
 
 def bucket(key: bytes, partitions: int) -> int:
-    """Which digest bucket a derived key falls in (stable across engines)."""
-    return int.from_bytes(blake3.blake3(key).digest(4), "big") % partitions
+    """Which digest bucket a derived key falls in (stable across engines; a spread, not a security hash)."""
+    return zlib.crc32(key) % partitions
 
 
 def partition_of(h: bytes, partitions: int) -> int:
@@ -137,12 +141,26 @@ def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]
     return views.BY_NAME[view_name].latest(group, Indexed.of(blob, decode_post(blob), h))
 
 
-def bucket_digest(entries) -> str:
-    """blake3 over a bucket's entries in key order (length-prefixed, unambiguous)."""
-    hasher = blake3.blake3()
-    for key, value in sorted(entries):
-        hasher.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
-    return hasher.hexdigest()
+DIGEST_MASK = (1 << 256) - 1
+
+
+def entry_digest(key: bytes, value: bytes) -> int:
+    """One entry's contribution to its bucket digest: blake3 of ``len(key):key value`` (unambiguous), as an integer."""
+    return int.from_bytes(blake3.blake3(b"%d:%b%b" % (len(key), key, value)).digest(), "big")
+
+
+def bucket_digest(entries) -> int:
+    """A bucket's digest: the sum mod 2**256 of its entries' digests.
+
+    Order-independent, so each engine adds entries up where it computes
+    them (map-side, per partition) and adds partial sums; no entry is ever
+    sorted or shuffled to digest its bucket.  Both engines use this one
+    definition.
+    """
+    total = 0
+    for key, value in entries:
+        total += entry_digest(key, value)
+    return total & DIGEST_MASK
 
 
 def unpack_tombstone(target: bytes, by: bytes, value: bytes):

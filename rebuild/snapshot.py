@@ -27,7 +27,7 @@ import msgpack
 from cablestore.errors import RebuildError
 from cablestore.txn import DELETED, POSTS
 
-from .recompute import bucket, is_primary, partition_of
+from .recompute import PRIMARY_PREFIXES, bucket, partition_of
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -46,16 +46,29 @@ class StoreSource:
         self._snap = db.snapshot()
 
     def primary(self):
+        for h, blob in self.posts():
+            yield ("p", h, blob)
+        yield from self.tombstones()
+
+    def posts(self):
+        """``(hash, blob)`` of every stored post."""
+        n = len(POSTS)
         for key, value in self._snap.iterator(prefix=POSTS, verify_checksums=True):
-            yield ("p", key[len(POSTS) :], value)
+            yield key[n:], value
+
+    def tombstones(self):
+        """``("t", target, by, value)`` of every tombstone."""
         for key, value in self._snap.iterator(prefix=DELETED, verify_checksums=True):
             rest = key[len(DELETED) :]
             yield ("t", rest[:32], rest[32:], value)
 
     def live(self):
-        for key, value in self._snap.iterator(verify_checksums=True):  # damaged tables fail loudly
-            if not is_primary(key):
-                yield key, value
+        """Every derived entry: the key ranges between the primary prefixes (posts are not read)."""
+        start = None
+        for prefix in sorted(PRIMARY_PREFIXES):
+            yield from self._snap.iterator(start=start, stop=prefix, verify_checksums=True)  # damaged tables fail loudly
+            start = prefix[:-1] + bytes([prefix[-1] + 1])
+        yield from self._snap.iterator(start=start, verify_checksums=True)
 
     def close(self):
         self._snap.close()
@@ -133,6 +146,16 @@ class SnapshotSource:
     def primary(self):
         for rec in self._records("primary"):
             yield tuple(rec)
+
+    def posts(self):
+        for rec in self._records("primary"):
+            if rec[0] == "p":
+                yield rec[1], rec[2]
+
+    def tombstones(self):
+        for rec in self._records("primary"):
+            if rec[0] == "t":
+                yield tuple(rec)
 
     def live(self):
         for key, value in self._records("live"):

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 from cablestore.errors import CableError, RebuildError, SparkMasterUnreachableError, SparkUnavailableError
 
-CONNECT_TIMEOUT = 25.0  # seconds for a master to accept the application (Spark itself waits 60)
+CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark itself gives up after 60 with a stopped context
 _log = {"path": None, "keep": False}
 
 
@@ -227,6 +227,8 @@ def job_errors():
     except CableError:
         raise
     except Exception as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None  # an interrupted call's clean-up failed: still an interrupt
         line = _first_line(exc)
         if "pyspark.daemon" in line or "No module named 'cablestore'" in line:
             line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON)"
@@ -240,114 +242,131 @@ def _python_exec() -> str:
     return getattr(sc, "pythonExec", None) or "python3"
 
 
-from .recompute import (
-    Fault,
-    bucket,
-    bucket_digest,
-    classify,
-    newer,
-    recompute_post,
-    render,
-    tombstone_status,
-    unpack_tombstone,
-    view_of,
-)
+from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
+from .local import known_faults, result_of
+from .recompute import newer, partition_of
 from .result import EngineResult
 from .snapshot import iter_segment, load_manifest
 
 
-def _segments(sc, directory: str, manifest: dict, kind: str):
-    files = [(n, info["blake3"]) for n, info in sorted(manifest["files"].items()) if n.startswith(kind)]
-    return sc.parallelize(files, max(1, len(files))).flatMap(lambda f: iter_segment(directory, f[0], f[1]))
+def _files(manifest: dict, kind: str) -> list:
+    """``(name, blake3)`` of the segments of one kind, in partition order."""
+    return [(n, info["blake3"]) for n, info in sorted(manifest["files"].items()) if n.startswith(kind)]
 
 
-def _classified(prim, check_signatures: bool, parts: int):
-    posts = prim.filter(lambda r: r[0] == "p").map(lambda r: (r[1], r[2]))
-    parsed = prim.filter(lambda r: r[0] == "t").map(lambda r: unpack_tombstone(r[1], r[2], r[3]))
-    bad_tombs = parsed.filter(lambda t: isinstance(t, Fault))
-    # Cross-check each tombstone with the post/delete it names as its maker.
-    checked = (
-        parsed.filter(lambda t: not isinstance(t, Fault))
-        .map(lambda t: (t.by, t))
-        .leftOuterJoin(posts, parts)
-        .map(lambda kv: (kv[1][0], tombstone_status(kv[1][0], kv[1][1])))
-        .cache()
-    )
-    bad_tombs = bad_tombs.union(checked.filter(lambda ts: isinstance(ts[1], Fault)).map(lambda ts: ts[1]))
-    sound = checked.filter(lambda ts: not isinstance(ts[1], Fault))
-    on_target = sound.map(lambda ts: (ts[0].target, ts)).groupByKey(parts).mapValues(list)
-    made_by = sound.map(lambda ts: (ts[0].by, ts[0])).groupByKey(parts).mapValues(list)
+def _tombstones_by_maker(sc, directory: str, files: list, parts: int):
+    """Sound tombstones keyed by the partition of the delete that made them (the only shuffle of records)."""
 
-    def one(kv):
-        h, ((blob, on_t), made) = kv
-        faults, post = classify(h, blob, on_t or (), check_signatures)
-        return h, (recompute_post(h, blob, post, made or []) if post is not None else None), faults
+    def read(f):
+        tombs = parse_tombstones(r for r in iter_segment(directory, f[0], f[1]) if r[0] == "t")
+        return [(partition_of(t.by, parts), t) for t in tombs]
 
-    return posts.leftOuterJoin(on_target, parts).leftOuterJoin(made_by, parts).map(one), bad_tombs
+    return sc.parallelize(files, len(files)).flatMap(read)
+
+
+def _checked_tombstones(directory: str, primary: list):
+    """In the partition of their deletes: cross-check tombstones, and route them to where they are needed.
+
+    Yields ``(partition, item)``: ``("on", tombstone, status)`` to the target's
+    partition, ``("made", tombstone)`` to the delete's, ``("fault", fault)`` anywhere.
+    """
+    parts = len(primary)
+
+    def one(i, items):
+        tombs = [t for _, t in items]
+        if not tombs:
+            return []
+        makers = {t.by for t in tombs}
+        by_blobs = {r[1]: r[2] for r in iter_segment(directory, *primary[i]) if r[0] == "p" and r[1] in makers}
+        sink = Fold(parts)
+        on_target, made_by = check_tombstones(tombs, by_blobs, sink)
+        out = [(i, ("fault", f)) for f in sink.faults]
+        out += [(partition_of(target, parts), ("on", t, status)) for target, pairs in on_target.items() for t, status in pairs]
+        out += [(i, ("made", t)) for made in made_by.values() for t in made]
+        return out
+
+    return one
+
+
+def _recompute_segment(directory: str, primary: list, live: list, check_signatures: bool, wanted, skip):
+    """Partition ``i``'s work: its primary segment recomputed and its live segment, each folded to digests."""
+    parts = len(primary)
+
+    def one(i, items):
+        rec = Fold(parts, wanted)
+        on_target: dict = {}
+        made_by: dict = {}
+        for _, item in items:
+            if item[0] == "on":
+                on_target.setdefault(item[1].target, []).append((item[1], item[2]))
+            elif item[0] == "made":
+                made_by.setdefault(item[1].by, []).append(item[1])
+            else:
+                rec.faults.append(item[1])
+        records = list(iter_segment(directory, *primary[i]))
+        parse_tombstones((r for r in records if r[0] == "t"), rec)  # counts them, and the damaged ones are faults
+        posts = ((r[1], r[2]) for r in records if r[0] == "p")
+        fold_posts(rec, posts, on_target, made_by, check_signatures, skip)
+        liv = Fold(parts, wanted)
+        liv.add_entries(iter_segment(directory, *live[i]))
+        return [(rec, liv)]
+
+    return one
+
+
+def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset()) -> tuple[Fold, Fold]:
+    """``(recomputed, live)`` folds: every partition digests its own entries; only folds are collected.
+
+    Shuffles carry tombstones only (to the partition of the delete that made
+    them, to be cross-checked with it, then to their target's) and each
+    partition's best candidate per latest group; never a view entry.
+    """
+    primary, live = _files(manifest, "primary"), _files(manifest, "live")
+    parts = len(primary)
+    by_maker = _tombstones_by_maker(sc, directory, primary, parts).partitionBy(parts, lambda i: i)
+    routed = by_maker.mapPartitionsWithIndex(_checked_tombstones(directory, primary)).partitionBy(parts, lambda i: i)
+    folds = routed.mapPartitionsWithIndex(_recompute_segment(directory, primary, live, check_signatures, wanted, skip)).cache()
+
+    def latest(items):
+        fold = Fold(parts, wanted)
+        fold.add_latest(dict(items))
+        return [(fold, Fold(parts, wanted))]
+
+    def without_best(pair):
+        pair[0].best = {}
+        return pair
+
+    winners = folds.flatMap(lambda pair: pair[0].best.items()).reduceByKey(newer, parts).mapPartitions(latest)
+    try:
+        collected = folds.map(without_best).union(winners).collect()
+    except KeyboardInterrupt:
+        raise  # the JVM connection was cut mid-call: no further call on it
+    except BaseException:
+        folds.unpersist()
+        raise
+    folds.unpersist()
+    rec, liv = Fold(parts, wanted), Fold(parts, wanted)
+    for r, l in collected:
+        rec.merge(r)
+        liv.merge(l)
+    return rec, liv
 
 
 def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None) -> EngineResult:
+    """Verify a snapshot directory on Spark; the entries of differing buckets are collected before returning."""
     directory = os.path.abspath(str(snapshot_dir))
     manifest = load_manifest(directory)
     parts = manifest["partitions"]
     spark = spark or session(master, log=log)
     sc = spark.sparkContext
-    prim = _segments(sc, directory, manifest, "primary").cache()
-    classified, bad_tombs = _classified(prim, check_signatures, parts)
-    classified = classified.cache()
-    sound = classified.filter(lambda r: r[1] is not None)
-    per_post = sound.flatMap(lambda r: r[1][0])
-    latest = (
-        sound.flatMap(lambda r: r[1][1])
-        .reduceByKey(newer, parts)
-        .flatMap(lambda kv: render(kv[0][0], kv[0][1], kv[1]))
-    )
-
-    def keyed(kv):
-        return (view_of(kv[0]), bucket(kv[0], parts)), (kv[0], kv[1])
-
-    recomputed = per_post.union(latest).map(keyed).cache()
-    live = _segments(sc, directory, manifest, "live").map(keyed).cache()
-    try:
-      with job_errors():
-        kinds = prim.map(lambda r: r[0]).countByValue()
-        result = EngineResult(
-            engine="spark",
-            partitions=parts,
-            posts=kinds.get("p", 0),
-            tombstones=kinds.get("t", 0),
-            faults=classified.flatMap(lambda r: r[2]).collect() + bad_tombs.collect(),
-            recomputed_digests=(rec_digests := _digests(recomputed, parts)),
-            live_digests=(live_digests := _digests(live, parts)),
-            recomputed_counts=_counts(rec_digests),
-            live_counts=_counts(live_digests),
-            fetch=None,
-        )
-        # Collect the differing buckets now: the snapshot may be a temporary
-        # directory that is gone once this returns.
-        differing = result.differing_buckets()
-        rec, liv = _collect(recomputed, differing), _collect(live, differing)
-        result.fetch = lambda wanted: (rec, liv)
-        return result
-    finally:
-        for rdd in (prim, classified, recomputed, live):
-            rdd.unpersist()
-
-
-def _digests(rdd, parts: int) -> dict:
-    """(view, bucket) -> (digest, entries), in one pass."""
-    return rdd.groupByKey(parts).mapValues(lambda es: (bucket_digest(es), len(es))).collectAsMap()
-
-
-def _counts(digests: dict) -> dict:
-    counts = {}
-    for (view_name, _), (_, n) in digests.items():
-        counts[view_name] = counts.get(view_name, 0) + n
-    return counts
-
-
-def _collect(rdd, wanted) -> dict:
-    if not wanted:
-        return {}
-    wanted = set(wanted)
-    return dict(rdd.filter(lambda x: x[0] in wanted).map(lambda x: x[1]).collect())
+    with job_errors():
+        rec, live = one_pass(sc, directory, manifest, check_signatures)
+        result = result_of("spark", parts, rec, live)
+        differing = frozenset(result.differing_buckets())
+        found = ({}, {})
+        if differing:
+            # The snapshot may be a temporary directory, gone once this returns.
+            rec2, live2 = one_pass(sc, directory, manifest, False, differing, known_faults(rec.faults))
+            found = (rec2.entries, live2.entries)
+    result.fetch = lambda wanted: found
+    return result

@@ -118,11 +118,12 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
             source.close()
     from . import spark
 
+    session = spark.session(master, log=spark_log)  # an unreachable master fails before a long export
     if snapshot:
-        return spark.run(snapshot, check_signatures, master=master, progress=progress, log=spark_log)
+        return spark.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
         export(db, tmp, partitions)
-        return spark.run(tmp, check_signatures, master=master, progress=progress, log=spark_log)
+        return spark.run(tmp, check_signatures, spark=session, progress=progress)
 
 
 def verify(

@@ -8,9 +8,12 @@ passes only if the executors use the driver's interpreter.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,160 @@ def test_executor_python_defaults(monkeypatch):
     assert executor_python("spark://10.0.0.1:7077") == "python3"  # a cluster's nodes have their own paths
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
     assert executor_python("local[2]") == "/opt/py/bin/python"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_clean_line(stderr: str) -> str:
+    """The CLI's error contract: one line, no Python traceback, no Java stack."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr and "\tat " not in stderr and "at org.apache" not in stderr
+    return lines[0]
+
+
+def test_unreachable_master_fails_fast_in_one_line(tmp_path, small_store):
+    env = bare_env(tmp_path)
+    start = time.monotonic()
+    done = cablestore(["rebuild", str(small_store), "--master", f"spark://127.0.0.1:{free_port()}"], env, timeout=60)
+    assert time.monotonic() - start < 30
+    assert done.returncode == 2
+    line = one_clean_line(done.stderr)
+    assert "SparkMasterUnreachableError" in line and "cannot reach Spark master spark://127.0.0.1:" in line
+    assert done.stdout == ""
+    assert os.listdir(tmp_path / "tmp") == []  # nothing exported, nothing left
+
+
+def test_a_master_that_never_answers_times_out_and_leaves_no_jvm(tmp_path):
+    """Something listens on the port but never speaks Spark: the JVM is killed after the timeout."""
+    env = bare_env(tmp_path)
+    app = f"cablestore-test-{uuid.uuid4().hex}"
+    code = (
+        "import sys\n"
+        "from cablestore.errors import CableError\n"
+        "from cablestore.rebuild.spark import session\n"
+        "try:\n"
+        f"    session(sys.argv[1], app={app!r}, connect_timeout=6)\n"
+        "except CableError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+        "    sys.exit(3)\n"
+    )
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        master = f"spark://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", code, master], env=env, capture_output=True, text=True, timeout=120)
+        elapsed = time.monotonic() - start
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.startswith(f"SparkMasterUnreachableError Spark master {master} did not accept the application within 6 s")
+    assert "Spark's log: " in done.stdout
+    log = done.stdout.rsplit("Spark's log: ", 1)[1].rstrip().rstrip(")")
+    assert os.path.getsize(log) > 0  # the JVM's own lines went there, not to the terminal
+    assert done.stderr == ""
+    assert elapsed < 90
+    assert not wait_for(lambda: processes_matching(app), until=False, seconds=20)  # the JVM is gone
+
+
+def test_master_with_the_local_engine_is_refused(small_store, capsys):
+    from cablestore.cli import main
+
+    assert main(["check", str(small_store), "--master", "spark://127.0.0.1:7077"]) == 2
+    err = capsys.readouterr().err
+    assert one_clean_line(err).startswith("cablestore check: RebuildError: a Spark master needs the Spark engine")
+
+
+def test_a_failed_job_says_why_in_one_line_and_keeps_its_log(tmp_path, small_store):
+    env = bare_env(tmp_path)
+    snap = tmp_path / "snap"
+    assert cablestore(["export", str(small_store), str(snap), "--partitions", "2", "--quiet"], env).returncode == 0
+    segment = snap / "primary-0001.msgpack"
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    done = cablestore(["rebuild", "--snapshot", str(snap), "--quiet"], env)
+    assert done.returncode == 2
+    line = one_clean_line(done.stderr)
+    assert "RebuildError: primary-0001.msgpack: blake3 checksum does not match the manifest" in line
+    log = line.rsplit("Spark's log: ", 1)[1].rstrip(")")
+    assert Path(log).parent == tmp_path / "tmp" and Path(log).stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def medium_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("spark-signals") / "store"
+    with Store(path, now=lambda: NOW) as s:
+        s.ingest_many(generate(seed=6, posts=3000))
+    return path
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` (from /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def processes_matching(text: str) -> set[int]:
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and text in cmdline(int(p))}
+
+
+def wait_for(predicate, until=True, seconds=60.0, step=0.05):
+    """Poll ``predicate`` (bounded in time) until it is truthy (or falsy with ``until=False``); return its last value."""
+    deadline = time.monotonic() + seconds
+    value = predicate()
+    while bool(value) != until and time.monotonic() < deadline:
+        time.sleep(step)
+        value = predicate()
+    return value
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_spark_run_exits_130_and_removes_the_snapshot(tmp_path, medium_store, signum):
+    env = bare_env(tmp_path)
+    tmp = tmp_path / "tmp"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cablestore", "rebuild", str(medium_store), "--partitions", "4"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        snapshots = lambda: [p for p in os.listdir(tmp) if p.startswith("cablestore-snapshot-")]  # noqa: E731
+        workers = lambda: [p for p in children(proc.pid) if "pyspark.daemon" in cmdline(p)]  # noqa: E731
+        assert wait_for(lambda: snapshots() and workers() or proc.poll() is not None, seconds=180)
+        assert proc.poll() is None, proc.communicate()  # the job is running: executors' Python workers exist
+        spawned = children(proc.pid)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert one_clean_line(err) == "cablestore rebuild: interrupted"
+    assert out == ""
+    assert snapshots() == []
+    assert not wait_for(lambda: [p for p in spawned if os.path.exists(f"/proc/{p}") and cmdline(p)], until=False, seconds=30)

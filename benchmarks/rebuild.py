@@ -1,0 +1,111 @@
+"""Rebuild verify timings only: the in-process engine against Spark local[1] / local[2], on one store.
+
+    python -m benchmarks.rebuild --posts 100000,1000000 --out bench-rebuild
+
+For each size: a store built by trusted ingest (reused if present), then
+``check(store)`` timed in-process, and on Spark for each master both the
+whole verify (export + job) and the job alone on a snapshot exported once.
+JVM start-up is not counted (the session is started first).  Results go to
+``OUT/rebuild.json`` and a markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+NOW = 1_900_000_000_000
+
+
+def build_store(out: Path, n: int, seed: int) -> Path:
+    from cablestore import Store
+    from cablestore.workload import Workload, iter_posts, write_posts
+
+    posts = out / f"posts-{n}-seed{seed}.bin"
+    if not posts.exists():
+        write_posts(posts, Workload(seed, n))
+    store = out / f"store-{n}"
+    if not (store / "CURRENT").exists():
+        shutil.rmtree(store, ignore_errors=True)
+        with Store(store, verify_signatures=False, now=lambda: NOW) as s:
+            for chunk in iter_posts(posts, 1000):
+                s.ingest_many(chunk)
+    return store
+
+
+def timed(fn):
+    start, cpu = time.perf_counter(), time.process_time()
+    value = fn()
+    return value, time.perf_counter() - start, time.process_time() - cpu
+
+
+def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int) -> dict:
+    from cablestore import Store
+    from cablestore.rebuild import check, export
+    from cablestore.rebuild import spark as engine
+
+    store = build_store(out, n, seed)
+    result: dict = {"posts": n, "partitions": partitions}
+    with Store(store, create=False, now=lambda: NOW) as s:
+        report, wall, cpu = timed(lambda: check(s, engine="local", partitions=partitions))
+        assert report.consistent, report.to_dict()
+        result["local"] = {"seconds": wall, "cpu_seconds": cpu, "posts": report.posts}
+        snap = out / f"snap-{n}"
+        shutil.rmtree(snap, ignore_errors=True)
+        _, result["export_seconds"], _ = timed(lambda: export(s.db, snap, partitions))
+        for master in masters:
+            spark = engine.session(master)
+            try:
+                spark.sparkContext.parallelize([0], 1).count()  # executors' Python started before timing
+                report, wall, _ = timed(lambda: check(s, engine="spark", partitions=partitions))
+                assert report.consistent, report.to_dict()
+                _, job, _ = timed(lambda: engine.run(snap, spark=spark))
+                result[master] = {"seconds": wall, "job_seconds": job}
+            finally:
+                spark.stop()
+        shutil.rmtree(snap, ignore_errors=True)
+    if "local[1]" in result and "local[2]" in result:
+        result["speedup_2_over_1"] = result["local[1]"]["seconds"] / result["local[2]"]["seconds"]
+        result["job_speedup_2_over_1"] = result["local[1]"]["job_seconds"] / result["local[2]"]["job_seconds"]
+    return result
+
+
+def markdown(results: list[dict], command: str) -> str:
+    lines = ["| posts | in-process | export | Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) |", "|---|---|---|---|---|---|"]
+    for r in results:
+        sp = lambda m: f"{r[m]['seconds']:.1f} s ({r[m]['job_seconds']:.1f} s)" if m in r else "-"  # noqa: E731
+        ratio = f"{r['speedup_2_over_1']:.2f}x ({r['job_speedup_2_over_1']:.2f}x)" if "speedup_2_over_1" in r else "-"
+        lines.append(f"| {r['posts']:,} | {r['local']['seconds']:.1f} s | {r['export_seconds']:.1f} s | {sp('local[1]')} | {sp('local[2]')} | {ratio} |")
+    lines += ["", f"Command: `{command}`", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.rebuild", description=__doc__.splitlines()[0])
+    parser.add_argument("--posts", default="100000", help="comma-separated store sizes (default: 100000)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--masters", default="local[1],local[2]", help="Spark masters to time (default: local[1],local[2]; '' for none)")
+    parser.add_argument("--out", default="bench-rebuild", help="directory for posts, stores and results")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    masters = [m for m in args.masters.split(",") if m]
+    command = "python -m benchmarks.rebuild " + " ".join(argv if argv is not None else sys.argv[1:])
+    results = []
+    for n in (int(s) for s in args.posts.split(",")):
+        print(f"rebuild benchmark: {n:,} posts...", file=sys.stderr)
+        results.append(run_size(out, n, args.seed, masters, args.partitions))
+        (out / "rebuild.json").write_text(json.dumps({"command": command, "results": results}, indent=2))
+    print(markdown(results, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The recomputation folded into bucket digests as it goes: what both engines run per partition.
+
+A :class:`Fold` takes posts (with the tombstones on them and the tombstones
+they made) or derived entries, and keeps only small things: per (view,
+bucket) the sum of entry digests and a count, the faults, the best candidate
+of every "latest" group, and, when asked for a set of buckets, the entries in
+those buckets.  Folds of different partitions add up (:meth:`Fold.merge`), so
+the Spark engine digests map-side and shuffles no entry, and the in-process
+engine streams a store without holding its entries.
+"""
+
+from __future__ import annotations
+
+from .recompute import (
+    DIGEST_MASK,
+    Fault,
+    bucket,
+    classify,
+    entry_digest,
+    newer,
+    recompute_post,
+    render,
+    tombstone_status,
+    unpack_tombstone,
+    view_of,
+)
+
+
+class Fold:
+    """Digests, counts, faults and latest-group candidates of part of the data."""
+
+    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones")
+
+    def __init__(self, parts: int, wanted: frozenset | None = None):
+        self.parts = parts
+        self.wanted = wanted  # (view, bucket) pairs whose entries to keep, or None
+        self.digests: dict = {}  # (view, bucket) -> [sum mod 2**256, count]
+        self.entries: dict = {}  # key -> value, for wanted buckets only
+        self.faults: list = []
+        self.best: dict = {}  # (view name, group) -> candidate
+        self.posts = 0
+        self.tombstones = 0
+
+    def add_entries(self, pairs) -> None:
+        digests, wanted, parts = self.digests, self.wanted, self.parts
+        for key, value in pairs:
+            b = (view_of(key), bucket(key, parts))
+            d = digests.get(b)
+            if d is None:
+                digests[b] = [entry_digest(key, value), 1]
+            else:
+                d[0] = (d[0] + entry_digest(key, value)) & DIGEST_MASK
+                d[1] += 1
+            if wanted is not None and b in wanted:
+                self.entries[key] = value
+
+    def add_post(self, h: bytes, blob: bytes, on_target, made, check_signatures: bool) -> None:
+        """Classify one stored post; fold its entries in, or record its fault."""
+        self.posts += 1
+        faults, post = classify(h, blob, on_target, check_signatures)
+        self.faults.extend(faults)
+        if post is None:
+            return
+        entries, candidates = recompute_post(h, blob, post, made)
+        self.add_entries(entries)
+        best = self.best
+        for group, cand in candidates:
+            old = best.get(group)
+            best[group] = cand if old is None else newer(old, cand)
+
+    def add_latest(self, best: dict) -> None:
+        """Fold in the entries of every group's winning post."""
+        for (view_name, group), cand in best.items():
+            self.add_entries(render(view_name, group, cand))
+
+    def merge(self, other: "Fold") -> "Fold":
+        for b, (s, n) in other.digests.items():
+            d = self.digests.get(b)
+            if d is None:
+                self.digests[b] = [s, n]
+            else:
+                d[0] = (d[0] + s) & DIGEST_MASK
+                d[1] += n
+        self.entries.update(other.entries)
+        self.faults.extend(other.faults)
+        for group, cand in other.best.items():
+            old = self.best.get(group)
+            self.best[group] = cand if old is None else newer(old, cand)
+        self.posts += other.posts
+        self.tombstones += other.tombstones
+        return self
+
+    def counts(self) -> dict:
+        """Entries per view."""
+        out: dict = {}
+        for (view_name, _), (_, n) in self.digests.items():
+            out[view_name] = out.get(view_name, 0) + n
+        return out
+
+    def hex_digests(self) -> dict:
+        return {b: f"{s:064x}:{n}" for b, (s, n) in self.digests.items()}
+
+
+def parse_tombstones(records, fold: Fold | None = None):
+    """Tombstones from ``("t", target, by, value)`` records; damaged ones become faults in ``fold``."""
+    out = []
+    for rec in records:
+        tomb = unpack_tombstone(rec[1], rec[2], rec[3])
+        if isinstance(tomb, Fault):
+            if fold is not None:
+                fold.faults.append(tomb)
+        else:
+            out.append(tomb)
+        if fold is not None:
+            fold.tombstones += 1
+    return out
+
+
+def check_tombstones(tombs, by_blobs: dict, fold: Fold | None = None) -> tuple[dict, dict]:
+    """Cross-check tombstones with their stored post/deletes (``by_blobs``: hash -> blob).
+
+    Returns ``(on_target, made_by)``: target -> [(tombstone, status)] and
+    delete hash -> [tombstone]; a contradicted tombstone becomes a fault in ``fold``.
+    """
+    on_target: dict = {}
+    made_by: dict = {}
+    for t in tombs:
+        status = tombstone_status(t, by_blobs.get(t.by))
+        if isinstance(status, Fault):
+            if fold is not None:
+                fold.faults.append(status)
+            continue
+        on_target.setdefault(t.target, []).append((t, status))
+        made_by.setdefault(t.by, []).append(t)
+    return on_target, made_by
+
+
+def by_key(tombs, attr: str) -> dict:
+    out: dict = {}
+    for t in tombs:
+        out.setdefault(getattr(t, attr), []).append(t)
+    return out
+
+
+def fold_posts(fold: Fold, posts, on_target: dict, made_by: dict, check_signatures: bool, skip=frozenset(), progress=None) -> Fold:
+    """Fold ``(hash, blob)`` posts in; hashes in ``skip`` (known faults) are left out."""
+    for h, blob in posts:
+        if progress is not None:
+            progress.advance()
+        if h in skip:
+            fold.posts += 1
+            continue
+        fold.add_post(h, blob, on_target.get(h, ()), made_by.get(h, ()), check_signatures)
+    return fold
