@@ -39,7 +39,7 @@ from .errors import (
     UnknownRequestError,
     UnsolicitedPostError,
 )
-from .keys import canonical_channel
+from .keys import canonical_channel, channel_key, next_prefix
 from .messages import (
     DEFAULT_LIMITS,
     DEPLOYED,
@@ -64,6 +64,36 @@ HASHES_PER_RESPONSE = 4096
 POST_RESPONSE_BYTES = 256 << 10
 HASHES_PER_POST_REQUEST = 1024
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
+
+
+def channel_state_answer(store, channel: str) -> list[bytes]:
+    """The hashes answering a channel state request.
+
+    ``Store.channel_state`` (latest topic, latest join/leave and post/info of
+    each member), plus, for each member or ex-member whose membership is
+    decided by a post/topic (a topic counts as joining, spec 5.4.3) that is
+    not the channel's latest, that topic: without it a peer syncing from
+    here could not tell they are a member.
+    """
+    from cablestore.views import channel as channel_view
+
+    hashes = store.channel_state(channel)
+    ch = channel_key(channel)
+    members = channel_view.PREFIX + ch + b"m"
+    candidates = channel_view.PREFIX + ch + b"a"
+    extra = []
+    with store.db.snapshot() as snap, snap.iterator() as it:
+        people = [k[len(members) :] for k in snap.iterator(prefix=members, include_value=False)]
+        for pk in people:
+            it.seek(next_prefix(candidates + pk))
+            try:
+                key, value = it.prev()
+            except StopIteration:
+                continue
+            if key.startswith(candidates + pk) and value == bytes([TOPIC]):
+                extra.append(key[-32:])
+    known = set(hashes)
+    return hashes + [h for h in dict.fromkeys(extra) if h not in known]
 
 
 # --- events a connection reports -------------------------------------------------
@@ -267,7 +297,7 @@ class Node:
         relevant = bool(change.removed) or any(p.post_type in STATE_TYPES for _, p in change.added)
         if not relevant:
             return []
-        now = self.store.channel_state(entry.channel)
+        now = channel_state_answer(self.store, entry.channel)
         fresh = [h for h in now if h not in entry.state]
         entry.state = set(now)
         return fresh
@@ -522,7 +552,7 @@ class Connection:
         elif isinstance(m, ChannelStateRequest):
             entry.channel = m.channel
             entry.live = m.future == 1
-            hashes = store.channel_state(m.channel)
+            hashes = channel_state_answer(store, m.channel)
             entry.state = set(hashes)
             self._push(entry, hashes)
 
