@@ -15,7 +15,13 @@ def _cmd_serve(args) -> int:
         if not args.quiet:
             print(f"listening on {host}:{port}", flush=True)
 
-    with Store(args.store) as store:
+    from pathlib import Path
+
+    from .errors import StoreError
+
+    if not Path(args.store).is_dir():  # LevelDB would leave an empty directory behind
+        raise StoreError(f"{args.store} does not exist")
+    with Store(args.store, create=False) as store:
         summary = asyncio.run(run_server(store, args.listen, ready=ready))
     if args.json:
         print(json.dumps(summary, sort_keys=True))
@@ -45,7 +51,7 @@ def _cmd_sync(args) -> int:
 def register(sub) -> None:
     """Add ``serve`` and ``sync`` to the ``cablestore`` subcommands."""
     p = sub.add_parser("serve", help="answer Cable peers over TCP from a store (Ctrl-C stops)")
-    p.add_argument("store", help="the store directory (created if missing)")
+    p.add_argument("store", help="the store directory (must exist)")
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
     p.add_argument("--quiet", action="store_true", help="do not print the listening address")
     p.add_argument("--json", action="store_true", help="print a JSON summary on exit")

@@ -299,3 +299,49 @@ def test_two_and_three_peers_converge_on_a_workload_with_deletes(stores):
     assert answers(empty) == expected
     deleted = [h for h in (post_hash(b) for b in bufs) if full.is_deleted(h)]
     assert deleted and not any(h in part or h in empty for h in deleted)
+
+
+def test_draft8_framing_end_to_end(chat, stores):
+    s, hashes, *_ = chat
+    empty = stores("empty8")
+    a, b = link(Node(s, framing=M.DRAFT8), Node(empty, framing=M.DRAFT8))
+    sync = Sync(b, "draft8-peer")
+    sync.poll(WALL)
+    (first,) = M.Decoder(M.DRAFT8).feed(b._out)
+    assert len(first.req_id) == 8
+    pump((a, b), polls=[sync])
+    assert sync.summary()["complete"] and answers(empty) == answers(s)
+
+
+def test_requests_re_sent_after_a_disconnect_are_discarded(chat, stores):
+    mine = stores("mine")
+    node = Node(mine)
+    first = node.connect("first")
+    first.request_state("general", now=WALL)
+    (sent,) = responses(first.data_to_send())
+    first.close()
+    second = node.connect("second")  # a cable-core peer re-sends the requests of peers that left
+    events = second.receive_data(M.encode(replace_ttl(sent, 0)), WALL)
+    assert [type(e.error) for e in events] == [DuplicateRequestError] and second.data_to_send() == b""
+
+
+def replace_ttl(m, ttl):
+    import dataclasses
+
+    return dataclasses.replace(m, ttl=ttl)
+
+
+def test_one_sync_per_channel_at_a_time(chat, stores):
+    s, *_ = chat
+    mine = stores("mine")
+    node = Node(mine)
+    a1, b1 = link(Node(s), node)
+    a2, b2 = link(Node(s), node)
+    one, two = Sync(b1, "one", channels=["general"]), Sync(b2, "two", channels=["general"])
+    one.poll(WALL)
+    two.poll(WALL)
+    assert b2.data_to_send() == b"" and node.syncing == {"general"}  # two waits for one
+    pump((a1, b1), polls=[one])
+    assert one.done and not node.syncing
+    pump((a2, b2), polls=[two])
+    assert two.done and two.summary()["posts_ingested"] == 0  # one already fetched everything

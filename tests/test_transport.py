@@ -145,3 +145,9 @@ def test_sync_command_errors_are_one_line_and_exit_2(tmp_path):
     out = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "s"), "--connect", "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "TransportError" in out.stderr
+
+
+def test_serve_refuses_a_missing_store_without_creating_it(tmp_path):
+    out = subprocess.run([PY, "-m", "cablestore", "serve", str(tmp_path / "nope"), "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert not (tmp_path / "nope").exists()
