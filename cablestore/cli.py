@@ -9,8 +9,11 @@ Exit status: 0 success (or consistent), 1 differences found or remaining,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 
 from . import __version__
 
@@ -91,21 +94,40 @@ def _cmd_rebuild(args) -> int:
     if args.store is None and args.snapshot is None:
         print("cablestore rebuild: give a STORE or --snapshot DIR", file=sys.stderr)
         return 2
-    report = rebuild(
-        args.store,
-        snapshot=args.snapshot,
-        repair=args.repair,
-        engine=args.engine,
-        master=args.master,
-        partitions=args.partitions,
-        check_signatures=not args.no_verify_signatures,
-        progress=Progress(quiet=args.quiet or args.json),
-    )
+    with _terminate_as_interrupt():
+        report = rebuild(
+            args.store,
+            snapshot=args.snapshot,
+            repair=args.repair,
+            engine=args.engine,
+            master=args.master,
+            partitions=args.partitions,
+            check_signatures=not args.no_verify_signatures,
+            progress=Progress(quiet=args.quiet or args.json),
+            spark_log=args.spark_log,
+        )
     if args.json:
         _print_json(report.to_dict())
     else:
         print(format_report(report, args))
     return 0 if report.consistent else 1
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM unwinds like Ctrl-C (temporary snapshot removed, exit 130), during a rebuild only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def format_report(report, args) -> str:
@@ -191,7 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
         mode.add_argument("--verify", action="store_true", help="report differences, change nothing (default)")
         mode.add_argument("--repair", action="store_true", help="make the views equal to the recomputation, then verify")
         p.add_argument("--engine", choices=("spark", "local"), default=engine, help=f"(default: {engine})")
-        p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's)")
+        p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's); Spark engine only")
+        p.add_argument(
+            "--spark-log",
+            default=None,
+            metavar="FILE",
+            help="keep Spark's own output (Java/log4j) in FILE (default: a temporary file, named only if the run fails)",
+        )
         p.add_argument("--snapshot", default=None, help="read an exported snapshot instead of exporting one")
         p.add_argument("--partitions", type=int, default=16, help="partitions / digest buckets (default: 16)")
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
@@ -217,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cablestore {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"cablestore {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

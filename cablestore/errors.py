@@ -126,3 +126,11 @@ class RequestTableFullError(PeerError):
 
 class TransportError(CableError):
     """A network connection failed (refused, reset, timed out)."""
+
+
+class SparkUnavailableError(RebuildError):
+    """Spark could not start or run the job (its own output is in the log file named)."""
+
+
+class SparkMasterUnreachableError(SparkUnavailableError):
+    """The ``--master`` given cannot be reached, or did not accept the application in time."""

@@ -24,14 +24,20 @@ def rebuild(
     partitions: int = 16,
     check_signatures: bool = True,
     progress=None,
+    spark_log: str | None = None,
 ) -> Report:
-    """Verify (or repair) the store at ``store_path``, or verify a snapshot directory."""
+    """Verify (or repair) the store at ``store_path``, or verify a snapshot directory.
+
+    ``master`` and ``spark_log`` (where Spark's own output goes) apply to the Spark engine only.
+    """
     from cablestore.errors import RebuildError
     from cablestore.store import Store
 
     if engine not in ("spark", "local"):
         raise RebuildError(f"unknown engine {engine!r} (spark or local)")
-    kw = dict(engine=engine, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress)
+    if engine == "local" and master is not None:
+        raise RebuildError("a Spark master needs the Spark engine (--master with --engine local)")
+    kw = dict(engine=engine, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress, spark_log=spark_log)
     if store_path is None:
         if snapshot is None or repair:
             raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")

@@ -94,7 +94,7 @@ def compare(result, seconds=None) -> Report:
     return report
 
 
-def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None):
+def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None):
     """Recompute with ``engine`` from a plyvel DB or a snapshot directory."""
     if engine == "local":
         if db is not None and progress is not None and progress.enabled:  # a bar needs a total; count only then
@@ -108,18 +108,27 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
     from . import spark
 
     if snapshot:
-        return spark.run(snapshot, check_signatures, master=master, progress=progress)
+        return spark.run(snapshot, check_signatures, master=master, progress=progress, log=spark_log)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
         export(db, tmp, partitions)
-        return spark.run(tmp, check_signatures, master=master, progress=progress)
+        return spark.run(tmp, check_signatures, master=master, progress=progress, log=spark_log)
 
 
-def verify(engine="local", *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None) -> Report:
+def verify(
+    engine="local", *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None
+) -> Report:
     start = time.perf_counter()
     if progress:
         progress.stage(f"recompute views ({engine} engine)")
     result = run_engine(
-        engine, db=db, snapshot=snapshot, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress
+        engine,
+        db=db,
+        snapshot=snapshot,
+        partitions=partitions,
+        check_signatures=check_signatures,
+        master=master,
+        progress=progress,
+        spark_log=spark_log,
     )
     recomputed_at = time.perf_counter()
     if progress:
@@ -138,7 +147,7 @@ def apply_repair(db, report: Report, sync: bool = True) -> dict:
     author) are removed from the hash store: they can never be indexed.
     Damaged tombstones are removed too.
     """
-    with db.write_batch(sync=sync) as wb:
+    with db.write_batch(sync=sync, transaction=True) as wb:  # an interrupt writes nothing
         for fault in report.faults:
             wb.delete(fault.key or POSTS + fault.hash)
         for key in report.extra:
