@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 
 def _cmd_serve(args) -> int:

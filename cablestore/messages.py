@@ -24,7 +24,7 @@ length against :attr:`Limits.max_message`, hash counts against
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from .codec import CHANNEL_CODEPOINTS, HASH_SIZE, _str, encode_varint, read_varint

@@ -25,6 +25,7 @@ TICK_S = 1.0
 
 
 def now_ms() -> int:
+    """Wall-clock milliseconds (the peer's notion of now)."""
     return time.time_ns() // 1_000_000
 
 
@@ -53,6 +54,7 @@ class Wire:
             self.loop.call_soon_threadsafe(self.flush)
 
     def flush(self) -> None:
+        """Write every connection's pending bytes to its socket."""
         for conn, writer in list(self.writers.items()):
             data = conn.data_to_send()
             if data and not writer.is_closing():
@@ -92,6 +94,7 @@ class Wire:
                 await writer.wait_closed()
 
     async def close(self) -> None:
+        """Stop ticking and close every socket."""
         self._ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
@@ -110,6 +113,7 @@ class PeerServer:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> "PeerServer":
+        """Listen; raises :class:`TransportError` if the address cannot be bound."""
         self.wire = Wire(self.node)
         try:
             self._server = await asyncio.start_server(self._accept, self.host, self.port)
@@ -139,6 +143,7 @@ class PeerServer:
         return conn
 
     async def close(self) -> None:
+        """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -149,6 +154,7 @@ class PeerServer:
 
 
 async def open_connection(host: str, port: int):
+    """``asyncio.open_connection`` with refusals as :class:`TransportError`."""
     try:
         return await asyncio.open_connection(host, port)
     except OSError as exc:
