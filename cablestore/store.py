@@ -32,6 +32,7 @@ from .errors import (
 )
 from .keys import as_hash, canonical_channel, channel_key, escape, unescape
 from .queries import Queries, channel_names
+from .reading import Reading
 from .records import Indexed, Tombstone
 from .txn import DELETED, POSTS, Txn
 
@@ -59,7 +60,7 @@ class IngestResult:
         return self.error is None
 
 
-class Store(Queries):
+class Store(Reading, Queries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
