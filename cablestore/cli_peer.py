@@ -57,7 +57,7 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("sync", help="pull what a Cable peer has and this store lacks (created if missing)")
-    p.add_argument("store")
+    p.add_argument("store", help="the store directory to fill (created if missing)")
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")
     p.add_argument("--channel", action="append", metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
     p.add_argument("--live", action="store_true", help="stay connected and keep receiving new posts (Ctrl-C stops)")
