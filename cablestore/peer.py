@@ -29,6 +29,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from .errors import (
@@ -58,6 +59,9 @@ from .messages import (
     encode,
 )
 
+if TYPE_CHECKING:
+    from .store import Store
+
 log = logging.getLogger("cablestore.peer")
 
 HASHES_PER_RESPONSE = 4096
@@ -66,7 +70,7 @@ HASHES_PER_POST_REQUEST = 1024
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
 
 
-def channel_state_answer(store, channel: str) -> list[bytes]:
+def channel_state_answer(store: "Store", channel: str) -> list[bytes]:
     """The hashes answering a channel state request.
 
     ``Store.channel_state`` (latest topic, latest join/leave and post/info of
@@ -135,10 +139,12 @@ class Job:
 
     @property
     def done(self) -> bool:
+        """The request concluded and none of its post requests is left."""
         return self.concluded and self.outstanding == 0
 
     @property
     def complete(self) -> bool:
+        """Done, and nothing timed out, was cancelled or refused."""
         return self.done and not self.failed
 
 
@@ -187,7 +193,7 @@ class Node:
 
     def __init__(
         self,
-        store,
+        store: "Store",
         *,
         framing: Framing = DEPLOYED,
         limits: Limits = DEFAULT_LIMITS,
@@ -195,8 +201,8 @@ class Node:
         max_per_connection: int = 1024,
         timeout: int = 30_000,
         seen: int = 16_384,
-        random=os.urandom,
-    ):
+        random: Callable[[int], bytes] = os.urandom,
+    ) -> None:
         self.store = store
         self.framing = framing
         self.limits = limits
@@ -231,6 +237,7 @@ class Node:
             conn.close()
 
     def new_req_id(self) -> bytes:
+        """A fresh random ``req_id``, remembered so an echo of it is discarded."""
         with self.lock:
             while True:
                 req_id = self.random(self.framing.req_id_size)
@@ -367,7 +374,7 @@ class Connection:
             if self in node.connections:
                 node.connections.remove(self)
 
-    def pending(self, tag=None) -> int:
+    def pending(self, tag: object = None) -> int:
         """Finite requests of ours still alive on this connection (with ``tag``, only that sync's)."""
         with self.node.lock:
             return sum(
@@ -389,7 +396,7 @@ class Connection:
         """Ask for the channel list; the names arrive in ``job.channels``."""
         return self._request(lambda r: ChannelListRequest(r, offset, limit, ttl=ttl), now, job)
 
-    def request_posts(self, hashes, *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
+    def request_posts(self, hashes: Iterable[bytes], *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
         """Ask for posts by hash (only those not held, not deleted, not already asked for)."""
         job = job or Job()
         with self.node.lock:

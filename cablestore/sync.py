@@ -12,10 +12,14 @@ sync asks only for ``[cursor, ...)``.  A channel is synced by one
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING, Iterable
 
 from .codec import decode_post
 from .keys import canonical_channel, channel_key
 from .peer import Connection, Job
+
+if TYPE_CHECKING:
+    from .store import Store
 
 CURSOR = b"!local!sync!"
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
@@ -27,13 +31,13 @@ def cursor_key(peer: str, channel: str) -> bytes:
     return CURSOR + hashlib.blake2b(peer.encode("utf-8"), digest_size=32).digest() + channel_key(channel)
 
 
-def read_cursor(store, peer: str, channel: str) -> int | None:
+def read_cursor(store: "Store", peer: str, channel: str) -> int | None:
     """The stored cursor (ms), or None if this channel was never synced from ``peer``."""
     value = store.db.get(cursor_key(peer, channel))
     return None if value is None else int.from_bytes(value, "big")
 
 
-def write_cursor(store, peer: str, channel: str, timestamp: int) -> None:
+def write_cursor(store: "Store", peer: str, channel: str, timestamp: int) -> None:
     """Store the cursor; it never moves backwards."""
     old = read_cursor(store, peer, channel)
     if old is None or timestamp > old:
@@ -58,7 +62,16 @@ class Sync:
     time range and state requests open.  ``done`` once every request concluded.
     """
 
-    def __init__(self, conn: Connection, peer: str, *, channels=None, live: bool = False, window=None, margin: int = DEFAULT_MARGIN):
+    def __init__(
+        self,
+        conn: Connection,
+        peer: str,
+        *,
+        channels: Iterable[str] | None = None,
+        live: bool = False,
+        window: tuple[int, int] | None = None,
+        margin: int = DEFAULT_MARGIN,
+    ) -> None:
         self.conn = conn
         self.node = conn.node
         self.peer = peer

@@ -14,10 +14,15 @@ import contextlib
 import logging
 import signal
 import time
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import TransportError
 from .peer import Connection, Node
 from .sync import Sync
+
+if TYPE_CHECKING:
+    from .progress import Progress
+    from .store import Store
 
 log = logging.getLogger("cablestore.transport")
 READ_SIZE = 256 << 10
@@ -68,7 +73,9 @@ class Wire:
                 self.on_tick()
             self.flush()
 
-    async def run(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_data=None) -> None:
+    async def run(
+        self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_data: Callable[[], None] | None = None
+    ) -> None:
         """Pump one socket until it closes (or the connection breaks on a framing error)."""
         self.writers[conn] = writer
         try:
@@ -153,7 +160,7 @@ class PeerServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-async def open_connection(host: str, port: int):
+async def open_connection(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """``asyncio.open_connection`` with refusals as :class:`TransportError`."""
     try:
         return await asyncio.open_connection(host, port)
@@ -161,7 +168,9 @@ async def open_connection(host: str, port: int):
         raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
 
 
-async def run_server(store, address: str, *, ready=None, stop: asyncio.Event | None = None) -> dict:
+async def run_server(
+    store: "Store", address: str, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None
+) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return counts."""
     host, port = parse_address(address)
     node = Node(store)
@@ -184,7 +193,17 @@ async def run_server(store, address: str, *, ready=None, stop: asyncio.Event | N
     return {"listen": f"{server.host}:{server.port}"}
 
 
-async def run_sync(store, address: str, *, channels=None, live: bool = False, window=None, progress=None, timeout: float = 600.0, stop=None) -> dict:
+async def run_sync(
+    store: "Store",
+    address: str,
+    *,
+    channels: Iterable[str] | None = None,
+    live: bool = False,
+    window: tuple[int, int] | None = None,
+    progress: "Progress | None" = None,
+    timeout: float = 600.0,
+    stop: asyncio.Event | None = None,
+) -> dict:
     """Sync ``store`` from the peer at ``address``; return the sync summary.
 
     Returns once every request concluded (with ``live``: when ``stop`` is set,

@@ -136,7 +136,7 @@ class Txn:
         return best
 
     def _write_latest(self, name, group, view, entries) -> None:
-        current = set(latest_keys(view, group, self.scan))
+        current = set(latest_keys(view, group, self))
         current |= self._latest_keys.get((name, group), set())
         fresh = dict(entries)
         for key in current - fresh.keys():
