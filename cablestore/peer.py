@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -67,6 +67,7 @@ log = logging.getLogger("cablestore.peer")
 HASHES_PER_RESPONSE = 4096
 POST_RESPONSE_BYTES = 256 << 10
 HASHES_PER_POST_REQUEST = 1024
+POST_REQUESTS_IN_FLIGHT = 4  # per connection; more wait in a queue, so none times out unanswered in our buffer
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
 
 
@@ -262,6 +263,7 @@ class Node:
                     continue
                 if isinstance(entry, _Outbound):
                     entry.conn._conclude_outbound(entry, "timeout")
+                    entry.conn._send_queued(now)
                 elif entry.pending:
                     entry.pending.clear()
                     entry.origin._finish_inbound(entry)
@@ -321,6 +323,8 @@ class Connection:
         self._events: list = []
         self.closed = False
         self.error: FramingError | None = None
+        self._queue: deque = deque()  # (hashes, job, ttl) post requests not sent yet
+        self._posts_in_flight = 0
         self.stats = {"received": 0, "dropped": 0, "ingested": 0, "refused": 0, "unsolicited": 0, "sent": 0}
 
     # --- I/O surface ----------------------------------------------------------------
@@ -363,6 +367,7 @@ class Connection:
                 return
             self.closed = True
             node = self.node
+            self._drop_queue()
             for entry in list(node.requests.values()):
                 if isinstance(entry, _Outbound) and entry.conn is self:
                     self._conclude_outbound(entry, "closed")
@@ -419,10 +424,11 @@ class Connection:
             self._track(request, now, job, live)
         return job
 
-    def _track(self, request, now: int, job: Job, live: bool = False, wanted=()) -> None:
+    def _track(self, request, now: int, job: Job, live: bool = False, wanted=(), counted: bool = False) -> None:
         entry = _Outbound(request.req_id, self, request, now, job, live, set(wanted))
         self.node.requests[request.req_id] = entry
-        job.outstanding += 1
+        if not counted:
+            job.outstanding += 1
         self._send(request)
 
     def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0) -> None:
@@ -436,7 +442,23 @@ class Connection:
             chunk = tuple(missing[i : i + HASHES_PER_POST_REQUEST])
             inflight.update(chunk)
             job.posts_requested += len(chunk)
-            self._track(PostRequest(self.node.new_req_id(), chunk, ttl=ttl), now, job, wanted=chunk)
+            job.outstanding += 1
+            self._queue.append((chunk, job, ttl))
+        self._send_queued(now)
+
+    def _send_queued(self, now: int) -> None:
+        """Send queued post requests while fewer than POST_REQUESTS_IN_FLIGHT are unanswered."""
+        while self._queue and self._posts_in_flight < POST_REQUESTS_IN_FLIGHT and not self.closed:
+            chunk, job, ttl = self._queue.popleft()
+            self._posts_in_flight += 1
+            self._track(PostRequest(self.node.new_req_id(), chunk, ttl=ttl), now, job, wanted=chunk, counted=True)
+
+    def _drop_queue(self) -> None:
+        while self._queue:
+            chunk, job, _ = self._queue.popleft()
+            self.node._inflight.difference_update(chunk)
+            job.outstanding -= 1
+            job.failed = True
 
     def _conclude_outbound(self, entry: _Outbound, reason: str) -> None:
         node = self.node
@@ -450,6 +472,8 @@ class Connection:
             job.failed = True
         if not isinstance(entry.request, PostRequest):
             job.concluded = True
+        else:
+            self._posts_in_flight -= 1
         self._events.append(Concluded(entry.req_id, entry.request, reason, job.channels))
 
     # --- dispatch -------------------------------------------------------------------
@@ -473,6 +497,7 @@ class Connection:
         job = entry.job
         if isinstance(m, HashResponse) and not isinstance(entry.request, (PostRequest, ChannelListRequest)):
             if m.hashes:
+                entry.started = now
                 if job.newest is None and isinstance(entry.request, TimeRangeRequest):
                     job.newest = m.hashes[0]
                 job.hashes_seen += len(m.hashes)
@@ -481,10 +506,12 @@ class Connection:
                 self._conclude_outbound(entry, "answered")
         elif isinstance(m, PostResponse) and isinstance(entry.request, PostRequest):
             self._ingest(entry, m.posts)
+            entry.started = now  # answers are arriving: time out from the last one
             if m.concludes or not entry.wanted:
                 self._conclude_outbound(entry, "answered")
                 if not m.concludes:
                     self._expect_closing(entry.req_id)
+                self._send_queued(now)
         elif isinstance(m, ChannelListResponse) and isinstance(entry.request, ChannelListRequest):
             job.channels = m.channels
             self._conclude_outbound(entry, "answered")

@@ -345,3 +345,20 @@ def test_one_sync_per_channel_at_a_time(chat, stores):
     assert one.done and not node.syncing
     pump((a2, b2), polls=[two])
     assert two.done and two.summary()["posts_ingested"] == 0  # one already fetched everything
+
+
+def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(stores):
+    from cablestore.peer import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
+
+    node = Node(stores("mine"), timeout=5_000)
+    conn = node.connect()
+    n = HASHES_PER_POST_REQUEST * (POST_REQUESTS_IN_FLIGHT + 1)
+    job = conn.request_posts([i.to_bytes(32, "big") for i in range(1, n + 1)], now=WALL)
+    sent = responses(conn.data_to_send())
+    assert len(sent) == POST_REQUESTS_IN_FLIGHT and job.outstanding == POST_REQUESTS_IN_FLIGHT + 1
+    conn.receive_data(M.encode(M.PostResponse(sent[0].req_id)), WALL + 4_000)  # the peer lacks them
+    (fifth,) = responses(conn.data_to_send())
+    node.tick(WALL + 5_000)  # the first four time out, the fifth was sent later
+    assert len(node.requests) == 1 and fifth.req_id in node.requests
+    node.tick(WALL + 9_000)
+    assert job.done and not job.complete and not node._inflight
