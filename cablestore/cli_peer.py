@@ -49,6 +49,8 @@ def _cmd_sync(args) -> int:
 
 def register(sub) -> None:
     """Add ``serve`` and ``sync`` to the ``cablestore`` subcommands."""
+    from .cli import positive_float
+
     p = sub.add_parser("serve", help="answer Cable peers over TCP from a store (Ctrl-C stops)")
     p.add_argument("store", help="the store directory (must exist)")
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
@@ -61,7 +63,7 @@ def register(sub) -> None:
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")
     p.add_argument("--channel", action="append", metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
     p.add_argument("--live", action="store_true", help="stay connected and keep receiving new posts (Ctrl-C stops)")
-    p.add_argument("--timeout", type=float, default=600.0, help="give up a finite sync after this many seconds (default: 600)")
+    p.add_argument("--timeout", type=positive_float, default=600.0, help="give up a finite sync after this many seconds (default: 600)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_sync)
