@@ -30,6 +30,7 @@ from .errors import (
 )
 from .keys import as_hash, canonical_channel, channel_key
 from .queries import Queries
+from .tombfilter import TombstoneFilter
 from .txn import POSTS, Txn
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
@@ -83,6 +84,7 @@ class Store(Queries):
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
+        self._tomb_filter = None  # built on the first write (cablestore.tombfilter)
         try:
             # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
             # keep ingest from slowing as the store grows (measured: +20% at
@@ -92,6 +94,9 @@ class Store(Queries):
                 create_if_missing=create,
                 lru_cache_size=cache_mb << 20,
                 write_buffer_size=write_buffer_mb << 20,
+                # Point reads of absent keys (is this post stored?) skip every table
+                # but the memtable instead of reading a block from each level.
+                bloom_filter_bits=10,
             )
         except plyvel.IOError as exc:
             if "lock" in str(exc).lower():
@@ -142,6 +147,13 @@ class Store(Queries):
             self._verify_pool = verify_pool(self.verify_workers)
         return self._verify_pool
 
+    def _txn(self) -> Txn:
+        """A write transaction (call with the write lock held)."""
+        if self._tomb_filter is None:
+            self._tomb_filter = TombstoneFilter(self.db)
+        self._tomb_filter.grow_if_full()
+        return Txn(self.db, self._tomb_filter)
+
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
         now = self._now() if now is None else now
@@ -167,7 +179,7 @@ class Store(Queries):
         buf = bytes(buf)
         h, post = self.validate(buf, now)
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             outcome = indexer.apply(txn, buf, h, post)
             for key, value in (extra or {}).items():
                 if not key.startswith(LOCAL):
@@ -197,7 +209,7 @@ class Store(Queries):
                 checked.append((i, buf, None, None, exc))
         results = []
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             for i, buf, h, post, error in checked:
                 signed = next(signatures) if signatures is not None else True
                 if error is None and not signed:
@@ -227,7 +239,7 @@ class Store(Queries):
         """
         h = as_hash(h)
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             blob = txn.get(POSTS + h)
             if blob is None:
                 return False
@@ -240,7 +252,7 @@ class Store(Queries):
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             prefix = views.author.prefix(public_key)
             hashes = [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
             for h in hashes:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from cablestore.views import latest_keys
+
 from .codec import decode_post
 from .keys import next_prefix
 from .records import Indexed, Tombstone
@@ -21,8 +23,10 @@ _MISSING = object()
 
 
 class Txn:
-    def __init__(self, db):
+    def __init__(self, db, tomb_filter=None):
         self.db = db
+        # Answers "no tombstone names this hash" without a seek (see cablestore.tombfilter).
+        self._tomb_filter = tomb_filter
         # One iterator, re-seeked for every scan: creating one per scan cost
         # more than the scan.  It reads the DB as of now, which is right: the
         # DB does not change until commit.
@@ -80,6 +84,8 @@ class Txn:
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
+        if self._tomb_filter is not None and target not in self._tombs and not self._tomb_filter.might_have(target):
+            return []
         prefix = DELETED + target
         found = {k[len(prefix) :]: v for k, v in self.scan(prefix)}
         found.update(self._tombs.get(target, {}))
@@ -96,6 +102,8 @@ class Txn:
 
     def put_tombstone(self, tomb: Tombstone) -> None:
         value = tomb.pack()
+        if self._tomb_filter is not None:
+            self._tomb_filter.add(tomb.target)
         self._tombs[tomb.target][tomb.by] = value
         self.put(DELETED + tomb.target + tomb.by, value)
 
@@ -130,15 +138,14 @@ class Txn:
         return best
 
     def _write_latest(self, name, group, view, entries) -> None:
-        prefix = view.latest_prefix(group)
-        current = {key for key, _ in self.scan(prefix)}
+        # Blind writes: reading a value to skip rewriting it costs more than the write.
+        current = set(latest_keys(view, group, self.scan))
         current |= self._latest_keys.get((name, group), set())
         fresh = dict(entries)
         for key in current - fresh.keys():
             self.delete(key)
         for key, value in fresh.items():
-            if self.get(key) != value:
-                self.put(key, value)
+            self.put(key, value)
         self._latest_keys[(name, group)] = set(fresh)
 
     def latest_keys_written(self, name: str):

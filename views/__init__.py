@@ -17,7 +17,9 @@ Views whose ``groups`` can be non-empty (``user``, ``channel``) also define:
 ``latest(group, winner) -> list[(key, value)]``
     The entries of a group given its latest post (``None``: no post left).
 ``latest_prefix(group) -> bytes``
-    The prefix every key ``latest`` can write for the group starts with.
+    The prefix every key ``latest`` can write for the group starts with
+    (or ``latest_keys(group, scan)``: the keys it may have written, found
+    with ``scan(prefix) -> [(key, value)]`` or known without reading).
 
 The live store and the rebuild (local and Spark) call these functions and
 nothing else to know what a view holds.
@@ -40,3 +42,11 @@ def entries(ip):
 def groups(ip):
     """``(view, group)`` pairs whose latest entries may change with this post."""
     return [(view, g) for view in VIEWS for g in view.groups(ip)]
+
+
+def latest_keys(view, group: bytes, scan) -> list[bytes]:
+    """The keys ``view.latest`` may have written for ``group``, found with ``scan(prefix)``."""
+    locate = getattr(view, "latest_keys", None)
+    if locate is not None:
+        return locate(group, scan)
+    return [key for key, _ in scan(view.latest_prefix(group))]
