@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
         _add_output_flags(p)
         p.set_defaults(func=_cmd_rebuild)
+    from . import cli_scale; cli_scale.register(sub)
     return parser
 
 
