@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
         _add_output_flags(p)
         p.set_defaults(func=_cmd_rebuild)
-    from . import cli_scale; cli_scale.register(sub)
+    from . import cli_author; cli_author.register(sub)  # noqa: E702
+    from . import cli_scale; cli_scale.register(sub)  # noqa: E702
     return parser
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .errors import (
     LimitError,
+    PostFieldError,
     TrailingBytesError,
     TruncatedError,
     UnknownPostTypeError,
@@ -233,11 +234,67 @@ def _str(value: str) -> bytes:
     return encode_varint(len(raw)) + raw
 
 
+_BODY_FIELDS = {
+    TEXT: ("channel", "text"),
+    DELETE: ("hashes",),
+    INFO: ("info",),
+    TOPIC: ("channel", "topic"),
+    JOIN: ("channel",),
+    LEAVE: ("channel",),
+}
+
+
+def _is_u64(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_fields(post: Post) -> None:
+    """Refuse a post whose fields are missing or of the wrong type, before encoding.
+
+    Raises :class:`PostFieldError` (a wrong kind of value) or
+    :class:`UnknownPostTypeError`; limits are checked by decoding the result.
+    """
+    t = post.post_type
+    if not _is_u64(t) or t not in POST_TYPE_NAMES:
+        raise UnknownPostTypeError(f"unknown post type {t!r}")
+    if not _is_u64(post.timestamp):
+        raise PostFieldError(f"timestamp must be an integer (ms since the epoch), got {post.timestamp!r}")
+    _check_hash_list(post.links, "links")
+    for name in _BODY_FIELDS[t]:
+        value = getattr(post, name)
+        if value is None:
+            raise PostFieldError(f"{POST_TYPE_NAMES[t]} needs {name}=")
+        if name == "hashes":
+            _check_hash_list(value, "hashes")
+        elif name == "info":
+            _check_info(value)
+        elif not isinstance(value, str):
+            raise PostFieldError(f"{name} must be a string, got {type(value).__name__}")
+    unused = [n for n in ("channel", "text", "hashes", "info", "topic") if n not in _BODY_FIELDS[t] and getattr(post, n) is not None]
+    if unused:
+        raise PostFieldError(f"{POST_TYPE_NAMES[t]} has no field {', '.join(unused)}")
+
+
+def _check_hash_list(value, what: str) -> None:
+    if isinstance(value, (bytes, str)) or not isinstance(value, (tuple, list)):
+        raise PostFieldError(f"{what} must be a list of 32-byte hashes, got {type(value).__name__}")
+    if not all(isinstance(h, bytes) for h in value):
+        raise PostFieldError(f"{what} must hold bytes")
+
+
+def _check_info(value) -> None:
+    # A dict cannot say what a repeated key or the wire order is; ask for pairs.
+    if not isinstance(value, (tuple, list)):
+        raise PostFieldError(f"info must be a sequence of (key, value) pairs, got {type(value).__name__}; use list(d.items())")
+    for pair in value:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise PostFieldError(f"info pairs must be (key, value) strings, got {pair!r}")
+
+
 def encode_body(post: Post) -> bytes:
     """Everything after the signature: the bytes the signature covers."""
+    check_fields(post)
     t = post.post_type
-    if t not in POST_TYPE_NAMES:
-        raise UnknownPostTypeError(f"unknown post type {t}")
     parts = [encode_varint(len(post.links)), *post.links, encode_varint(t), encode_varint(post.timestamp)]
     if t == TEXT:
         parts += [_str(post.channel), _str(post.text)]
@@ -256,6 +313,8 @@ def encode_body(post: Post) -> bytes:
 
 def encode_post(post: Post) -> bytes:
     """Encode a post; the result is validated by decoding it again."""
+    if not isinstance(post.public_key, bytes) or not isinstance(post.signature, bytes):
+        raise PostFieldError("public key and signature must be bytes")
     if len(post.public_key) != PUBLIC_KEY_SIZE or len(post.signature) != SIGNATURE_SIZE:
         raise LimitError("public key must be 32 bytes and signature 64 bytes")
     if any(len(h) != HASH_SIZE for h in (*post.links, *(post.hashes or ()))):

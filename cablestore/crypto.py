@@ -10,7 +10,9 @@ from concurrent.futures.process import BrokenProcessPool
 from nacl.signing import SigningKey
 
 from .codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
-from .errors import SignatureError
+from .errors import PostFieldError, SignatureError
+
+_BODY_NAMES = {"channel", "text", "hashes", "info", "topic"}
 
 from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError, CryptoError
@@ -107,8 +109,27 @@ def sign_post(post: Post, keypair: Keypair) -> bytes:
     return encode_post(dataclasses.replace(unsigned, signature=signature))
 
 
+def body_fields(body: dict) -> dict:
+    """Check a post body's field names; lists become the tuples a Post holds."""
+    unknown = set(body) - _BODY_NAMES
+    if unknown:
+        raise PostFieldError(f"no post field named {', '.join(sorted(unknown))}")
+    out = dict(body)
+    if isinstance(out.get("hashes"), list):
+        out["hashes"] = tuple(out["hashes"])
+    if isinstance(out.get("info"), list):
+        out["info"] = tuple(tuple(p) if isinstance(p, list) else p for p in out["info"])
+    return out
+
+
 def make_post(keypair: Keypair, post_type: int, timestamp: int, links=(), **body) -> tuple[bytes, Post]:
-    """Build, sign and encode a post; return ``(bytes, decoded post)``."""
-    draft = Post(keypair.public_key, bytes(64), tuple(links), post_type, timestamp, **body)
+    """Build, sign and encode a post; return ``(bytes, decoded post)``.
+
+    A missing or mistyped field raises :class:`PostFieldError`, a value out
+    of the spec's limits :class:`LimitError` (both :class:`CableError`).
+    """
+    if isinstance(links, (bytes, str)) or not hasattr(links, "__iter__"):
+        raise PostFieldError(f"links must be a list of 32-byte hashes, got {type(links).__name__}")
+    draft = Post(keypair.public_key, bytes(64), tuple(links), post_type, timestamp, **body_fields(body))
     buf = sign_post(draft, keypair)
     return buf, decode_post(buf)

@@ -134,3 +134,18 @@ class SparkUnavailableError(RebuildError):
 
 class SparkMasterUnreachableError(SparkUnavailableError):
     """The ``--master`` given cannot be reached, or did not accept the application in time."""
+
+
+# --- authoring (cablestore.author, cablestore.keyfile) ----------------------
+
+
+class PostFieldError(CableError, ValueError):
+    """A post is being built with a missing field or a field of the wrong type."""
+
+
+class NotYourPostError(UnauthorizedDeleteError):
+    """An author asked to delete a post that is not theirs (or is not stored, so not provably theirs)."""
+
+
+class KeyFileError(CableError):
+    """A key file cannot be used: missing, unreadable, malformed, or readable by others."""

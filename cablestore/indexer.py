@@ -10,9 +10,11 @@ rules make that so:
   deleted post arrives after its deletion (and is refused), every tombstone
   of it learns it, and the deletes they belong to are re-listed.
 * Authority comes from whatever names the target's author: the stored post,
-  or a tombstone that learned it.  A post/delete naming a post known to be
-  another author's is refused whole; one stored before that was known is
-  retracted (removed with its tombstones) once the target shows who wrote it.
+  or a tombstone that learned it.  A post/delete every target of which is
+  known to be another author's is refused; one stored before that was known
+  is retracted (removed with its tombstones) once the targets show who wrote
+  them.  A delete naming both its author's posts and others' is stored; its
+  claims on the others' posts are recorded and remove nothing.
 * Channels of a deleted post/delete are those of its targets, as known.
 """
 
@@ -58,11 +60,17 @@ def _author_of(txn: Txn, target: bytes) -> bytes | None:
     return next((t.author for t in txn.tombstones(target) if t.knows_target), None)
 
 
-def _unauthorized(txn: Txn, delete: Post) -> UnauthorizedDeleteError | None:
-    for target in dict.fromkeys(delete.hashes):
-        author = _author_of(txn, target)
-        if author is not None and author != delete.public_key:
-            return UnauthorizedDeleteError(f"post {target.hex()} belongs to another author")
+def _unauthorized(txn: Txn, delete: Post, known: dict[bytes, bytes] | None = None) -> UnauthorizedDeleteError | None:
+    """A refusal if every post the delete names is known to be someone else's.
+
+    A delete naming some posts of its author and some of others' is stored:
+    its tombstones on the others' posts record them as unauthorized and
+    remove nothing.  ``known``: authors the caller has just learned.
+    """
+    known = known or {}
+    authors = [known.get(t) or _author_of(txn, t) for t in dict.fromkeys(delete.hashes)]
+    if authors and all(a is not None and a != delete.public_key for a in authors):
+        return UnauthorizedDeleteError("every post it names belongs to another author")
     return None
 
 
@@ -71,8 +79,13 @@ def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> No
     channels = None
     for tomb in tombs:
         by_blob = txn.get(POSTS + tomb.by)
-        if tomb.deleter != post.public_key and by_blob is not None:
-            unindex(txn, tomb.by, by_blob, forget_tombstones=True)  # would have been refused
+        if tomb.deleter != post.public_key:
+            if by_blob is not None and _unauthorized(txn, decode_post(by_blob), {h: post.public_key}):
+                unindex(txn, tomb.by, by_blob, forget_tombstones=True)  # would have been refused
+                continue
+            learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, ())
+            if learned != tomb:
+                txn.put_tombstone(learned)  # an unauthorized claim: recorded, removes nothing
             continue
         # A post/delete's channels come from its targets, which may have
         # become known since: recompute them; other facts are fixed once known.
@@ -138,10 +151,17 @@ def _delete_target(txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombston
         # still says what it deleted; keep that.
         tomb = Tombstone.unpack(target, by, kept)
     elif blob is None:
-        known = next((t for t in txn.tombstones(target) if t.knows_target), None)
+        # Channels are known only from a deletion by the author itself; an
+        # unauthorized claim knows who wrote the target but lists nothing.
+        knowing = sorted((t for t in txn.tombstones(target) if t.knows_target), key=lambda t: t.deleter != t.author)
         tomb = Tombstone(target, by, delete.public_key)
-        if known is not None:
-            tomb = tomb.with_target(known.author, known.post_type, known.timestamp, known.channels)
+        if knowing:
+            known = knowing[0]
+            channels = known.channels if known.author == known.deleter == delete.public_key else ()
+            tomb = tomb.with_target(known.author, known.post_type, known.timestamp, channels)
+    elif blob[:32] != delete.public_key:
+        p = decode_post(blob)  # someone else's post: recorded as an unauthorized claim, left alone
+        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, ())
     else:
         ip = unindex(txn, target, blob, forget_tombstones=True)
         p = ip.post
@@ -168,12 +188,14 @@ def _channels_of_post(txn: Txn, h: bytes, post: Post) -> tuple[str, ...]:
         found = set()
         for target in dict.fromkeys(post.hashes):
             blob = txn.get(POSTS + target)
+            if blob is not None and blob[:32] != post.public_key:
+                continue  # another author's post: the delete is not listed there
             if blob is not None:
                 stored = decode_post(blob)
                 made = tuple(txn.tombstones_by(target, stored.hashes)) if stored.post_type == DELETE else ()
                 found.update(_channels_of(txn, Indexed.of(blob, stored, target, made)))
             else:
-                found.update(c for t in txn.tombstones(target) if t.knows_target for c in t.channels)
+                found.update(c for t in txn.tombstones(target) if t.author == post.public_key for c in t.channels)
         return tuple(sorted(found))
     if post.post_type == INFO:
         return _member_channels(txn, post.public_key)

@@ -12,6 +12,7 @@ from cablestore.views import author, channel, chat, state, user
 
 from .codec import POST_TYPE_NAMES
 from .errors import CorruptRecordError, QueryError
+from .link_queries import LinkQueries
 from .keys import MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
 from .records import Tombstone
 from .txn import DELETED, POSTS
@@ -25,7 +26,7 @@ def _count(value, what) -> int:
     return value
 
 
-class Queries:
+class Queries(LinkQueries):
     """Mixed into Store; expects ``self.db`` (a plyvel DB)."""
 
     # --- posts ------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The reverse-hash lookup: from a post's hash to every view key that indexes it.
 
-    !rev!<hash> -> msgpack [timestamp, post_type, public_key, [channel, ...]]
+    !rev!<hash> -> msgpack [timestamp, post_type, public_key, [channel, ...], [link, ...]]
+
+(the list of links is left out when the post has none).
 
 The entry stores the few fields the view modules build keys from, not the
 keys themselves, and :func:`keys` runs the views on them: one definition of
@@ -9,7 +11,7 @@ and channel; this stores each once).  It still works when the post's blob is
 gone, which is when a repair needs it most.
 
 The fields are the ones ``views`` read: post type, public key, timestamp,
-channel, and for a post/delete the channels it is listed under.  A view that
+channel, links, and for a post/delete the channels it is listed under.  A view that
 starts reading another field must add it here (``tests/test_reverse.py``
 checks every post type against the views).
 """
@@ -34,13 +36,16 @@ def pack(ip: Indexed) -> bytes:
         channels = sorted({c for t in ip.tombstones for c in t.channels})
     else:
         channels = [ip.channel] if ip.channel is not None else []
-    return msgpack.packb([ip.post.timestamp, ip.post.post_type, ip.post.public_key, channels])
+    fields = [ip.post.timestamp, ip.post.post_type, ip.post.public_key, channels]
+    if ip.post.links:  # most posts of older clients have none: keep their entries short
+        fields.append(list(ip.post.links))
+    return msgpack.packb(fields)
 
 
 def stand_in(post_hash: bytes, value: bytes) -> Indexed:
     """An Indexed with just the fields the views read, rebuilt from the entry."""
-    timestamp, post_type, public_key, channels = msgpack.unpackb(value)
-    post = Post(public_key, b"", (), post_type, timestamp)
+    timestamp, post_type, public_key, channels, *rest = msgpack.unpackb(value)
+    post = Post(public_key, b"", tuple(rest[0]) if rest else (), post_type, timestamp)
     if post_type == DELETE:
         made = (Tombstone(b"", post_hash, public_key, channels=tuple(channels)),)
         return Indexed(post_hash, post, mono(timestamp, post_hash), None, made)

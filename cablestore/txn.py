@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from cablestore.views import latest_keys
+from cablestore.views import latest_keys, rank
 
 from .codec import decode_post
 from .keys import next_prefix
@@ -127,12 +127,16 @@ class Txn:
             self._write_latest(name, group, view, view.latest(group, winner))
 
     def _winner(self, name, group, view) -> Indexed | None:
-        best = None
+        best, best_rank = None, b""
         for ip in self._added.get((name, group), {}).values():
-            if ip.hash not in self.deleted and (best is None or ip.mono > best.mono):
-                best = ip
-        key = self.last_candidate(view.candidates(group))
-        if key is not None and (best is None or key[-40:] > best.mono):
+            if ip.hash in self.deleted:
+                continue
+            ip_rank = rank(view, group, ip)
+            if best is None or ip_rank > best_rank:
+                best, best_rank = ip, ip_rank
+        prefix = view.candidates(group)
+        key = self.last_candidate(prefix)
+        if key is not None and (best is None or key[len(prefix) :] > best_rank):
             blob = self.get(POSTS + key[-32:])
             best = Indexed.of(blob, decode_post(blob), key[-32:])
         return best

@@ -117,17 +117,18 @@ def tombstone_status(tomb, by_blob: bytes | None):
 def recompute_post(h: bytes, blob: bytes, post, made):
     """A sound post's derived entries (with its reverse entry) and latest-group candidates.
 
-    Candidates are ``((view name, group), (mono, hash, blob))``.
+    Candidates are ``((view name, group), (rank, hash, blob))``; the rank is
+    the mono timestamp unless the view ranks its candidates otherwise.
     """
     ip = Indexed.of(blob, post, h, tuple(sorted(made, key=lambda t: t.target)))
     entries = views.entries(ip)
     entries.append((reverse.key(h), reverse.pack(ip)))
-    candidates = [((view.NAME, group), (ip.mono, h, blob)) for view, group in views.groups(ip)]
+    candidates = [((view.NAME, group), (views.rank(view, group, ip), h, blob)) for view, group in views.groups(ip)]
     return entries, candidates
 
 
 def newer(a, b):
-    """The later of two candidates (mono timestamps are unique)."""
+    """The later of two candidates (ranks are unique within a group)."""
     return a if a[0] >= b[0] else b
 
 

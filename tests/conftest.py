@@ -39,3 +39,13 @@ def bob():
 def store(tmp_path):
     with Store(tmp_path / "store", now=lambda: NOW) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """One local[2] Spark session shared by every Spark test, stopped at the end."""
+    from cablestore.rebuild.spark import session
+
+    spark = session("local[2]")
+    yield spark
+    spark.stop()

@@ -22,15 +22,6 @@ ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
 DERIVED = [b"!chat!", b"!state!", b"!author!", b"!user!", b"!channel!", b"!rev!"]
 
 
-@pytest.fixture(scope="session")
-def spark_session():
-    from cablestore.rebuild.spark import session
-
-    spark = session("local[2]")
-    yield spark
-    spark.stop()
-
-
 @pytest.fixture(scope="module")
 def workload():
     return generate(seed=11, posts=400)

@@ -88,14 +88,26 @@ def test_delete_of_delete_forgets_tombstones(store, alice):
     assert store.channel_time_range("general") == [h2, H(t)]
 
 
-def test_delete_of_another_authors_post_is_refused_whole(store, alice, bob):
-    mine, theirs = text(alice, 1000), text(bob, 1001)
-    store.ingest(mine)
+def test_delete_of_only_another_authors_posts_is_refused(store, alice, bob):
+    theirs = text(bob, 1001)
     store.ingest(theirs)
     before = dump(store)
     with pytest.raises(UnauthorizedDeleteError):
-        store.ingest(delete(alice, 2000, mine, theirs))
+        store.ingest(delete(alice, 2000, theirs))
     assert dump(store) == before
+
+
+def test_delete_of_own_and_another_authors_posts_deletes_only_the_own(store, alice, bob):
+    mine, theirs = text(alice, 1000), text(bob, 1001)
+    store.ingest(mine)
+    store.ingest(theirs)
+    dh = store.ingest(delete(alice, 2000, mine, theirs))
+    assert store.get(H(mine)) is None and store.is_deleted(H(mine))
+    assert store.get(H(theirs)) == theirs and not store.is_deleted(H(theirs))
+    claim = next(t for t in store.tombstones(H(theirs)))
+    assert (claim.by, claim.author, claim.channels, claim.authorized) == (dh, bob.public_key, (), False)
+    assert store.channel_time_range("general") == [dh, H(theirs)]
+    assert store.check().consistent
 
 
 def test_pre_emptive_delete_blocks_only_the_deleter(store, alice, bob):

@@ -9,7 +9,8 @@ Every module defines:
     for a ``post/delete``, the tombstones it made).
 ``groups(ip) -> list[bytes]``
     The "latest" groups the post competes in (empty for plain views).
-Views whose ``groups`` can be non-empty (``user``, ``channel``) also define:
+Views whose ``groups`` can be non-empty (``user``, ``channel``, ``links``)
+also define:
 
 ``candidates(group) -> bytes``
     The key prefix under which every post of the group has one entry ending
@@ -19,15 +20,18 @@ Views whose ``groups`` can be non-empty (``user``, ``channel``) also define:
 ``latest_prefix(group) -> bytes``
     The prefix every key ``latest`` can write for the group starts with
     (or ``latest_keys(group, scan)``: the keys it may have written, found
-    with ``scan(prefix) -> [(key, value)]`` or known without reading).
+    with ``scan(prefix) -> [(key, value)]``, or known without reading, when no one prefix holds them).
+``rank(group, ip) -> bytes`` (optional)
+    The suffix of the post's candidate key after ``candidates(group)``; the
+    highest rank is the latest.  Default: the mono timestamp.
 
 The live store and the rebuild (local and Spark) call these functions and
 nothing else to know what a view holds.
 """
 
-from . import author, channel, chat, state, user
+from . import author, channel, chat, links, state, user
 
-VIEWS = (chat, state, author, user, channel)
+VIEWS = (chat, state, author, user, channel, links)
 BY_NAME = {v.NAME: v for v in VIEWS}
 
 
@@ -42,6 +46,12 @@ def entries(ip):
 def groups(ip):
     """``(view, group)`` pairs whose latest entries may change with this post."""
     return [(view, g) for view in VIEWS for g in view.groups(ip)]
+
+
+def rank(view, group: bytes, ip) -> bytes:
+    """How ``ip`` ranks among the candidates of ``group``: the greatest is the latest."""
+    ranker = getattr(view, "rank", None)
+    return ip.mono if ranker is None else ranker(group, ip)
 
 
 def latest_keys(view, group: bytes, scan) -> list[bytes]:

@@ -1,0 +1,212 @@
+"""The ``!links`` view: links, reverse links and channel heads (spec 5.1.2), live and rebuilt."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+
+from cablestore import DELETE, JOIN, TEXT, Store, decode_post, post_hash
+from cablestore.keys import canonical_channel
+from cablestore.rebuild import check
+from cablestore.views.links import LINKABLE
+from cablestore.workload import generate, read_posts
+
+from .conftest import NOW, dump, post
+
+FIXTURE = "tests/data/cablejs-0.2.1-s7-2000/posts.bin"
+
+
+def oracle(store: Store):
+    """Heads and reverse links computed from the stored posts by brute force."""
+    posts = {k[len(b"!post!") :]: decode_post(v) for k, v in store.items(b"!post!")}
+    linked_by: dict[bytes, set[bytes]] = {}
+    for h, p in posts.items():
+        for target in p.links:
+            linked_by.setdefault(target, set()).add(h)
+    heads: dict[str, set[bytes]] = {}
+    for h, p in posts.items():
+        if p.post_type in LINKABLE and h not in linked_by:
+            heads.setdefault(canonical_channel(p.channel), set()).add(h)
+    return heads, linked_by
+
+
+def assert_matches_oracle(store: Store) -> None:
+    heads, linked_by = oracle(store)
+    for channel in set(heads) | set(store.channel_list()):
+        assert store.heads(channel) == sorted(heads.get(channel, ())), channel
+    for target, linkers in linked_by.items():
+        assert set(store.reverse_links(target)) == linkers
+    assert sum(1 for _ in store.items(b"!links!r")) >= sum(len(v) for v in linked_by.values())
+
+
+def _links_dump(store):
+    return [(k, v) for k, v in store.items(b"!links!")]
+
+
+def test_fixture_and_workload_heads_match_the_oracle(tmp_path):
+    bufs = read_posts(FIXTURE) + generate(seed=21, posts=600)
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest_many(bufs)
+        assert any(store.is_deleted(post_hash(b)) for b in bufs)  # deletes took part
+        assert_matches_oracle(store)
+        for buf in bufs[:50]:
+            h = post_hash(buf)
+            if h in store:
+                assert store.links(h) == list(decode_post(buf).links)
+
+
+def test_heads_are_a_function_of_the_stored_set_not_of_arrival_order(tmp_path):
+    bufs = read_posts(FIXTURE)[:800]
+    shuffled = bufs[:]
+    random.Random(4).shuffle(shuffled)
+    with Store(tmp_path / "a", now=lambda: NOW) as a, Store(tmp_path / "b", now=lambda: NOW) as b:
+        a.ingest_many(bufs)
+        for buf in shuffled:  # one WriteBatch each, in another order (a delete may come first)
+            b.ingest_many([buf])
+        assert sorted(a.items(b"!post!")) == sorted(b.items(b"!post!"))
+        assert _links_dump(a) == _links_dump(b)
+        assert b.check().consistent
+
+
+def test_fork_then_merge(store, alice, bob):
+    root = post(alice, JOIN, 1000, channel="dev")
+    store.ingest(root)
+    a = post(alice, TEXT, 2000, [post_hash(root)], channel="dev", text="from alice")
+    b = post(bob, TEXT, 2001, [post_hash(root)], channel="Dev", text="from bob")  # same channel, other case
+    store.ingest_many([a, b])
+    assert store.heads("dev") == sorted([post_hash(a), post_hash(b)])
+    assert store.reverse_links(post_hash(root)) == [post_hash(a), post_hash(b)]
+    merge = post(alice, TEXT, 3000, [post_hash(a), post_hash(b)], channel="dev", text="merge")
+    store.ingest(merge)
+    assert store.heads("DEV") == [post_hash(merge)]
+    assert store.links(post_hash(merge)) == [post_hash(a), post_hash(b)]
+    assert store.check().consistent
+
+
+def test_deleting_a_head_brings_back_what_it_alone_linked(store, alice, bob):
+    root = post(alice, JOIN, 1000, channel="dev")
+    a = post(alice, TEXT, 2000, [post_hash(root)], channel="dev", text="a")
+    b = post(bob, TEXT, 2001, [post_hash(root)], channel="dev", text="b")
+    top = post(alice, TEXT, 3000, [post_hash(a)], channel="dev", text="top")
+    store.ingest_many([root, a, b, top])
+    assert store.heads("dev") == sorted([post_hash(b), post_hash(top)])
+    store.ingest(post(alice, DELETE, 4000, hashes=[post_hash(top)]))
+    assert store.heads("dev") == sorted([post_hash(a), post_hash(b)])  # a is a head again
+    assert store.reverse_links(post_hash(a)) == []
+    store.ingest(post(bob, DELETE, 4001, hashes=[post_hash(b)]))
+    assert store.heads("dev") == [post_hash(a)]  # root is still linked by a
+    assert store.delete(post_hash(a))  # a local discard counts the same
+    assert store.heads("dev") == [post_hash(root)]
+    assert store.check().consistent
+    assert_matches_oracle(store)
+
+
+def test_a_link_to_an_unknown_hash_counts(store, alice, bob):
+    missing = post(bob, TEXT, 1000, channel="dev", text="arrives late")
+    linker = post(alice, TEXT, 2000, [post_hash(missing)], channel="dev", text="replying")
+    store.ingest(linker)
+    assert store.reverse_links(post_hash(missing)) == [post_hash(linker)]
+    assert store.heads("dev") == [post_hash(linker)]
+    store.ingest(missing)  # linked before it arrived: never a head
+    assert store.heads("dev") == [post_hash(linker)]
+    assert store.check().consistent
+    store.ingest(post(alice, DELETE, 3000, hashes=[post_hash(linker)]))  # the linker is gone
+    assert store.heads("dev") == [post_hash(missing)]
+    assert store.reverse_links(post_hash(missing)) == []
+    assert store.check().consistent
+
+
+def test_non_linkable_posts_link_but_are_never_heads(store, alice):
+    from cablestore import INFO
+
+    text = post(alice, TEXT, 1000, channel="dev", text="t")
+    store.ingest(text)
+    info = post(alice, INFO, 2000, [post_hash(text)], info=[("name", "alice")])
+    store.ingest(info)  # any known post that links counts (spec 5.1.2.1 criterion 3)
+    assert store.heads("dev") == []
+    assert store.reverse_links(post_hash(text)) == [post_hash(info)]
+    assert store.purge_author(alice.public_key) == 2
+    assert store.heads("dev") == [] and list(store.items(b"!links!")) == []
+
+
+def test_same_batch_link_and_delete(store, alice):
+    """Within one WriteBatch a head is written, linked, then its linker deleted."""
+    a = post(alice, TEXT, 1000, channel="dev", text="a")
+    b = post(alice, TEXT, 2000, [post_hash(a)], channel="dev", text="b")
+    d = post(alice, DELETE, 3000, hashes=[post_hash(b)])
+    store.ingest_many([a, b, d])
+    assert store.heads("dev") == [post_hash(a)]
+    assert store.check().consistent
+
+
+@pytest.fixture(scope="module")
+def linked_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("links") / "store"
+    with Store(path, now=lambda: NOW) as s:
+        s.ingest_many(read_posts(FIXTURE)[:600])
+        assert s.check().consistent
+    return path
+
+
+def _copy(src, tmp_path):
+    path = tmp_path / "store"
+    shutil.copytree(src, path)
+    return Store(path, now=lambda: NOW)
+
+
+def test_rebuild_reproduces_the_links_view_byte_for_byte(linked_store, tmp_path):
+    with _copy(linked_store, tmp_path) as s:
+        original = _links_dump(s)
+        assert any(k.startswith(b"!links!h") for k, _ in original)
+        for key, _ in original:
+            s.db.delete(key)
+        report = check(s, partitions=4)
+        assert report.missing == dict(original)
+        assert not report.extra and not report.different and not report.faults
+        assert check(s, fix=True, partitions=4).consistent
+        assert _links_dump(s) == original
+
+
+def _damage(s):
+    """A head removed, a head invented, a channel value changed, a reverse link invented."""
+    heads = [k for k, _ in s.items(b"!links!h")]
+    own = next(k for k, _ in s.items(b"!links!r") if k[8 + 32 : 8 + 33] == b"a")
+    removed, invented = heads[0], heads[1][:-1] + bytes([heads[1][-1] ^ 1])
+    linker = b"!links!r" + bytes(32) + b"l" + bytes(40)
+    s.db.delete(removed)
+    s.db.put(invented, b"")
+    s.db.put(own, b"x\x00\x01")
+    s.db.put(linker, b"")
+    return removed, invented, own, linker
+
+
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
+def test_rebuild_finds_damage_to_the_links_view(linked_store, tmp_path, engine, request):
+    if engine == "spark":
+        request.getfixturevalue("spark_session")
+    with _copy(linked_store, tmp_path) as s:
+        original = dump(s)
+        removed, invented, own, linker = _damage(s)
+        report = check(s, engine=engine, partitions=2)
+        assert set(report.missing) == {removed}
+        assert set(report.extra) == {invented, linker}
+        assert set(report.different) == {own}
+        assert report.to_dict()["views"]["links"]["missing"] == 1
+        assert check(s, fix=True, engine=engine, partitions=2).consistent
+        assert dump(s) == original
+
+
+def test_causal_sort_puts_links_before_timestamps(store, alice, bob):
+    from cablestore.link_queries import causal_sort
+
+    root = post(alice, TEXT, 5000, channel="dev", text="root")
+    skewed = post(bob, TEXT, 1000, [post_hash(root)], channel="dev", text="bob's clock is slow")
+    side = post(alice, TEXT, 3000, channel="dev", text="unrelated")
+    late = post(alice, TEXT, 2000, [post_hash(skewed), post_hash(side)], channel="dev", text="merge")
+    store.ingest_many([root, skewed, side, late])
+    order = causal_sort(store, [post_hash(b) for b in (late, side, skewed, root)] + [bytes(32)])
+    assert order == [post_hash(side), post_hash(root), post_hash(skewed), post_hash(late)]
+    by_time = sorted([root, skewed, side, late], key=lambda b: decode_post(b).timestamp)
+    assert [post_hash(b) for b in by_time] != order  # timestamps alone would put bob's reply first
