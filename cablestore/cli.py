@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shlex
 import signal
 import sys
 import threading
@@ -56,29 +58,49 @@ def _cmd_ingest(args) -> int:
 
     bufs = [buf for path in args.files for buf in read_posts(path)]
     progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))
-    errors: dict[str, int] = {}
-    accepted = 0
+    refused: dict[str, int] = {}
+    new = 0
     with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers) as store:
         for i in range(0, len(bufs), args.batch):
             for r in store.ingest_many(bufs[i : i + args.batch]):
                 if r.ok:
-                    accepted += 1
+                    new += r.new
                 else:
-                    errors[type(r.error).__name__] = errors.get(type(r.error).__name__, 0) + 1
+                    refused[type(r.error).__name__] = refused.get(type(r.error).__name__, 0) + 1
             progress.advance(len(bufs[i : i + args.batch]))
     progress.done()
-    summary = {"read": len(bufs), "accepted": accepted, "refused": errors}
-    _print_json(summary) if args.json else print(f"ingested {accepted} of {len(bufs)} posts; refused: {errors or 'none'}")
+    accepted = len(bufs) - sum(refused.values())
+    summary = {"read": len(bufs), "accepted": accepted, "new": new, "already_stored": accepted - new, "refused": refused}
+    _print_json(summary) if args.json else print(format_ingest(summary, args))
     return 0
+
+
+def format_ingest(summary: dict, args) -> str:
+    """The ingest summary as lines: new, already stored, refused by reason."""
+    files = len(args.files)
+    lines = [
+        f"read {summary['read']} posts from {files} file{'s' if files != 1 else ''} into {args.store}",
+        f"  new:            {summary['new']}",
+        f"  already stored: {summary['already_stored']}",
+        f"  refused:        {sum(summary['refused'].values())}",
+    ]
+    lines += [f"    {reason}: {n}" for reason, n in sorted(summary["refused"].items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "\n".join(lines)
 
 
 def _cmd_export(args) -> int:
     from .progress import Progress
     from .rebuild import export
     from .store import Store
+    from .txn import DELETED, POSTS
 
+    progress = Progress(quiet=args.quiet)
     with Store(args.store, create=False) as store:
-        manifest = export(store.db, args.dir, args.partitions, Progress(quiet=args.quiet).stage("export"))
+        total = None
+        if progress.enabled:  # a bar needs a total; count only when one is drawn
+            total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
+        manifest = export(store.db, args.dir, args.partitions, progress.stage("export posts and tombstones", total))
+    progress.done()
     summary = {"dir": str(args.dir), **manifest["counts"], "partitions": manifest["partitions"]}
     _print_json(summary) if args.json else print(
         f"exported {summary['posts']} posts, {summary['tombstones']} tombstones and {summary['live']} view entries "
@@ -92,7 +114,7 @@ def _cmd_rebuild(args) -> int:
     from .rebuild import rebuild
 
     if args.store is None and args.snapshot is None:
-        print("cablestore rebuild: give a STORE or --snapshot DIR", file=sys.stderr)
+        print(f"cablestore {args.command}: give a STORE or --snapshot DIR", file=sys.stderr)
         return 2
     with _terminate_as_interrupt():
         report = rebuild(
@@ -113,6 +135,21 @@ def _cmd_rebuild(args) -> int:
     return 0 if report.consistent else 1
 
 
+ENGINE_DEFAULTS = {"rebuild": "spark", "check": "local"}
+
+
+def repair_hint(args) -> str:
+    """The command that repairs what ``args`` (a rebuild or check) found, with the same engine."""
+    if args.store is None:
+        return f"verify the store itself, then repair it: `cablestore {args.command} STORE --repair`"
+    parts = ["cablestore", args.command, shlex.quote(str(args.store))]
+    if args.engine != ENGINE_DEFAULTS.get(args.command):
+        parts += ["--engine", args.engine]
+    if args.master:
+        parts += ["--master", shlex.quote(args.master)]
+    return f"run `{' '.join(parts + ['--repair'])}` to fix them"
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt():
     """SIGTERM unwinds like Ctrl-C (temporary snapshot removed, exit 130), during a rebuild only."""
@@ -131,10 +168,11 @@ def _terminate_as_interrupt():
 
 
 def format_report(report, args) -> str:
+    """A rebuild or check report as the lines ``cablestore rebuild`` / ``check`` print."""
     data = report.to_dict()
     mode = "repair" if args.repair else "verify"
     lines = [
-        f"cablestore rebuild --{mode}: {args.store or args.snapshot} ({data['engine']} engine, {data['partitions']} partitions)",
+        f"cablestore {args.command} --{mode}: {args.store or args.snapshot} ({data['engine']} engine, {data['partitions']} partitions)",
         f"  primary data: {data['posts']} posts, {data['tombstones']} tombstones",
     ]
     if data["repaired"]:
@@ -157,8 +195,27 @@ def format_report(report, args) -> str:
     elif args.repair:
         lines.append("  result: DIFFERENCES REMAIN after repair")
     else:
-        lines.append("  result: DIFFERENCES FOUND; run `cablestore rebuild STORE --repair` to fix them")
+        lines.append(f"  result: DIFFERENCES FOUND; {repair_hint(args)}")
     return "\n".join(lines)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def partitions_int(text: str) -> int:
+    """An argparse type: a partition count, 1 to 256 (one hash-prefix byte)."""
+    value = positive_int(text)
+    if value > 256:
+        raise argparse.ArgumentTypeError(f"must be at most 256, got {value}")
+    return value
 
 
 def _add_output_flags(p) -> None:
@@ -167,39 +224,41 @@ def _add_output_flags(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``cablestore`` argument parser, with every subcommand."""
     parser = argparse.ArgumentParser(prog="cablestore", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cablestore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("demo", help="build a sample store, show its answers, verify it on Spark")
     p.add_argument("--dir", default=None, help="where to build the store (default: a temporary directory)")
-    p.add_argument("--posts", type=int, default=2000, help="posts to generate (default: 2000)")
+    p.add_argument("--posts", type=positive_int, default=2000, help="posts to generate (default: 2000)")
     p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
     p.add_argument("--engine", choices=("spark", "local"), default="spark", help="rebuild engine (default: spark)")
     _add_output_flags(p)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--posts", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=1, help="workload seed: the same seed gives the same bytes (default: 1)")
+    p.add_argument("--posts", type=positive_int, default=1000, help="posts to generate (default: 1000)")
     p.add_argument("out", help="output file ([u32 big-endian length][post] records)")
     _add_output_flags(p)
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("ingest", help="ingest posts files into a store (created if missing)")
-    p.add_argument("store")
+    p.add_argument("store", help="the store directory (created if missing)")
     p.add_argument("files", nargs="+", help="posts files ([u32 big-endian length][post] records)")
-    p.add_argument("--batch", type=int, default=1000, help="posts per WriteBatch (default: 1000)")
+    p.add_argument("--batch", type=positive_int, default=1000, help="posts per WriteBatch (default: 1000)")
     p.add_argument("--sync", action="store_true", help="sync every batch to disk")
-    p.add_argument("--workers", type=int, default=0, help="processes verifying signatures (default: 0, inline)")
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help="processes verifying signatures (default: 1, in this process; 2 or more: worker processes)")
     p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
     _add_output_flags(p)
     p.set_defaults(func=_cmd_ingest)
 
     p = sub.add_parser("export", help="write a snapshot a Spark cluster can read")
-    p.add_argument("store")
-    p.add_argument("dir")
-    p.add_argument("--partitions", type=int, default=16, help="partitions by hash prefix (default: 16)")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("dir", help="the snapshot directory to write (must not hold a snapshot)")
+    p.add_argument("--partitions", type=partitions_int, default=16, help="partitions by hash prefix, 1-256 (default: 16)")
     _add_output_flags(p)
     p.set_defaults(func=_cmd_export)
 
@@ -212,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--verify", action="store_true", help="report differences, change nothing (default)")
         mode.add_argument("--repair", action="store_true", help="make the views equal to the recomputation, then verify")
-        p.add_argument("--engine", choices=("spark", "local"), default=engine, help=f"(default: {engine})")
+        p.add_argument("--engine", choices=("spark", "local"), default=engine,
+                       help=f"spark (a PySpark job) or local (in-process) (default: {engine})")
         p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's); Spark engine only")
         p.add_argument(
             "--spark-log",
@@ -221,16 +281,18 @@ def build_parser() -> argparse.ArgumentParser:
             help="keep Spark's own output (Java/log4j) in FILE (default: a temporary file, named only if the run fails)",
         )
         p.add_argument("--snapshot", default=None, help="read an exported snapshot instead of exporting one")
-        p.add_argument("--partitions", type=int, default=16, help="partitions / digest buckets (default: 16)")
+        p.add_argument("--partitions", type=partitions_int, default=16, help="partitions / digest buckets, 1-256 (default: 16)")
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
         _add_output_flags(p)
         p.set_defaults(func=_cmd_rebuild)
+    from . import cli_usability; cli_usability.register(sub)  # noqa: E702
     from . import cli_author; cli_author.register(sub)  # noqa: E702
     from . import cli_scale; cli_scale.register(sub)  # noqa: E702
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``cablestore`` with ``argv`` (default: the command line); return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -240,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
+    except BrokenPipeError:  # `cablestore dump STORE | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except CableError as exc:
         print(f"cablestore {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -38,6 +38,14 @@ def _cmd_heads(args) -> int:
     return 0
 
 
+ARGUMENT_HELP = {
+    "channel": "the channel name (case-insensitive)",
+    "text": "the message (at most 4096 bytes of UTF-8)",
+    "topic": "the new topic (at most 512 codepoints)",
+    "name": "your name (1-32 codepoints)",
+}
+
+
 def register(sub) -> None:
     """Add ``keygen``, ``post`` and ``heads`` to the ``cablestore`` subcommands."""
     p = sub.add_parser("keygen", help="create a key file (mode 0600) and print its public key")
@@ -59,7 +67,7 @@ def register(sub) -> None:
     ):
         k = kinds.add_parser(kind, help=text)
         for name in names:
-            k.add_argument(name)
+            k.add_argument(name, help=ARGUMENT_HELP[name])
         k.set_defaults(fields=names)
     k = kinds.add_parser("delete", help="delete your own posts")
     k.add_argument("hashes", nargs="+", metavar="HASH", help="hex hashes of posts you wrote")
@@ -67,7 +75,7 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_post)
 
     p = sub.add_parser("heads", help="a channel's heads: the posts a new post links to")
-    p.add_argument("store")
-    p.add_argument("channel")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("channel", help="the channel name (case-insensitive)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_heads)

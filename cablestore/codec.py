@@ -54,7 +54,7 @@ MAX_INFO_VALUE_BYTES = 4096
 NAME_CODEPOINTS = (1, 32)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Post:
     """A decoded Cable post.  Body fields not used by its type are ``None``.
 
@@ -74,7 +74,23 @@ class Post:
 
     @property
     def type_name(self) -> str:
-        return POST_TYPE_NAMES[self.post_type]
+        """The spec's name of the post type, e.g. ``"post/text"``."""
+        return POST_TYPE_NAMES.get(self.post_type, f"post type {self.post_type}")
+
+    def __repr__(self) -> str:
+        # Keys and signatures as short hex: the full bytes make a repr unreadable.
+        fields = [f"{self.type_name}", f"author={self.public_key.hex()[:12]}", f"timestamp={self.timestamp}"]
+        for name in ("channel", "text", "topic"):
+            value = getattr(self, name)
+            if value is not None:
+                fields.append(f"{name}={value if len(value) <= 40 else value[:39] + '…'!r}")
+        if self.info is not None:
+            fields.append(f"info={dict(self.info)!r}")
+        if self.hashes is not None:
+            fields.append(f"deletes=[{', '.join(h.hex()[:12] for h in self.hashes)}]")
+        if self.links:
+            fields.append(f"links={len(self.links)}")
+        return f"Post({', '.join(fields)})"
 
     def info_value(self, key: str) -> str | None:
         """The value of ``key`` in a post/info (the last one if repeated)."""

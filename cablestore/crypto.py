@@ -38,7 +38,12 @@ class Keypair:
         return cls(SigningKey(seed))
 
     def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``message``."""
         return self.signing_key.sign(message).signature
+
+    def __repr__(self) -> str:
+        # Never the secret key: reprs end up in logs and tracebacks.
+        return f"Keypair(public_key={self.public_key.hex()})"
 
 
 def verify_post(buf: bytes) -> bool:

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from .codec import decode_post
 from .progress import Progress
 from .store import Store
 from .workload import Workload
 
 
-def run_demo(directory=None, posts=2000, seed=1, quiet=False, engine="spark", out=print) -> dict:
+def run_demo(
+    directory: str | os.PathLike | None = None,
+    posts: int = 2000,
+    seed: int = 1,
+    quiet: bool = False,
+    engine: str = "spark",
+    out: Callable[..., Any] = print,
+) -> dict[str, Any]:
+    """Build a sample store of ``posts`` signed posts, print what it answers, verify it.
+
+    Returns a JSON-ready report (``report["ok"]``: everything was accepted and
+    the rebuild found the store consistent).  Without ``directory`` the store
+    lives in a temporary directory removed afterwards.
+    """
     say = (lambda *a: None) if quiet else out
     progress = Progress(quiet=quiet)
     tmp = None
@@ -45,31 +60,46 @@ def _demo(path, posts, seed, engine, say, progress) -> dict:
             progress.advance(len(bufs[i : i + 500]))
         progress.done()
         seconds = time.perf_counter() - start
-        report["ingest"] = {"accepted": sum(r.ok for r in results), "refused": sum(not r.ok for r in results), "seconds": round(seconds, 3)}
-        say(f"ingested {report['ingest']['accepted']} posts in {seconds:.2f}s ({posts / seconds:,.0f} posts/s, signatures verified)")
+        accepted = sum(r.ok for r in results)
+        stats = store.stats()
+        report["ingest"] = {"accepted": accepted, "refused": len(results) - accepted, "seconds": round(seconds, 3)}
+        report["stored"] = {"posts": stats.posts, "deleted": accepted - stats.posts, "tombstones": stats.tombstones}
+        say(f"ingested {accepted} posts in {seconds:.2f}s ({posts / seconds:,.0f} posts/s, signatures verified)")
+        say(_explain(report["stored"], accepted))
         report["channels"] = _show_channels(store, say)
         say(f"rebuild verify ({engine} engine)...")
         verify = check(store, engine=engine, progress=progress, partitions=4)
         report["rebuild"] = verify.to_dict()
         report["ok"] = verify.consistent and report["ingest"]["refused"] == 0
-        say(f"rebuild verify: {'consistent' if verify.consistent else 'DIFFERENCES FOUND'} "
-            f"({verify.posts} posts, {sum(verify.recomputed_counts.values())} view entries recomputed)")
+        entries = sum(verify.recomputed_counts.values())
+        if verify.consistent:
+            say(f"rebuild verify: consistent: {verify.posts} stored posts and {verify.tombstones} tombstones "
+                f"recompute to {entries} view entries, equal to the live views")
+        else:
+            say(f"rebuild verify: DIFFERENCES FOUND ({verify.posts} posts, {entries} view entries recomputed)")
     return report
 
 
-def _show_channels(store, say) -> dict:
+def _explain(stored: dict, accepted: int) -> str:
+    """Why fewer posts are stored (and verified) than were ingested: deletes."""
+    return (
+        f"  {stored['posts']} posts are stored: the other {accepted - stored['posts']} were deleted by post/deletes "
+        f"among them (some of those deletes were deleted too)\n"
+        f"  the rebuild below checks those {stored['posts']} posts and the {stored['tombstones']} tombstones the deletes left"
+    )
+
+
+def _show_channels(store: Store, say: Callable[..., Any]) -> dict:
     out = {}
     say(f"channel list: {', '.join(store.channel_list())}")
     for name in store.channel_list():
-        latest = store.channel_time_range(name, 0, 0, limit=3)
         topic = store.topic(name)
         members = store.members(name)
         out[name] = {"topic": topic, "members": len(members), "posts": len(store.channel_time_range(name)),
                      "state": len(store.channel_state(name))}
-        say(f"  #{name}: topic {topic!r}, {len(members)} members, {out[name]['posts']} chat posts")
-        for h in latest:
-            p = decode_post(store.get(h))
-            who = store.name(p.public_key) or p.public_key.hex()[:8]
-            line = p.text if p.text is not None else f"(deleted {len(p.hashes)} post(s))"
-            say(f"    {p.timestamp} <{who}> {line[:60]}")
+        shown = f"topic {topic!r}" if topic else "(no topic)"
+        say(f"  #{name}: {shown}, {len(members)} members, {out[name]['posts']} messages; the latest:")
+        for m in store.messages(name, limit=3):
+            line = m.text if m.text is not None else f"[deleted {len(m.deleted)} post{'s' if len(m.deleted) != 1 else ''}]"
+            say(f"    {m.time:%Y-%m-%d %H:%M:%S} <{m.who}> {line[:60]}")
     return out

@@ -149,3 +149,7 @@ class NotYourPostError(UnauthorizedDeleteError):
 
 class KeyFileError(CableError):
     """A key file cannot be used: missing, unreadable, malformed, or readable by others."""
+
+
+class PostsFileError(CableError):
+    """A file given as a posts file is not one, or is truncated or damaged."""

@@ -24,7 +24,7 @@ class LinkQueries:
         return list(decode_post(blob).links) if blob is not None else []
 
     def reverse_links(self, h) -> list[bytes]:
-        """Hashes of the stored posts that link to ``h`` (stored or not), oldest first."""
+        """Hashes of the stored posts that link to ``h`` (stored or not), ascending."""
         prefix = view.linkers_prefix(as_hash(h))
         return [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import msgpack
 
-from .codec import DELETE, Post
+from .codec import CHANNEL_TYPES, DELETE, Post
 from .keys import mono
 from .records import Indexed, Tombstone
 
@@ -50,6 +50,15 @@ def stand_in(post_hash: bytes, value: bytes) -> Indexed:
         made = (Tombstone(b"", post_hash, public_key, channels=tuple(channels)),)
         return Indexed(post_hash, post, mono(timestamp, post_hash), None, made)
     return Indexed(post_hash, post, mono(timestamp, post_hash), channels[0] if channels else None)
+
+
+def channel_of(value: bytes) -> str | None:
+    """The channel of a channel post from its entry (None for other posts or a damaged entry)."""
+    try:
+        _, post_type, _, channels, *_ = msgpack.unpackb(value)
+        return channels[0] if post_type in CHANNEL_TYPES and channels else None
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+        return None  # the rebuild reports and repairs a damaged entry
 
 
 def keys(post_hash: bytes, value: bytes) -> list[bytes]:

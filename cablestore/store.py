@@ -30,6 +30,7 @@ from .errors import (
 )
 from .keys import as_hash, canonical_channel, channel_key
 from .queries import Queries
+from .reading import Reading
 from .tombfilter import TombstoneFilter
 from .txn import POSTS, Txn
 
@@ -57,7 +58,7 @@ class IngestResult:
         return self.error is None
 
 
-class Store(Queries):
+class Store(Reading, Queries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP

@@ -143,7 +143,7 @@ class Txn:
 
     def _write_latest(self, name, group, view, entries) -> None:
         # Blind writes: reading a value to skip rewriting it costs more than the write.
-        current = set(latest_keys(view, group, self.scan))
+        current = set(latest_keys(view, group, self))
         current |= self._latest_keys.get((name, group), set())
         fresh = dict(entries)
         for key in current - fresh.keys():

@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
-from pathlib import Path
+import os
+from collections.abc import Iterable, Iterator
 
-from .codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
+from .codec import DELETE, HEADER_FIXED, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from .crypto import Keypair, make_post
-from .errors import TruncatedError
+from .errors import PostsFileError
 
 START_TS = 1_700_000_000_000
 WORDS = (
@@ -130,7 +131,7 @@ def generate(seed: int = 1, posts: int = 1000, **kw) -> list[bytes]:
     return list(Workload(seed, posts, **kw))
 
 
-def write_posts(path, bufs) -> int:
+def write_posts(path: str | os.PathLike, bufs: Iterable[bytes]) -> int:
     """Write posts in the ``[u32 BE length][bytes]`` format; return the count."""
     n = 0
     with open(path, "wb") as f:
@@ -141,17 +142,54 @@ def write_posts(path, bufs) -> int:
     return n
 
 
-def iter_posts(path, batch: int = 1000):
-    """Yield lists of up to ``batch`` posts from a posts file, without reading it whole."""
+# No Cable post is shorter than its fixed header plus a link count, a type
+# and a timestamp: a first record claiming fewer bytes means the file is not
+# a posts file.  (Later short records are passed on for ingest to refuse.)
+MIN_RECORD = HEADER_FIXED + 3
+
+
+def _bad_record(path, index: int, pos: int, declared: int | None, remaining: int) -> PostsFileError:
+    """The error for a record that does not fit: "not a posts file" when it is the first."""
+    if index == 0:
+        what = f"only {remaining} byte(s)" if declared is None else f"its first record claims {declared} bytes, {remaining} follow"
+        return PostsFileError(f"{path} is not a posts file ([u32 big-endian length][post] records): {what}")
+    if declared is None:
+        return PostsFileError(f"{path}: {remaining} stray byte(s) after record {index} (at byte {pos}); the file is truncated or damaged")
+    return PostsFileError(
+        f"{path}: record {index + 1} at byte {pos} claims {declared} bytes but {remaining} follow; "
+        f"the file is truncated or damaged after {index} good records"
+    )
+
+
+def _records(f, path) -> Iterator[bytes]:
+    """Yield each record of an open posts file, refusing anything that does not fit."""
+    size = os.fstat(f.fileno()).st_size
+    pos = index = 0
+    while header := f.read(4):
+        if len(header) < 4:
+            raise _bad_record(path, index, pos, None, len(header))
+        (n,) = struct.unpack(">I", header)
+        if n > size - pos - 4 or (index == 0 and n < MIN_RECORD):
+            raise _bad_record(path, index, pos, n, size - pos - 4)
+        buf = f.read(n)
+        if len(buf) < n:  # the file shrank while we read it
+            raise _bad_record(path, index, pos, n, len(buf))
+        yield buf
+        pos += 4 + n
+        index += 1
+
+
+def iter_posts(path: str | os.PathLike, batch: int = 1000) -> Iterator[list[bytes]]:
+    """Yield lists of up to ``batch`` posts from a posts file, without reading it whole.
+
+    Raises :class:`PostsFileError` when the file is not a posts file or is
+    truncated (each good record before the damage has been yielded by then).
+    """
+    if batch < 1:
+        raise PostsFileError(f"batch must be a positive integer, got {batch!r}")
     with open(path, "rb") as f:
         chunk = []
-        while header := f.read(4):
-            if len(header) < 4:
-                raise TruncatedError(f"{path}: truncated record header")
-            (n,) = struct.unpack(">I", header)
-            buf = f.read(n)
-            if len(buf) < n:
-                raise TruncatedError(f"{path}: truncated record")
+        for buf in _records(f, path):
             chunk.append(buf)
             if len(chunk) == batch:
                 yield chunk
@@ -160,13 +198,11 @@ def iter_posts(path, batch: int = 1000):
             yield chunk
 
 
-def read_posts(path) -> list[bytes]:
-    data = Path(path).read_bytes()
-    out, pos = [], 0
-    while pos < len(data):
-        (n,) = struct.unpack_from(">I", data, pos)
-        out.append(data[pos + 4 : pos + 4 + n])
-        pos += 4 + n
-    if pos != len(data):
-        raise TruncatedError(f"{path}: truncated record at byte {pos}")
-    return out
+def read_posts(path: str | os.PathLike) -> list[bytes]:
+    """Every post of a posts file, in file order.
+
+    Raises :class:`PostsFileError` (and returns nothing) when the file is not
+    a posts file, is truncated, or ends with stray bytes.
+    """
+    with open(path, "rb") as f:
+        return list(_records(f, path))

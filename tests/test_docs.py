@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cablestore import Store
-from cablestore.cli import build_parser
+from cablestore.cli import build_parser, main
 from cablestore.workload import generate, read_posts
 
 from cablestore.author import Author
@@ -65,7 +67,7 @@ def populated(tmp_path_factory):
 
 def test_every_key_matches_exactly_one_documented_row(populated):
     rows = _keyspace_rows()
-    assert len(rows) == 18
+    assert len(rows) == 19
     used = {row: 0 for row in rows}
     for key, _ in populated.items():
         matching = [row for row in rows if _matches(row, key)]
@@ -75,6 +77,7 @@ def test_every_key_matches_exactly_one_documented_row(populated):
 
 
 def _readme_commands() -> list[list[str]]:
+    """Every ``cablestore`` command in the README: sh blocks and ``$ `` lines of console blocks."""
     text = (ROOT / "README.md").read_text()
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
@@ -83,7 +86,39 @@ def _readme_commands() -> list[list[str]]:
             line = line.split("  #")[0].strip()
             if line.startswith("cablestore "):
                 commands.append(shlex.split(line)[1:])
+    commands += [argv for argv, _ in _session()]
     return commands
+
+
+def _session() -> list[tuple[list[str], list[str]]]:
+    """The Commands section's console blocks: (argv, documented output lines), in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    steps: list[tuple[list[str], list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", section, re.S):
+        for line in block.splitlines():
+            if line.startswith("$ cablestore "):
+                steps.append((shlex.split(line[2:])[1:], []))
+            else:
+                steps[-1][1].append(line)
+    return steps
+
+
+def _shape(line: str) -> str:
+    """A line with every number as N and runs of spaces as one: what must match."""
+    return re.sub(r" +", " ", re.sub(r"\d[\d,.]*", "N", line)).rstrip()
+
+
+def _shape_pattern(documented: list[str]) -> str:
+    parts = []
+    for line in documented:
+        if line == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        elif line.endswith("…"):
+            parts.append(re.escape(_shape(line[:-1])) + r"[^\n]*\n")
+        else:
+            parts.append(re.escape(_shape(line)) + r"\n")
+    return "".join(parts)
 
 
 def test_readme_shows_every_command_and_each_parses():
@@ -91,9 +126,34 @@ def test_readme_shows_every_command_and_each_parses():
     subcommands = set(parser._subparsers._group_actions[0].choices)
     commands = _readme_commands()
     assert {c[0] for c in commands} == subcommands
+    assert {argv[0] for argv, _ in _session()} == subcommands  # and each one runs below
     for argv in commands:
         args = parser.parse_args(argv)
         assert args.command == argv[0]
+
+
+def _shaped(text: str) -> str:
+    return "\n".join(_shape(line) for line in text.splitlines()) + "\n"
+
+
+def test_shape_matching_can_fail():
+    assert re.fullmatch(_shape_pattern(["a 1", "...", "z"]), _shaped("a 22\nb\nc\nz"))
+    assert re.fullmatch(_shape_pattern(["a  1  b"]), _shaped("a 1,234 b"))
+    assert not re.fullmatch(_shape_pattern(["a 1", "z"]), _shaped("a 22\nb\nz"))
+    assert not re.fullmatch(_shape_pattern(["wrote 1 posts"]), _shaped("wrote 1 post"))
+    assert re.fullmatch(_shape_pattern(['{"hash": …']), _shaped('{"hash": "ab12", "x": 3}'))
+
+
+def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypatch):
+    """sqlite-utils style: the Commands section is a real session; run it and compare."""
+    monkeypatch.chdir(tmp_path)
+    for argv, documented in _session():
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(argv)
+        shown = _shaped(out.getvalue())
+        assert status == 0, (argv, err.getvalue())
+        assert re.fullmatch(_shape_pattern(documented), shown), (argv, out.getvalue())
 
 
 def test_quick_start_has_two_commands_and_ci_runs_the_test_one():
@@ -102,3 +162,12 @@ def test_quick_start_has_two_commands_and_ci_runs_the_test_one():
     commands = re.findall(r"```sh\n(.*?)\n```", quick, re.S)
     assert commands == ["pip install -e . && python -m cablestore demo", "pip install -e '.[test]' && python -m pytest"]
     assert commands[1] in (ROOT / ".ci/run").read_text()
+
+
+def test_readme_library_example_runs(tmp_path, monkeypatch, capsys):
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"## Using the library\n\n```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.split()[-1] == "hi"
+    assert (tmp_path / "peer.ldb" / "CURRENT").exists()

@@ -19,8 +19,8 @@ also define:
     The entries of a group given its latest post (``None``: no post left).
 ``latest_prefix(group) -> bytes``
     The prefix every key ``latest`` can write for the group starts with
-    (or ``latest_keys(group, scan)``: the keys it may have written, found
-    with ``scan(prefix) -> [(key, value)]``, or known without reading, when no one prefix holds them).
+    (or ``latest_keys(group, txn)``: the keys it wrote that the DB holds,
+    found with ``txn.scan(prefix)`` or ``txn.db``, or known without reading, when no one prefix holds them).
 ``rank(group, ip) -> bytes`` (optional)
     The suffix of the post's candidate key after ``candidates(group)``; the
     highest rank is the latest.  Default: the mono timestamp.
@@ -54,9 +54,9 @@ def rank(view, group: bytes, ip) -> bytes:
     return ip.mono if ranker is None else ranker(group, ip)
 
 
-def latest_keys(view, group: bytes, scan) -> list[bytes]:
-    """The keys ``view.latest`` may have written for ``group``, found with ``scan(prefix)``."""
+def latest_keys(view, group: bytes, txn) -> list[bytes]:
+    """The keys ``view.latest`` wrote for ``group`` that the DB holds (``txn``: a ``cablestore.txn.Txn``)."""
     locate = getattr(view, "latest_keys", None)
     if locate is not None:
-        return locate(group, scan)
-    return [key for key, _ in scan(view.latest_prefix(group))]
+        return locate(group, txn)
+    return [key for key, _ in txn.scan(view.latest_prefix(group))]

@@ -46,7 +46,7 @@ def latest_prefix(group):
     return PREFIX + group[:-32] + b"l" + group[-32:]
 
 
-def latest_keys(group, scan):
+def latest_keys(group, txn):
     """The one key ``latest`` writes for a group, known without reading."""
     return [latest_prefix(group)]
 

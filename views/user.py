@@ -52,11 +52,11 @@ def latest_prefix(group):
     return PREFIX + group + b"i"
 
 
-def latest_keys(group, scan):
+def latest_keys(group, txn):
     """The keys ``latest`` may have written: the hash key is fixed; properties are found."""
     if len(group) == 33:
         return [latest_hash_key(group[1:])]
-    return [key for key, _ in scan(latest_prefix(group))]
+    return [key for key, _ in txn.scan(latest_prefix(group))]
 
 
 def latest(group, winner):
