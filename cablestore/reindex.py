@@ -103,7 +103,10 @@ class _Writer:
 def reindex(store, progress=None, sync: bool = False) -> ReindexReport:
     """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
     with store._write_lock:
-        return reindex_db(store.db, progress, sync)
+        try:
+            return reindex_db(store.db, progress, sync)
+        finally:
+            store._winners.clear()  # the views were rewritten under the store's caches
 
 
 def reindex_db(db, progress=None, sync: bool = False) -> ReindexReport:

@@ -86,6 +86,7 @@ class Store(Reading, Queries):
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
         self._tomb_filter = None  # built on the first write (cablestore.tombfilter)
+        self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
         try:
             # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
             # keep ingest from slowing as the store grows (measured: +20% at
@@ -153,7 +154,7 @@ class Store(Reading, Queries):
         if self._tomb_filter is None:
             self._tomb_filter = TombstoneFilter(self.db)
         self._tomb_filter.grow_if_full()
-        return Txn(self.db, self._tomb_filter)
+        return Txn(self.db, self._tomb_filter, self._winners)
 
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
@@ -272,7 +273,10 @@ class Store(Reading, Queries):
         """
         from cablestore.rebuild import check
 
-        return check(self, fix=fix, engine=engine, **kw)
+        try:
+            return check(self, fix=fix, engine=engine, **kw)
+        finally:
+            self._winners.clear()  # a repair writes views directly
 
     def items(self, prefix: bytes = b""):
         """Every raw key/value pair (for tools and tests), in key order."""
