@@ -25,15 +25,17 @@ in one WriteBatch, and returns its hash:
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from . import views
 from .codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, Post, decode_post, encode_post, post_hash
 from .crypto import Keypair, body_fields, make_post
 from .errors import NotYourPostError, PostFieldError, QueryError, StoreError
-from .keys import as_hash, mono_timestamp
+from .keys import HashLike, as_hash, mono_timestamp
 from .store import WEEK_MS, Store, wall_clock_ms
 from .txn import POSTS
 
@@ -44,6 +46,7 @@ _LOCK = threading.Lock()
 
 
 def clock_key(public_key: bytes) -> bytes:
+    """The ``!local!`` key holding the author's last timestamp."""
     return CLOCK + public_key
 
 
@@ -57,6 +60,7 @@ class Author:
 
     @property
     def public_key(self) -> bytes:
+        """The author's 32-byte public key."""
         return self.keypair.public_key
 
     # --- one method per post type -------------------------------------------
@@ -65,9 +69,11 @@ class Author:
         return self.post(TEXT, channel=channel, text=text)
 
     def join(self, channel: str) -> bytes:
+        """Join ``channel`` (a post/join); return its hash."""
         return self.post(JOIN, channel=channel)
 
     def leave(self, channel: str) -> bytes:
+        """Leave ``channel`` (a post/leave); return its hash."""
         return self.post(LEAVE, channel=channel)
 
     def topic(self, channel: str, topic: str) -> bytes:
@@ -86,12 +92,12 @@ class Author:
         current["name"] = name
         return self.info(list(current.items()))
 
-    def delete(self, *hashes) -> bytes:
+    def delete(self, *hashes: HashLike) -> bytes:
         """Delete posts of this author (hashes as bytes or hex); every one must be stored and theirs."""
         return self.post(DELETE, hashes=hashes)
 
     # --- the common path ----------------------------------------------------
-    def post(self, post_type: int, **body) -> bytes:
+    def post(self, post_type: int, **body: Any) -> bytes:
         """Build, link, stamp, sign and ingest a post of ``post_type``; return its hash."""
         if post_type == DELETE and "hashes" in body:
             body["hashes"] = self._own_posts(body["hashes"])
@@ -196,7 +202,7 @@ _KINDS = {
 }
 
 
-def post_with_keyfile(store_path, key_path, kind: str, args: Sequence[str], *, now: Callable[[], int] | None = None) -> bytes:
+def post_with_keyfile(store_path: str | os.PathLike, key_path: str | os.PathLike, kind: str, args: Sequence[str], *, now: Callable[[], int] | None = None) -> bytes:
     """Write one post of ``kind`` (text, join, leave, topic, name, delete) as the key file's owner.
 
     Returns the stored post's bytes.  The key and the arguments are checked
@@ -223,7 +229,7 @@ def post_with_keyfile(store_path, key_path, kind: str, args: Sequence[str], *, n
         return store.get(h)
 
 
-def read_heads(store_path, channel: str) -> list[bytes]:
+def read_heads(store_path: str | os.PathLike, channel: str) -> list[bytes]:
     """The heads of ``channel`` in the store at ``store_path`` (which must exist)."""
     _require_store(store_path)
     with Store(store_path, create=False) as store:

@@ -105,6 +105,7 @@ class Post:
 
 
 def encode_varint(n: int) -> bytes:
+    """``n`` (0 to 2**64 - 1) as a minimal unsigned LEB128 varint."""
     if n < 0 or n > U64_MAX:
         raise LimitError(f"varint out of range: {n}")
     out = bytearray()

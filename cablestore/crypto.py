@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -29,12 +31,13 @@ def _verify_detached(public_key: bytes, message: bytes, signature: bytes) -> boo
 class Keypair:
     """An Ed25519 keypair; ``Keypair.from_seed`` makes deterministic ones for tests."""
 
-    def __init__(self, signing_key: SigningKey | None = None):
+    def __init__(self, signing_key: SigningKey | None = None) -> None:
         self.signing_key = signing_key or SigningKey.generate()
         self.public_key = bytes(self.signing_key.verify_key)
 
     @classmethod
     def from_seed(cls, seed: bytes) -> "Keypair":
+        """The keypair of a 32-byte Ed25519 seed (the same seed, the same keys)."""
         return cls(SigningKey(seed))
 
     def sign(self, message: bytes) -> bytes:
@@ -69,7 +72,7 @@ def verify_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
-def verify_many(bufs, pool: ProcessPoolExecutor | None = None):
+def verify_many(bufs: Sequence[bytes], pool: ProcessPoolExecutor | None = None) -> Iterator[bool]:
     """Verify posts; return an iterator of results in order.
 
     With a ``pool`` and enough posts, chunks are verified in its worker
@@ -127,7 +130,7 @@ def body_fields(body: dict) -> dict:
     return out
 
 
-def make_post(keypair: Keypair, post_type: int, timestamp: int, links=(), **body) -> tuple[bytes, Post]:
+def make_post(keypair: Keypair, post_type: int, timestamp: int, links: Iterable[bytes] = (), **body: Any) -> tuple[bytes, Post]:
     """Build, sign and encode a post; return ``(bytes, decoded post)``.
 
     A missing or mistyped field raises :class:`PostFieldError`, a value out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .codec import Post
@@ -32,11 +33,11 @@ class Committed:
 class Listeners:
     """The callbacks of one Store; a failing callback is logged, never raised into the writer."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._callbacks: list = []
 
-    def subscribe(self, callback):
+    def subscribe(self, callback: Callable[[Committed], None]) -> Callable[[], None]:
         """Register ``callback(Committed)``; returns a function that unsubscribes it."""
         with self._lock:
             self._callbacks.append(callback)
@@ -49,6 +50,7 @@ class Listeners:
         return unsubscribe
 
     def notify(self, change: Committed) -> None:
+        """Call every callback with ``change`` (nothing when it adds and removes nothing)."""
         if not change:
             return
         with self._lock:

@@ -39,7 +39,7 @@ def format_keyfile(keypair: Keypair) -> str:
     )
 
 
-def write_keyfile(path, keypair: Keypair | None = None) -> Keypair:
+def write_keyfile(path: str | os.PathLike, keypair: Keypair | None = None) -> Keypair:
     """Write a new key file (mode 0600) and return its keypair; an existing file is never replaced."""
     keypair = keypair or Keypair()
     data = format_keyfile(keypair).encode("ascii")
@@ -61,7 +61,7 @@ def write_keyfile(path, keypair: Keypair | None = None) -> Keypair:
     return keypair
 
 
-def read_keyfile(path) -> Keypair:
+def read_keyfile(path: str | os.PathLike) -> Keypair:
     """Load the keypair of a key file; refuse one that is unreadable, malformed or too open."""
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -26,7 +26,12 @@ _TERM = b"\x00\x01"
 _NUL_ESC = b"\x00\xff"
 
 
+HashLike = bytes | bytearray | str
+"""A 32-byte hash or public key: raw bytes, or 64 hex characters."""
+
+
 def mono(timestamp: int, post_hash: bytes) -> bytes:
+    """The monotonic timestamp key component: 8 big-endian timestamp bytes, then the hash."""
     return timestamp.to_bytes(TS_SIZE, "big") + post_hash
 
 
@@ -36,6 +41,7 @@ def mono_hash(key: bytes) -> bytes:
 
 
 def mono_timestamp(key: bytes) -> int:
+    """The claimed timestamp in a key that ends in a mono timestamp."""
     return int.from_bytes(key[-MONO_SIZE:-HASH_SIZE], "big")
 
 
@@ -82,7 +88,7 @@ def next_prefix(prefix: bytes) -> bytes:
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
 
 
-def as_hash(value) -> bytes:
+def as_hash(value: HashLike) -> bytes:
     """Accept a 32-byte hash (or public key) as bytes or as a hex string."""
     from .errors import QueryError
 

@@ -7,23 +7,26 @@ and :meth:`LinkQueries.reverse_links`; an author links a new post to
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from cablestore.views import links as view
 
 from .codec import decode_post
 from .errors import QueryError
-from .keys import as_hash
+from .keys import HashLike, as_hash
 from .txn import POSTS
 
 
 class LinkQueries:
     """Mixed into Store (through Queries); expects ``self.db`` (a plyvel DB)."""
 
-    def links(self, h) -> list[bytes]:
+    def links(self, h: HashLike) -> list[bytes]:
         """The hashes the stored post ``h`` links to, in its order; [] when it is not stored."""
         blob = self.db.get(POSTS + as_hash(h))
         return list(decode_post(blob).links) if blob is not None else []
 
-    def reverse_links(self, h) -> list[bytes]:
+    def reverse_links(self, h: HashLike) -> list[bytes]:
         """Hashes of the stored posts that link to ``h`` (stored or not), ascending."""
         prefix = view.linkers_prefix(as_hash(h))
         return [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
@@ -36,7 +39,7 @@ class LinkQueries:
         return [k[len(prefix) :] for k in self.db.iterator(prefix=prefix, include_value=False)]
 
 
-def causal_sort(store, hashes) -> list[bytes]:
+def causal_sort(store: Any, hashes: Iterable[HashLike]) -> list[bytes]:
     """Sort stored posts as spec 5.1.3 does: after every post they link to, else by timestamp, then hash.
 
     A topological sort over the links among ``hashes`` (found with

@@ -102,6 +102,7 @@ class HashResponse(Message):
 
     @property
     def concludes(self) -> bool:
+        """True for the empty response that ends a request (spec 6.3.3)."""
         return not self.hashes
 
 
@@ -115,6 +116,7 @@ class PostResponse(Message):
 
     @property
     def concludes(self) -> bool:
+        """True for the empty response that ends a request (spec 6.3.3)."""
         return not self.posts
 
 

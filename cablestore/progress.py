@@ -4,27 +4,31 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 
 class Progress:
     """Redraws ``label: n/total`` on stderr at most ten times a second."""
 
-    def __init__(self, quiet: bool = False, stream=None):
+    def __init__(self, quiet: bool = False, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.enabled = not quiet and getattr(self.stream, "isatty", lambda: False)()
         self.label, self.total, self.count, self._drawn = "", None, 0, 0.0
 
     def stage(self, label: str, total: int | None = None) -> "Progress":
+        """End the current line and start a stage counting to ``total`` (None: a plain counter)."""
         self._finish_line()
         self.label, self.total, self.count = label, total, 0
         self._draw(force=True)
         return self
 
     def advance(self, n: int = 1) -> None:
+        """Count ``n`` more items done."""
         self.count += n
         self._draw()
 
     def done(self) -> None:
+        """Draw the final count and end the line."""
         self._finish_line()
 
     def _draw(self, force: bool = False) -> None:

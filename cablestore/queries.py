@@ -6,14 +6,16 @@ concurrent writer never shows them half of an ingest.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import islice
+from typing import Any
 
 from cablestore.views import author, channel, chat, state, user
 
 from .codec import POST_TYPE_NAMES
 from .errors import CorruptRecordError, QueryError
 from .link_queries import LinkQueries
-from .keys import MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
+from .keys import HashLike, MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
 from .records import Tombstone
 from .txn import DELETED, POSTS
 
@@ -30,20 +32,20 @@ class Queries(LinkQueries):
     """Mixed into Store; expects ``self.db`` (a plyvel DB)."""
 
     # --- posts ------------------------------------------------------------
-    def get(self, h) -> bytes | None:
+    def get(self, h: HashLike) -> bytes | None:
         """The post's bytes, or None if it is not stored."""
         return self.db.get(POSTS + as_hash(h))
 
-    def get_many(self, hashes) -> list[bytes | None]:
+    def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
         """Answer a post request: bytes (or None) for each hash, in order."""
         keys = [as_hash(h) for h in hashes]
         with self.db.snapshot() as snap:
             return [snap.get(POSTS + h) for h in keys]
 
-    def __contains__(self, h) -> bool:
+    def __contains__(self, h: HashLike) -> bool:
         return self.get(h) is not None
 
-    def is_deleted(self, h) -> bool:
+    def is_deleted(self, h: HashLike) -> bool:
         """True if a tombstone holds this hash and no post with it is stored.
 
         A delete that arrived before its target counts, although the target
@@ -56,10 +58,11 @@ class Queries(LinkQueries):
                 return False
             return any(t.authorized for t in _tombstones(snap, h))
 
-    def tombstones(self, h) -> list[Tombstone]:
+    def tombstones(self, h: HashLike) -> list[Tombstone]:
+        """Every tombstone kept for hash ``h`` (one per post/delete that named it)."""
         return _tombstones(self.db, as_hash(h))
 
-    def tombstones_made_by(self, delete_hash, targets) -> list[Tombstone]:
+    def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[bytes]) -> list[Tombstone]:
         """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
         by = as_hash(delete_hash)
         with self.db.snapshot() as snap:
@@ -130,19 +133,19 @@ class Queries(LinkQueries):
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------
-    def name(self, public_key) -> str | None:
+    def name(self, public_key: HashLike) -> str | None:
         """The user's current name (from their latest post/info), or None."""
         key = user.property_key(as_hash(public_key), "name")
         value = self.db.get(key)
         return None if value is None else _text(key, value)
 
-    def user_info(self, public_key) -> dict[str, str]:
+    def user_info(self, public_key: HashLike) -> dict[str, str]:
         """Every property of the user's latest post/info."""
         prefix = user.PREFIX + as_hash(public_key) + b"i"
 
         return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
 
-    def author_posts(self, public_key, post_type: int | None = None) -> list[bytes]:
+    def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
         if post_type is not None and (type(post_type) is not int or post_type not in POST_TYPE_NAMES):
             raise QueryError(f"post_type must be one of {sorted(POST_TYPE_NAMES)} or None, got {post_type!r}")
@@ -164,7 +167,7 @@ def _tombstones(reader, h: bytes) -> list[Tombstone]:
     return [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in reader.iterator(prefix=prefix)]
 
 
-def channel_names(reader) -> list[str]:
+def channel_names(reader: Any) -> list[str]:
     """Every channel with a ``!channel`` entry, ascending (a skip scan)."""
     prefix = channel.PREFIX
     names = []

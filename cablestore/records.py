@@ -6,6 +6,7 @@ them to the same view functions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import blake3
@@ -49,6 +50,7 @@ class Tombstone:
         return [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
 
     def pack(self) -> bytes:
+        """The stored value: msgpack ``[deleter, author, type, timestamp, channels, tag]``."""
         fields = self.fields()
         return msgpack.packb(fields + [_tag(self.target, self.by, fields)])
 
@@ -115,7 +117,8 @@ class Indexed:
     tombstones: tuple[Tombstone, ...] = ()
 
     @classmethod
-    def of(cls, buf: bytes, post: Post | None = None, h: bytes | None = None, tombstones=()) -> "Indexed":
+    def of(cls, buf: bytes, post: Post | None = None, h: bytes | None = None, tombstones: Iterable[Tombstone] = ()) -> "Indexed":
+        """Index the post ``buf`` (decoded and hashed unless ``post`` and ``h`` are given)."""
         post = post if post is not None else decode_post(buf)
         h = h if h is not None else post_hash(buf)
         channel = canonical_channel(post.channel) if post.post_type in CHANNEL_TYPES else None

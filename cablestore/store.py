@@ -9,17 +9,20 @@ LevelDB WriteBatch, so a crash leaves all of it or none of it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import plyvel
 
 from . import indexer, views
 from .codec import Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
-from .events import Listeners
+from .events import Committed, Listeners
 from .errors import (
     CableError,
     FutureTimestampError,
@@ -28,11 +31,14 @@ from .errors import (
     StoreError,
     StoreLockedError,
 )
-from .keys import as_hash, canonical_channel, channel_key
+from .keys import HashLike, as_hash, canonical_channel, channel_key
 from .queries import Queries
 from .reading import Reading
 from .tombfilter import TombstoneFilter
 from .txn import POSTS, Txn
+
+if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
+    from cablestore.rebuild import Report
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 FORMAT_KEY = b"!meta!format"
@@ -55,6 +61,7 @@ class IngestResult:
 
     @property
     def ok(self) -> bool:
+        """True when the post was accepted (stored now or already)."""
         return self.error is None
 
 
@@ -75,8 +82,17 @@ class Store(Reading, Queries):
     """
 
     def __init__(
-        self, path, *, create=True, sync=False, verify_signatures=True, verify_workers=0, now=None, cache_mb=32, write_buffer_mb=16
-    ):
+        self,
+        path: str | os.PathLike,
+        *,
+        create: bool = True,
+        sync: bool = False,
+        verify_signatures: bool = True,
+        verify_workers: int = 0,
+        now: Callable[[], int] | None = None,
+        cache_mb: int = 32,
+        write_buffer_mb: int = 16,
+    ) -> None:
         self.path = Path(path)
         self.sync = sync
         self.verify_signatures = verify_signatures
@@ -115,20 +131,22 @@ class Store(Reading, Queries):
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
+        """Close the database and stop signature workers; later calls raise :class:`StoreClosedError`."""
         if self._verify_pool is not None:
             self._verify_pool.shutdown(wait=True, cancel_futures=True)
             self._verify_pool = None
         if not self._db.closed:
             self._db.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
     def db(self) -> plyvel.DB:
+        """The underlying plyvel database (for tools); raises :class:`StoreClosedError` once closed."""
         if self._db.closed:
             raise StoreClosedError("the store is closed")
         return self._db
@@ -163,7 +181,7 @@ class Store(Reading, Queries):
             raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
         return post_hash(buf), post
 
-    def subscribe(self, callback):
+    def subscribe(self, callback: Callable[[Committed], None]) -> Callable[[], None]:
         """Call ``callback(Committed)`` after every commit that adds or removes posts.
 
         Returns a function that unsubscribes.  See :mod:`cablestore.events`.
@@ -193,7 +211,7 @@ class Store(Reading, Queries):
             raise outcome
         return h
 
-    def ingest_many(self, bufs, *, now: int | None = None) -> list[IngestResult]:
+    def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
         With ``verify_workers > 1``, signatures are verified in that many
@@ -231,7 +249,7 @@ class Store(Reading, Queries):
         return results
 
     # --- local removal --------------------------------------------------
-    def delete(self, h) -> bool:
+    def delete(self, h: HashLike) -> bool:
         """Discard a post locally, without a post/delete and without a tombstone.
 
         Returns False if the post was not stored.  Tombstones a discarded
@@ -250,7 +268,7 @@ class Store(Reading, Queries):
         self._listeners.notify(txn.committed())
         return True
 
-    def purge_author(self, public_key) -> int:
+    def purge_author(self, public_key: HashLike) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
         with self._write_lock:
@@ -266,7 +284,7 @@ class Store(Reading, Queries):
         return len(hashes)
 
     # --- verification ---------------------------------------------------
-    def check(self, fix: bool = False, engine: str = "local", **kw):
+    def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
         """Recompute every derived view and compare; with ``fix``, repair.
 
         Returns a :class:`cablestore.rebuild.Report` (``report.consistent``).
@@ -278,7 +296,7 @@ class Store(Reading, Queries):
         finally:
             self._winners.clear()  # a repair writes views directly
 
-    def items(self, prefix: bytes = b""):
+    def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
         return self.db.iterator(prefix=prefix)
 

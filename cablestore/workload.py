@@ -16,6 +16,7 @@ import random
 import struct
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .codec import DELETE, HEADER_FIXED, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from .crypto import Keypair, make_post
@@ -30,6 +31,7 @@ CHANNEL_NAMES = ("general", "Dev-Talk", "ünïcode-☕", "news", "news!2024", "r
 
 
 def users_for(seed: int, count: int) -> list[Keypair]:
+    """The ``count`` deterministic keypairs of workload ``seed``."""
     return [Keypair.from_seed(hashlib.sha256(f"cablestore:{seed}:{i}".encode()).digest()) for i in range(count)]
 
 
@@ -43,7 +45,7 @@ class _Author:
 class Workload:
     """Iterate to get post bytes; ``Workload(seed, posts)`` is reproducible."""
 
-    def __init__(self, seed: int = 1, posts: int = 1000, users: int | None = None, channels: int | None = None):
+    def __init__(self, seed: int = 1, posts: int = 1000, users: int | None = None, channels: int | None = None) -> None:
         self.seed = seed
         self.posts = posts
         self.rng = random.Random(seed)
@@ -54,7 +56,7 @@ class Workload:
         self.clock = START_TS
         self.heads: dict[str, bytes] = {}
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         emitted = 0
         for author in self.authors:  # everyone names themselves and joins somewhere
             for buf in self._bootstrap(author):
@@ -127,7 +129,8 @@ class Workload:
         return self._emit(author, DELETE, hashes=tuple(picks))
 
 
-def generate(seed: int = 1, posts: int = 1000, **kw) -> list[bytes]:
+def generate(seed: int = 1, posts: int = 1000, **kw: Any) -> list[bytes]:
+    """``list(Workload(seed, posts, **kw))``: the workload's posts, in order."""
     return list(Workload(seed, posts, **kw))
 
 

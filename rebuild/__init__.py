@@ -8,22 +8,28 @@ same recomputation in-process).  Both call the view modules in
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 from .snapshot import export
 from .verify import Report, apply_repair, check, verify
+
+if TYPE_CHECKING:
+    from cablestore.progress import Progress
 
 __all__ = ["Report", "apply_repair", "check", "export", "rebuild", "verify"]
 
 
 def rebuild(
-    store_path=None,
+    store_path: str | os.PathLike | None = None,
     *,
-    snapshot=None,
+    snapshot: str | os.PathLike | None = None,
     repair: bool = False,
     engine: str = "spark",
     master: str | None = None,
     partitions: int = 16,
     check_signatures: bool = True,
-    progress=None,
+    progress: Progress | None = None,
     spark_log: str | None = None,
 ) -> Report:
     """Verify (or repair) the store at ``store_path``, or verify a snapshot directory.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import blake3
 import msgpack
@@ -27,6 +28,9 @@ from cablestore.errors import RebuildError
 from cablestore.txn import DELETED, POSTS
 
 from .recompute import bucket, is_primary, partition_of
+
+if TYPE_CHECKING:
+    from cablestore.progress import Progress
 
 FORMAT = "cablestore-snapshot-1"
 
@@ -57,7 +61,7 @@ class StoreSource:
         self._snap.close()
 
 
-def export(db, directory, partitions: int = 16, progress=None) -> dict:
+def export(db: Any, directory: str | os.PathLike, partitions: int = 16, progress: Progress | None = None) -> dict[str, Any]:
     """Write a snapshot of ``db`` (a plyvel DB) to ``directory``; return the manifest."""
     if not 1 <= partitions <= 256:
         raise RebuildError("partitions must be between 1 and 256")

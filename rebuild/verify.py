@@ -8,16 +8,22 @@ one WriteBatch and verifies again.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from cablestore.txn import POSTS
 
 from . import local
 from .recompute import FAULT_KINDS, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, view_of
 from .snapshot import SnapshotSource, StoreSource, export
+
+if TYPE_CHECKING:
+    from cablestore.progress import Progress
+    from cablestore.store import Store
 
 
 @dataclass
@@ -39,9 +45,11 @@ class Report:
 
     @property
     def consistent(self) -> bool:
+        """True when there are no faults and no missing, extra or different view entries."""
         return not (self.faults or self.missing or self.extra or self.different)
 
-    def to_dict(self, examples: int = 5) -> dict:
+    def to_dict(self, examples: int = 5) -> dict[str, Any]:
+        """The report as JSON-ready data, with up to ``examples`` keys of each kind per view."""
         views = {}
         for name in VIEW_NAMES:
             per = {kind: sorted(k for k in getattr(self, kind) if view_of(k) == name) for kind in ("missing", "extra", "different")}
@@ -115,8 +123,17 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
 
 
 def verify(
-    engine="local", *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None
+    engine: str = "local",
+    *,
+    db: Any = None,
+    snapshot: str | os.PathLike | None = None,
+    partitions: int = 16,
+    check_signatures: bool = True,
+    master: str | None = None,
+    progress: Progress | None = None,
+    spark_log: str | None = None,
 ) -> Report:
+    """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` directory and compare; change nothing."""
     start = time.perf_counter()
     if progress:
         progress.stage(f"recompute views ({engine} engine)")
@@ -140,7 +157,7 @@ def verify(
     return report
 
 
-def apply_repair(db, report: Report, sync: bool = True, views: bool = True) -> dict:
+def apply_repair(db: Any, report: Report, sync: bool = True, views: bool = True) -> dict[str, Any]:
     """Make the derived views equal to the recomputation, in one WriteBatch.
 
     A post its author's stored post/delete provably deleted is removed.
@@ -191,7 +208,7 @@ def mostly_missing(report: Report) -> bool:
     return len(report.missing) > REINDEX_WHEN_MISSING * max(sum(report.recomputed_counts.values()), 1)
 
 
-def check(store, fix: bool = False, engine: str = "local", **kw) -> Report:
+def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
     """Verify ``store`` (a :class:`cablestore.Store`); with ``fix``, repair and verify again.
 
     The store's write lock is held throughout, so no ingest interleaves.

@@ -142,6 +142,30 @@ def test_numeric_options_are_validated_by_the_parser(argv, capsys):
     assert "error: argument --" in err and "Traceback" not in err
 
 
+def _all_actions(parser, prefix=""):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, subparser in action.choices.items():
+                yield from _all_actions(subparser, f"{prefix}{name} ")
+        else:
+            yield prefix + ("/".join(action.option_strings) or action.dest), action
+
+
+def test_no_numeric_option_takes_an_unchecked_number():
+    """Numbers go through a checking type (positive_int, ...), so 0 or -1 is a usage error, not a crash."""
+    unchecked = [name for name, a in _all_actions(build_parser()) if a.type in (int, float) and not name.endswith("--seed")]
+    assert unchecked == []
+
+
+def test_positive_float_refuses_zero_negative_and_infinity():
+    from cablestore.cli import positive_float
+
+    assert positive_float("2.5") == 2.5
+    for bad in ("0", "-1", "inf", "nan", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_float(bad)
+
+
 def _actions(parser):
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
