@@ -47,6 +47,7 @@ class Tombstone:
     channels: tuple[str, ...] = ()
 
     def fields(self) -> list:
+        """The five stored fields, in record order (the tag covers them)."""
         return [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
 
     def pack(self) -> bytes:
@@ -88,12 +89,13 @@ class Tombstone:
             raise ValueError("tag does not match the record")
         return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
 
-    def with_target(self, author: bytes, post_type: int, timestamp: int, channels) -> "Tombstone":
+    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: Iterable[str]) -> "Tombstone":
         """This tombstone, completed with what its target turned out to be."""
         return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
 
     @property
     def knows_target(self) -> bool:
+        """True once the tombstone has learned its target's author (and type, timestamp, channels)."""
         return self.author is not None
 
     @property

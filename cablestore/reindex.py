@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import plyvel
 
 from .rebuild.recompute import (
     Fault,
@@ -36,6 +39,10 @@ from .rebuild.recompute import (
     unpack_tombstone,
 )
 from .txn import DELETED, POSTS
+
+if TYPE_CHECKING:
+    from .progress import Progress
+    from .store import Store
 
 _BATCH_KEYS = 200_000  # entries per WriteBatch: bounded memory, few large writes
 
@@ -54,10 +61,12 @@ class ReindexReport:
 
     @property
     def posts_per_s(self) -> float:
+        """Posts read per second of the whole reindex."""
         total = sum(self.seconds.values())
         return self.posts / total if total else 0.0
 
     def to_dict(self) -> dict:
+        """The report as JSON-ready data (what ``cablestore reindex --json`` prints)."""
         return {
             "posts": self.posts,
             "indexed": self.indexed,
@@ -100,7 +109,7 @@ class _Writer:
             self.flush()
 
 
-def reindex(store, progress=None, sync: bool = False) -> ReindexReport:
+def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
     """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
     with store._write_lock:
         try:
@@ -109,7 +118,7 @@ def reindex(store, progress=None, sync: bool = False) -> ReindexReport:
             store._winners.clear()  # the views were rewritten under the store's caches
 
 
-def reindex_db(db, progress=None, sync: bool = False) -> ReindexReport:
+def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
     """:func:`reindex` on a plyvel DB the caller holds exclusively."""
     report = ReindexReport()
     writer = _Writer(db, sync)

@@ -18,6 +18,8 @@ again only a false positive.  At 1M posts it holds ~70k targets in 256 KB.
 
 from __future__ import annotations
 
+import plyvel
+
 _PREFIX = b"!deleted!"
 _PROBES = 4  # 4 slices of 32 bits from the target hash; ~1% false positives at 16 bits per entry
 _BITS_PER_ENTRY = 16
@@ -27,7 +29,7 @@ _MIN_BITS = 1 << 16
 class TombstoneFilter:
     """``might_have(target)``: False only if no tombstone names ``target``."""
 
-    def __init__(self, db):
+    def __init__(self, db: plyvel.DB) -> None:
         self._db = db
         self._build(_MIN_BITS)
 
@@ -68,6 +70,7 @@ class TombstoneFilter:
         self._set(target)
 
     def might_have(self, target: bytes) -> bool:
+        """False only if no tombstone names ``target`` (True may be a false positive)."""
         bits, mask = self._bits, self._mask
         for i in range(0, 4 * _PROBES, 4):
             pos = int.from_bytes(target[i : i + 4], "big") & mask
