@@ -127,6 +127,7 @@ class Store(Reading, Queries):
         """Close and reopen LevelDB (no call in flight): clears its sticky write error."""
         self._db.close()
         self._db = opening.reopen_db(self.path, **self._sizes)
+        self._winners.clear()  # what was written before the failure is not known
 
     @property
     def closed(self) -> bool:

@@ -132,9 +132,9 @@ class Txn:
             self._settled[(name, group)] = None if winner is None else (winner_rank, winner.hash)
             self._write_latest(name, group, view, view.latest(group, winner))
 
-    def _stored_winner(self, name, group, view) -> tuple | None:
+    def _stored_winner(self, name, group, view, cached_ok: bool = True) -> tuple | None:
         """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn."""
-        if self._winners is not None:
+        if self._winners is not None and cached_ok:
             cached = self._winners.get((name, group), _MISSING)
             if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
                 return cached
@@ -151,8 +151,14 @@ class Txn:
             if best is None or ip_rank > best_rank:
                 best, best_rank = ip, ip_rank
         stored = self._stored_winner(name, group, view)
-        if stored is not None and (best is None or stored[0] > best_rank):
-            blob = self.get(POSTS + stored[1])
+        blob = None if stored is None else self.get(POSTS + stored[1])
+        if stored is not None and blob is None:
+            # The cache named a post the DB no longer holds (written under it:
+            # a repair, a recovery): forget it and read the DB.
+            self._winners.pop((name, group), None)
+            stored = self._stored_winner(name, group, view, cached_ok=False)
+            blob = None if stored is None else self.get(POSTS + stored[1])
+        if stored is not None and blob is not None and (best is None or stored[0] > best_rank):
             best, best_rank = Indexed.of(blob, decode_post(blob), stored[1]), stored[0]
         return best, best_rank
 
