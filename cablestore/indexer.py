@@ -137,6 +137,11 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
     txn.added.pop(h, None)
     for view, group in views.groups(ip):
         txn.touch(view, group)
+        # What the post would write as its group's latest goes too: settle
+        # rewrites what is still right, and a damaged reverse entry cannot
+        # hide a stale latest key (a head, say) from it.
+        for key, _ in view.latest(group, ip):
+            txn.delete(key)
     if forget_tombstones:
         for tomb in made:
             txn.forget_tombstone(tomb)

@@ -89,13 +89,13 @@ class Tombstone:
             raise ValueError("tag does not match the record")
         return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
 
-    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: Iterable[str]) -> "Tombstone":
+    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: "Iterable[str]") -> "Tombstone":
         """This tombstone, completed with what its target turned out to be."""
         return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
 
     @property
     def knows_target(self) -> bool:
-        """True once the tombstone has learned its target's author (and type, timestamp, channels)."""
+        """True once the tombstone has learned who wrote its target (and its type, timestamp, channels)."""
         return self.author is not None
 
     @property

@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cablestore.errors import RebuildError
 from cablestore.txn import POSTS
 
 from . import local
@@ -104,6 +105,8 @@ def compare(result, seconds=None) -> Report:
 
 def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None):
     """Recompute with ``engine`` from a plyvel DB or a snapshot directory."""
+    if not isinstance(partitions, int) or not 1 <= partitions <= 256:  # a bucket is a hash byte
+        raise RebuildError(f"partitions must be an integer from 1 to 256, got {partitions!r}")
     if engine == "local":
         if db is not None and progress is not None and progress.enabled:  # a bar needs a total; count only then
             progress.total = sum(1 for _ in db.iterator(prefix=POSTS, include_value=False))

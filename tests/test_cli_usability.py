@@ -102,7 +102,7 @@ def test_read_only_commands_create_nothing(tmp_path, capsys, command, kind):
     before = _files(tmp_path)
     assert main([c.format(p=target) for c in command]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and {"missing": "does not exist", "empty dir": "no CURRENT", "file": "is a file"}[kind] in err
+    assert err.count("\n") == 1 and {"missing": "does not exist", "empty dir": "empty directory", "file": "is a file"}[kind] in err
     assert _files(tmp_path) == before
 
 
@@ -312,3 +312,16 @@ def test_demo_explains_its_numbers_and_says_no_topic(tmp_path):
     assert f"checks those {stored} posts and the {report['stored']['tombstones']} tombstones" in text
     assert "(no topic)" in text and "topic ''" not in text
     assert any(v["topic"] == "" for v in report["channels"].values())
+
+
+@pytest.mark.parametrize("partitions", [0, -1, 257, "4"])
+def test_library_refuses_a_bad_partition_count(tmp_path, partitions):
+    from cablestore.errors import RebuildError
+    from cablestore.rebuild import rebuild
+
+    with Store(tmp_path / "s", now=lambda: NOW) as s:
+        s.ingest_many(generate(seed=1, posts=50))
+        with pytest.raises(RebuildError, match="partitions must be"):
+            s.check(partitions=partitions)
+    with pytest.raises(RebuildError, match="partitions must be"):
+        rebuild(tmp_path / "s", engine="local", partitions=partitions)
