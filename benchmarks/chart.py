@@ -11,14 +11,18 @@ from pathlib import Path
 INGESTS = (("trusted_reindex", "trusted ingest"), ("verified_ingest", "verified ingest"), ("verified_ingest_workers", "verified, 2 workers"))
 
 
-def draw(results: list[dict], path: Path) -> None:
-    """Write a three-panel PNG for ``results`` (one dict per store size, from ``benchmarks.run``)."""
+def draw(results: list[dict], path: Path, largest: dict | None = None) -> None:
+    """Write a three-panel PNG for ``results`` (one dict per store size, from ``benchmarks.run``).
+
+    ``largest``: a result whose ingest curves to draw instead of the largest size's
+    (a longer ingest-only run).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    largest = max(results, key=lambda r: r["posts"])
+    largest = largest or max(results, key=lambda r: r["posts"])
     fig, (rate, memory, rebuild) = plt.subplots(1, 3, figsize=(13, 3.6), dpi=80)
     for name, label in INGESTS:
         curve = largest.get(name, {}).get("curve")
@@ -26,8 +30,9 @@ def draw(results: list[dict], path: Path) -> None:
             rate.plot([c[0] for c in curve], [c[1] for c in curve], marker=".", label=label)
             if name == "trusted_reindex":
                 memory.plot([c[0] for c in curve], [c[2] for c in curve], marker=".", label="anonymous RSS, trusted ingest")
-    raw = largest["raw_verify_per_s"]
-    rate.axhline(raw, color="grey", linestyle="--", linewidth=1, label="raw Ed25519 verify, 1 core")
+    raw = largest.get("raw_verify_per_s")
+    if raw:
+        rate.axhline(raw, color="grey", linestyle="--", linewidth=1, label="raw Ed25519 verify, 1 core")
     rate.set(title=f"ingest rate while the store grows to {largest['posts']:,}", xlabel="posts stored", ylabel="posts/s")
     rate.set_ylim(bottom=0)
     rate.legend(fontsize=7)

@@ -71,7 +71,7 @@ def populated(tmp_path_factory):
 
 def test_every_key_matches_exactly_one_documented_row(populated):
     rows = _keyspace_rows()
-    assert len(rows) >= 16  # the table parsed; the row set itself is checked below
+    assert len(rows) >= 16  # the table parsed (the row set itself is checked below)
     used = {row: 0 for row in rows}
     for key, _ in populated.items():
         matching = [row for row in rows if _matches(row, key)]
