@@ -177,7 +177,7 @@ def format_report(report, args) -> str:
     ]
     if data["repaired"]:
         r = data["repaired"]
-        lines.append(f"  repaired: removed {r['removed_records']} faulty records, deleted {r['deleted']} and wrote {r['written']} view entries")
+        lines.append(f"  repaired: removed {r['removed_records']} deleted posts, quarantined {r.get('quarantined', 0)} faulty records, deleted {r['deleted']} and wrote {r['written']} view entries")
     lines.append(f"  {'view':<10}{'live':>10}{'recomputed':>12}{'missing':>9}{'extra':>7}{'different':>11}")
     for name, v in data["views"].items():
         lines.append(f"  {name:<10}{v['live']:>10}{v['recomputed']:>12}{v['missing']:>9}{v['extra']:>7}{v['different']:>11}")

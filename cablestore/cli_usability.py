@@ -24,6 +24,8 @@ def open_existing(path: str):
         raise StoreError(f"{path} does not exist")
     if not p.is_dir():
         raise StoreError(f"{path} is a file, not a store directory")
+    if not any(p.iterdir()):
+        raise StoreError(f"{path} is an empty directory, not a store")
     if not (p / "CURRENT").is_file():
         raise StoreError(f"{path} is not a LevelDB store (no CURRENT file)")
     return Store(p, create=False)

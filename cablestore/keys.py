@@ -56,16 +56,28 @@ def escape(text: str) -> bytes:
 
 
 def channel_key(name: str) -> bytes:
-    """The key component of a channel: its canonical spelling, escaped."""
-    return escape(canonical_channel(name))
+    """The key component of a channel name a caller gave (checked: a query argument)."""
+    from .errors import QueryError
+
+    if not isinstance(name, str):
+        raise QueryError(f"a channel name is a str, not {type(name).__name__}")
+    try:
+        return escape(canonical_channel(name))
+    except UnicodeEncodeError as exc:
+        raise QueryError(f"channel name {name!r} is not valid Unicode text") from exc
 
 
 def unescape(buf: bytes, pos: int = 0) -> tuple[str, int]:
     """Decode an escaped component at ``pos``; return ``(text, end_pos)``."""
     # Escaped text holds 00 only as 00 ff (and UTF-8 never holds ff), so the
     # first 00 01 is the terminator.
-    end = buf.index(_TERM, pos)
-    return buf[pos:end].replace(_NUL_ESC, b"\x00").decode("utf-8"), end + len(_TERM)
+    from .errors import CorruptRecordError
+
+    try:
+        end = buf.index(_TERM, pos)
+        return buf[pos:end].replace(_NUL_ESC, b"\x00").decode("utf-8"), end + len(_TERM)
+    except ValueError as exc:  # no terminator, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        raise CorruptRecordError(f"damaged key {bytes(buf[:48])!r}: {exc}; run `cablestore check STORE --repair`") from exc
 
 
 def next_prefix(prefix: bytes) -> bytes:

@@ -12,7 +12,8 @@ from typing import Any
 
 from cablestore.views import author, channel, chat, state, user
 
-from .errors import QueryError
+from .codec import POST_TYPE_NAMES
+from .errors import CorruptRecordError, QueryError
 from .inflight import guarded
 from .link_queries import LinkQueries
 from .keys import HashLike, MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
@@ -130,8 +131,9 @@ class Queries(LinkQueries):
     @guarded
     def topic(self, name: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
-        value = self.db.get(channel.PREFIX + channel_key(name) + b"t")
-        return value.decode("utf-8") if value else ""
+        key = channel.PREFIX + channel_key(name) + b"t"
+        value = self.db.get(key)
+        return _text(key, value) if value else ""
 
     @guarded
     def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
@@ -145,23 +147,33 @@ class Queries(LinkQueries):
     @guarded
     def name(self, public_key: HashLike) -> str | None:
         """The user's current name (from their latest post/info), or None."""
-        value = self.db.get(user.property_key(as_hash(public_key), "name"))
-        return None if value is None else value.decode("utf-8")
+        key = user.property_key(as_hash(public_key), "name")
+        value = self.db.get(key)
+        return None if value is None else _text(key, value)
 
     @guarded
     def user_info(self, public_key: HashLike) -> dict[str, str]:
         """Every property of the user's latest post/info."""
         prefix = user.PREFIX + as_hash(public_key) + b"i"
 
-        return {unescape(k, len(prefix))[0]: v.decode("utf-8") for k, v in self.db.iterator(prefix=prefix)}
+        return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
 
     @guarded
     def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
+        if post_type is not None and (type(post_type) is not int or post_type not in POST_TYPE_NAMES):
+            raise QueryError(f"post_type must be one of {sorted(POST_TYPE_NAMES)} or None, got {post_type!r}")
         prefix = author.prefix(as_hash(public_key), post_type)
         keys = list(self.db.iterator(prefix=prefix, include_value=False))
         keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
         return [k[-32:] for k in keys]
+
+
+def _text(key: bytes, value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"view entry {key[:48]!r} is not UTF-8; run `cablestore check STORE --repair`") from exc
 
 
 def _tombstones(reader, h: bytes) -> list[Tombstone]:

@@ -9,11 +9,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import blake3
 import msgpack
 
 from .codec import CHANNEL_TYPES, Post, decode_post, post_hash
 from .errors import CorruptRecordError
 from .keys import canonical_channel, mono
+
+
+def _tag(target: bytes, by: bytes, fields: list) -> bytes:
+    return blake3.blake3(target + by + msgpack.packb(fields)).digest(8)
+
+
+def _is_key(value) -> bool:
+    return isinstance(value, bytes) and len(value) == 32
+
+
+def _is_channel(value) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= 64 and value == canonical_channel(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,22 +46,57 @@ class Tombstone:
     timestamp: int | None = None
     channels: tuple[str, ...] = ()
 
+    def fields(self) -> list:
+        """The five stored fields, in record order (the tag covers them)."""
+        return [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
+
     def pack(self) -> bytes:
-        """The stored value: msgpack ``[deleter, author, type, timestamp, channels]``."""
-        return msgpack.packb([self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)])
+        """The stored value: msgpack ``[deleter, author, type, timestamp, channels, tag]``."""
+        fields = self.fields()
+        return msgpack.packb(fields + [_tag(self.target, self.by, fields)])
 
     @classmethod
     def unpack(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
-        """Decode a stored tombstone; a damaged one raises :class:`CorruptRecordError`."""
+        """Decode a stored tombstone; a damaged one raises :class:`CorruptRecordError`.
+
+        Every field is type-checked and the record carries a tag over its
+        key and fields, so a flipped bit in a channel name or an author is a
+        fault, never a wrong view entry.
+        """
         try:
-            deleter, author, post_type, timestamp, channels = msgpack.unpackb(value)
-            if len(target) != 32 or len(by) != 32 or len(deleter) != 32:
-                raise ValueError("hash or key of the wrong length")
-            return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
+            return cls._parse(target, by, value)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise CorruptRecordError(
                 f"tombstone {target.hex()}/{by.hex()} is damaged ({exc}); run `cablestore check STORE --repair`"
             ) from exc
+
+    @classmethod
+    def _parse(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
+        record = msgpack.unpackb(value)
+        if not isinstance(record, list) or len(record) != 6:
+            raise ValueError("not a 6-field record")
+        *fields, tag = record
+        deleter, author, post_type, timestamp, channels = fields
+        if len(target) != 32 or len(by) != 32 or not _is_key(deleter) or not (author is None or _is_key(author)):
+            raise ValueError("hash or key of the wrong length")
+        if not (post_type is None or (type(post_type) is int and 0 <= post_type <= 5)):
+            raise ValueError(f"post type {post_type!r}")
+        if not (timestamp is None or (type(timestamp) is int and 0 <= timestamp < 1 << 64)):
+            raise ValueError(f"timestamp {timestamp!r}")
+        if not isinstance(channels, list) or not all(_is_channel(c) for c in channels):
+            raise ValueError("channels are not canonical channel names")
+        if tag != _tag(target, by, fields):
+            raise ValueError("tag does not match the record")
+        return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
+
+    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: "Iterable[str]") -> "Tombstone":
+        """This tombstone, completed with what its target turned out to be."""
+        return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
+
+    @property
+    def knows_target(self) -> bool:
+        """True once the tombstone has learned who wrote its target (and its type, timestamp, channels)."""
+        return self.author is not None
 
     @property
     def authorized(self) -> bool:

@@ -66,3 +66,13 @@ def keys(post_hash: bytes, value: bytes) -> list[bytes]:
     from cablestore import views
 
     return [k for k, _ in views.entries(stand_in(post_hash, value))]
+
+
+def keys_or_none(post_hash: bytes, value: bytes | None) -> list[bytes] | None:
+    """:func:`keys`, or None when the entry is missing or damaged (the caller falls back on the post)."""
+    if value is None:
+        return None
+    try:
+        return keys(post_hash, value)
+    except (ValueError, TypeError, AttributeError, IndexError, msgpack.UnpackException):
+        return None

@@ -20,25 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 import plyvel
 
-from . import opening, reverse, views
-from .codec import DELETE, INFO, Post, decode_post, post_hash
+from . import indexer, opening, views
+from .codec import Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
 from .events import Committed, Listeners
 from .inflight import Gate, guard_public_methods, guarded, guarded_iter
 from .errors import (
     CableError,
-    DeletedPostError,
     FutureTimestampError,
     SignatureError,
     StoreClosedError,
     StoreError,
-    UnauthorizedDeleteError,
 )
-from .keys import HashLike, as_hash, canonical_channel, channel_key, escape, unescape
-from .queries import Queries, channel_names
+from .keys import HashLike, as_hash, canonical_channel, channel_key
+from .queries import Queries
 from .reading import Reading
-from .records import Indexed, Tombstone
-from .txn import DELETED, POSTS, Txn
+from .txn import POSTS, Txn
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.rebuild import Report
@@ -197,13 +194,15 @@ class Store(Reading, Queries):
         h, post = self.validate(buf, now)
         with self._write_lock:
             txn = Txn(self.db)
-            self._apply(txn, buf, h, post)
+            outcome = indexer.apply(txn, buf, h, post)
             for key, value in (extra or {}).items():
                 if not key.startswith(LOCAL):
                     raise StoreError(f"extra keys live under {LOCAL!r}, not {key[:16]!r}")
                 txn.put(key, value)
             txn.commit(self.sync)
         self._listeners.notify(txn.committed())
+        if isinstance(outcome, CableError):
+            raise outcome
         return h
 
     @guarded
@@ -232,101 +231,17 @@ class Store(Reading, Queries):
                     error = SignatureError("Ed25519 signature does not verify")
                 if error is None:
                     try:
-                        results.append(IngestResult(i, h, None, self._apply(txn, buf, h, post)))
-                        continue
+                        outcome = indexer.apply(txn, buf, h, post)
                     except CableError as exc:
-                        error = exc
+                        outcome = exc
+                    if not isinstance(outcome, CableError):
+                        results.append(IngestResult(i, h, None, outcome))
+                        continue
+                    error = outcome
                 results.append(IngestResult(i, h, error))
             txn.commit(self.sync)
         self._listeners.notify(txn.committed())
         return results
-
-    def _apply(self, txn: Txn, buf: bytes, h: bytes, post: Post) -> bool:
-        """Index one validated post into ``txn``; False if it was already stored.
-
-        Every check runs before the first write, so a refusal leaves ``txn``
-        as it was.
-        """
-        if txn.get(POSTS + h) is not None:
-            return False
-        if any(t.deleter == post.public_key for t in txn.tombstones(h)):
-            raise DeletedPostError(f"post {h.hex()} was deleted by its author")
-        made = ()
-        if post.post_type == DELETE:
-            targets = list(dict.fromkeys(post.hashes))
-            for target in targets:
-                blob = txn.get(POSTS + target)
-                if blob is not None and blob[:32] != post.public_key:
-                    raise UnauthorizedDeleteError(f"post {target.hex()} belongs to another author")
-            made = tuple(self._delete_target(txn, target, h, post) for target in targets)
-        self._index(txn, Indexed.of(buf, post, h, made), buf)
-        return True
-
-    def _index(self, txn: Txn, ip: Indexed, buf: bytes) -> None:
-        entries = views.entries(ip)
-        txn.put(POSTS + ip.hash, buf)
-        for key, value in entries:
-            txn.put(key, value)
-        txn.put(reverse.key(ip.hash), reverse.pack(ip))
-        txn.deleted.discard(ip.hash)
-        txn.added[ip.hash] = ip.post
-        for view, group in views.groups(ip):
-            txn.add_candidate(view, group, ip)
-
-    def _unindex(self, txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
-        """Remove a stored post, its view entries and (optionally) its tombstones."""
-        post = decode_post(blob)
-        made = ()
-        if post.post_type == DELETE:
-            made = tuple(t for t in txn.tombstones_by(h, post.hashes))
-        ip = Indexed.of(blob, post, h, made)
-        rev = txn.get(reverse.key(h))
-        keys = set(reverse.keys(h, rev)) if rev is not None else set()
-        keys.update(k for k, _ in views.entries(ip))  # robust to a damaged reverse entry
-        for key in keys:
-            txn.delete(key)
-        txn.delete(reverse.key(h))
-        txn.delete(POSTS + h)
-        txn.deleted.add(h)
-        for view, group in views.groups(ip):
-            txn.touch(view, group)
-        if forget_tombstones:
-            for tomb in made:
-                txn.forget_tombstone(tomb)
-        return ip
-
-    def _delete_target(self, txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombstone:
-        blob = txn.get(POSTS + target)
-        kept = txn.get(DELETED + target + by)
-        if blob is None and kept is not None:
-            # This delete was discarded locally and has come back: its
-            # tombstone still says what it deleted; keep that.
-            tomb = Tombstone.unpack(target, by, kept)
-        elif blob is None:
-            tomb = Tombstone(target, by, delete.public_key)
-        else:
-            ip = self._unindex(txn, target, blob, forget_tombstones=True)
-            p = ip.post
-            channels = self._channels_of(txn, ip)
-            tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, channels)
-        txn.put_tombstone(tomb)
-        return tomb
-
-    def _channels_of(self, txn: Txn, ip: Indexed) -> tuple[str, ...]:
-        if ip.channel is not None:
-            return (ip.channel,)
-        if ip.post.post_type == DELETE:
-            return tuple(sorted({c for t in ip.tombstones for c in t.channels}))
-        if ip.post.post_type == INFO:
-            return self._member_channels(txn, ip.post.public_key)
-        return ()
-
-    def _member_channels(self, txn: Txn, public_key: bytes) -> tuple[str, ...]:
-        txn.settle()  # membership changed earlier in this batch must count
-        names = set(channel_names(txn.db))
-        names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m")
-        membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
-        return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))
 
     # --- local removal --------------------------------------------------
     @guarded
@@ -344,7 +259,7 @@ class Store(Reading, Queries):
             blob = txn.get(POSTS + h)
             if blob is None:
                 return False
-            self._unindex(txn, h, blob, forget_tombstones=False)
+            indexer.unindex(txn, h, blob, forget_tombstones=False)
             txn.commit(self.sync)
         self._listeners.notify(txn.committed())
         return True
@@ -360,7 +275,7 @@ class Store(Reading, Queries):
             for h in hashes:
                 blob = txn.get(POSTS + h)
                 if blob is not None:
-                    self._unindex(txn, h, blob, forget_tombstones=False)
+                    indexer.unindex(txn, h, blob, forget_tombstones=False)
             txn.commit(self.sync)
         self._listeners.notify(txn.committed())
         return len(hashes)

@@ -12,6 +12,7 @@ from .recompute import (
     newer,
     recompute_post,
     render,
+    tombstone_status,
     unpack_tombstone,
     view_of,
 )
@@ -30,15 +31,19 @@ def recompute(primary_records, check_signatures: bool = True, progress=None):
     n_tombs = len(tombs) + len(faults)
     on_target, made_by = defaultdict(list), defaultdict(list)
     for tomb in tombs:
-        on_target[tomb.target].append(tomb)
+        status = tombstone_status(tomb, posts.get(tomb.by))
+        if isinstance(status, Fault):
+            faults.append(status)
+            continue
+        on_target[tomb.target].append((tomb, status))
         made_by[tomb.by].append(tomb)
     entries, best = {}, {}
     for h, blob in posts.items():
-        fault, post = classify(h, blob, on_target.get(h, ()), check_signatures)
+        post_faults, post = classify(h, blob, on_target.get(h, ()), check_signatures)
         if progress:
             progress.advance()
-        if fault:
-            faults.append(fault)
+        faults.extend(post_faults)
+        if post is None:
             continue
         post_entries, candidates = recompute_post(h, blob, post, made_by.get(h, ()))
         entries.update(post_entries)

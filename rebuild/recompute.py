@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import blake3
 
 from cablestore import reverse, views
-from cablestore.codec import decode_post, post_hash
+from cablestore.codec import DELETE, decode_post, post_hash
 from cablestore.crypto import verify_post
 from cablestore.errors import CableError, CorruptRecordError
 from cablestore.records import Indexed, Tombstone
@@ -20,11 +20,19 @@ from cablestore.txn import DELETED, POSTS
 
 META = b"!meta!"
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)
-PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL)
+QUARANTINE = b"!quarantine!"  # records a repair set aside: `!quarantine!<original key>`
+PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
-FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "bad_tombstone")
+FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "unverified_tombstone", "bad_tombstone")
+# What a repair does with each fault's record.  Only a post whose deletion is
+# proven (its author's post/delete is stored and names it) is removed; every
+# other faulty record is moved under QUARANTINE, where nothing reads it and an
+# operator can restore it.
+REMOVE, SET_ASIDE = "remove", "quarantine"
+REPAIR_ACTION = {kind: SET_ASIDE for kind in FAULT_KINDS} | {"tombstoned": REMOVE}
+VERIFIED, UNVERIFIED = "verified", "unverified"
 
 
 @dataclass(frozen=True)
@@ -62,20 +70,48 @@ def partition_of(h: bytes, partitions: int) -> int:
 
 
 def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True):
-    """``(fault, None)`` if this stored post must not be indexed, else ``(None, post)``."""
+    """``(faults, post)``: ``post`` is None if this stored post must not be indexed.
+
+    ``on_target``: ``(tombstone, status)`` pairs for the tombstones naming this
+    post, status from :func:`tombstone_status`.  A tombstone that contradicts
+    the stored post is a fault of its own; one of the post's author decides
+    whether the post is provably deleted or only suspected to be.
+    """
     key = POSTS + h
     if post_hash(blob) != h:
-        return Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key", key), None
+        return [Fault(h, "bad_hash", "BLAKE2b of the blob does not match its key", key)], None
     try:
         post = decode_post(blob)
     except CableError as exc:
-        return Fault(h, "undecodable", f"{type(exc).__name__}: {exc}", key), None
+        return [Fault(h, "undecodable", f"{type(exc).__name__}: {exc}", key)], None
     if check_signatures and not verify_post(blob):
-        return Fault(h, "bad_signature", "Ed25519 signature does not verify", key), None
-    for tomb in on_target:
-        if tomb.deleter == post.public_key:
-            return Fault(h, "tombstoned", f"deleted by {tomb.by.hex()}", key), None
-    return None, post
+        return [Fault(h, "bad_signature", "Ed25519 signature does not verify", key)], None
+    faults, deleted = [], None
+    for tomb, status in on_target:
+        if tomb.knows_target and (tomb.author, tomb.post_type, tomb.timestamp) != (post.public_key, post.post_type, post.timestamp):
+            faults.append(Fault(h, "bad_tombstone", f"{tomb.by.hex()} contradicts the stored post", DELETED + h + tomb.by))
+        elif tomb.deleter == post.public_key and deleted != VERIFIED:
+            deleted = status
+    if deleted == VERIFIED:
+        return faults + [Fault(h, "tombstoned", "deleted by its author's stored post/delete", key)], None
+    if deleted == UNVERIFIED:
+        return faults + [Fault(h, "unverified_tombstone", "a tombstone of its author names it, and no stored post/delete backs it", key)], None
+    return faults, post
+
+
+def tombstone_status(tomb, by_blob: bytes | None):
+    """``VERIFIED`` if the stored post/delete ``tomb.by`` names the target and is the deleter's,
+    ``UNVERIFIED`` if that delete is not stored (or is itself damaged), a ``bad_tombstone``
+    Fault if the stored delete contradicts the tombstone."""
+    if by_blob is None or post_hash(by_blob) != tomb.by:
+        return UNVERIFIED
+    try:
+        delete = decode_post(by_blob)
+    except CableError:
+        return UNVERIFIED
+    if delete.post_type == DELETE and delete.public_key == tomb.deleter and tomb.target in delete.hashes:
+        return VERIFIED
+    return Fault(tomb.target, "bad_tombstone", f"its post/delete {tomb.by.hex()} does not say so", DELETED + tomb.target + tomb.by)
 
 
 def recompute_post(h: bytes, blob: bytes, post, made):

@@ -248,6 +248,7 @@ from .recompute import (
     newer,
     recompute_post,
     render,
+    tombstone_status,
     unpack_tombstone,
     view_of,
 )
@@ -263,17 +264,24 @@ def _segments(sc, directory: str, manifest: dict, kind: str):
 def _classified(prim, check_signatures: bool, parts: int):
     posts = prim.filter(lambda r: r[0] == "p").map(lambda r: (r[1], r[2]))
     parsed = prim.filter(lambda r: r[0] == "t").map(lambda r: unpack_tombstone(r[1], r[2], r[3]))
-    tombs = parsed.filter(lambda t: not isinstance(t, Fault))
     bad_tombs = parsed.filter(lambda t: isinstance(t, Fault))
-    on_target = tombs.map(lambda t: (t.target, t)).groupByKey(parts).mapValues(list)
-    made_by = tombs.map(lambda t: (t.by, t)).groupByKey(parts).mapValues(list)
+    # Cross-check each tombstone with the post/delete it names as its maker.
+    checked = (
+        parsed.filter(lambda t: not isinstance(t, Fault))
+        .map(lambda t: (t.by, t))
+        .leftOuterJoin(posts, parts)
+        .map(lambda kv: (kv[1][0], tombstone_status(kv[1][0], kv[1][1])))
+        .cache()
+    )
+    bad_tombs = bad_tombs.union(checked.filter(lambda ts: isinstance(ts[1], Fault)).map(lambda ts: ts[1]))
+    sound = checked.filter(lambda ts: not isinstance(ts[1], Fault))
+    on_target = sound.map(lambda ts: (ts[0].target, ts)).groupByKey(parts).mapValues(list)
+    made_by = sound.map(lambda ts: (ts[0].by, ts[0])).groupByKey(parts).mapValues(list)
 
     def one(kv):
         h, ((blob, on_t), made) = kv
-        fault, post = classify(h, blob, on_t or (), check_signatures)
-        if fault:
-            return h, None, fault
-        return h, recompute_post(h, blob, post, made or []), None
+        faults, post = classify(h, blob, on_t or (), check_signatures)
+        return h, (recompute_post(h, blob, post, made or []) if post is not None else None), faults
 
     return posts.leftOuterJoin(on_target, parts).leftOuterJoin(made_by, parts).map(one), bad_tombs
 
@@ -287,7 +295,7 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
     prim = _segments(sc, directory, manifest, "primary").cache()
     classified, bad_tombs = _classified(prim, check_signatures, parts)
     classified = classified.cache()
-    sound = classified.filter(lambda r: r[2] is None)
+    sound = classified.filter(lambda r: r[1] is not None)
     per_post = sound.flatMap(lambda r: r[1][0])
     latest = (
         sound.flatMap(lambda r: r[1][1])
@@ -308,7 +316,7 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
             partitions=parts,
             posts=kinds.get("p", 0),
             tombstones=kinds.get("t", 0),
-            faults=classified.filter(lambda r: r[2] is not None).map(lambda r: r[2]).collect() + bad_tombs.collect(),
+            faults=classified.flatMap(lambda r: r[2]).collect() + bad_tombs.collect(),
             recomputed_digests=(rec_digests := _digests(recomputed, parts)),
             live_digests=(live_digests := _digests(live, parts)),
             recomputed_counts=_counts(rec_digests),

@@ -19,7 +19,7 @@ from cablestore.errors import RebuildError
 from cablestore.txn import POSTS
 
 from . import local
-from .recompute import FAULT_KINDS, VIEW_NAMES, view_of
+from .recompute import FAULT_KINDS, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, view_of
 from .snapshot import SnapshotSource, StoreSource, export
 
 if TYPE_CHECKING:
@@ -163,13 +163,25 @@ def verify(
 def apply_repair(db: Any, report: Report, sync: bool = True) -> dict[str, int]:
     """Make the derived views equal to the recomputation, in one WriteBatch.
 
-    Faulty posts (corrupt, mis-keyed, badly signed, or deleted by their
-    author) are removed from the hash store: they can never be indexed.
-    Damaged tombstones are removed too.
+    A post its author's stored post/delete provably deleted is removed.
+    Every other faulty record (a damaged, mis-keyed or badly signed post, a
+    post only an unbacked tombstone calls deleted, a damaged or contradicted
+    tombstone) is moved under ``!quarantine!``: nothing reads it there, and
+    ``cablestore`` never deletes what it cannot prove wrong.
     """
+    removed = quarantined = 0
     with db.write_batch(sync=sync, transaction=True) as wb:  # an interrupt writes nothing
-        for fault in report.faults:
-            wb.delete(fault.key or POSTS + fault.hash)
+        for fault in {f.key or POSTS + f.hash: f for f in report.faults}.values():
+            key = fault.key or POSTS + fault.hash
+            if REPAIR_ACTION[fault.kind] == REMOVE:
+                removed += 1
+            else:
+                value = db.get(key)
+                if value is None:
+                    continue
+                wb.put(QUARANTINE + key, value)
+                quarantined += 1
+            wb.delete(key)
         for key in report.extra:
             wb.delete(key)
         for key, value in report.missing.items():
@@ -177,7 +189,8 @@ def apply_repair(db: Any, report: Report, sync: bool = True) -> dict[str, int]:
         for key, (_, value) in report.different.items():
             wb.put(key, value)
     return {
-        "removed_records": len(report.faults),
+        "removed_records": removed,
+        "quarantined": quarantined,
         "deleted": len(report.extra),
         "written": len(report.missing) + len(report.different),
     }

@@ -102,7 +102,7 @@ def test_read_only_commands_create_nothing(tmp_path, capsys, command, kind):
     before = _files(tmp_path)
     assert main([c.format(p=target) for c in command]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and {"missing": "does not exist", "empty dir": "no CURRENT", "file": "is a file"}[kind] in err
+    assert err.count("\n") == 1 and {"missing": "does not exist", "empty dir": "empty directory", "file": "is a file"}[kind] in err
     assert _files(tmp_path) == before
 
 

@@ -17,6 +17,7 @@ from cablestore.workload import generate
 from .conftest import NOW, dump, post
 
 POSTS = b"!post!"
+QUARANTINE = b"!quarantine!"
 ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
 DERIVED = [b"!chat!", b"!state!", b"!author!", b"!user!", b"!channel!", b"!rev!"]
 
@@ -66,11 +67,15 @@ def _first(store, prefix):
     return next(iter(store.items(prefix)))
 
 
-def _assert_repairs_to(store, engine, request, expected_dump):
+def _assert_repairs_to(store, engine, request, expected_dump, quarantined=()):
+    """Repair gives ``expected_dump``, plus the ``quarantined`` records set aside (never deleted)."""
+    before = dict(dump(store))
     report = _check(store, engine, request, fix=True)
     assert report.consistent, report.to_dict()  # the verify that follows the repair
     assert report.repaired is not None and report.before["consistent"] is False
-    assert dump(store) == expected_dump
+    after = dump(store)
+    assert [kv for kv in after if not kv[0].startswith(QUARANTINE)] == expected_dump
+    assert {k[len(QUARANTINE) :]: v for k, v in after if k.startswith(QUARANTINE)} == {k: before[k] for k in quarantined}
 
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
@@ -171,7 +176,7 @@ def test_corrupted_blob(tmp_path, pristine, damaged, engine, corruption, request
     damaged.db.put(POSTS + target, bad)
     report = _check(damaged, engine, request)
     assert [(f.kind, f.hash) for f in report.faults] == [(corruption, target)]
-    _assert_repairs_to(damaged, engine, request, expected)
+    _assert_repairs_to(damaged, engine, request, expected, quarantined=[POSTS + target])
 
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
@@ -243,7 +248,7 @@ def test_damaged_tombstone_is_a_fault_and_repair_removes_it(damaged, engine, req
     damaged.db.put(bad_key, b"junk")
     report = _check(damaged, engine, request)
     assert [(f.kind, f.key) for f in report.faults] == [("bad_tombstone", bad_key)]
-    _assert_repairs_to(damaged, engine, request, original)
+    _assert_repairs_to(damaged, engine, request, original, quarantined=[bad_key])
 
 
 def test_damaged_tombstone_makes_ingest_say_repair(damaged, alice):
@@ -262,3 +267,85 @@ def test_stray_short_post_key_exports_and_is_a_fault(tmp_path, damaged):
     export(damaged.db, tmp_path / "snap", partitions=2)
     report = verify("local", snapshot=tmp_path / "snap")
     assert [(f.kind, f.key) for f in report.faults] == [("bad_hash", b"!post!")]
+
+
+# --- tombstones are cross-checked, never trusted blindly (issue 9 item 8) -------
+
+
+def _tombstone_of(store, kind):
+    """A stored (key, Tombstone) whose target is a stored-author text post's, and the text's bytes."""
+    from cablestore.records import Tombstone
+
+    for key, value in store.items(b"!deleted!"):
+        tomb = Tombstone.unpack(key[9:41], key[41:], value)
+        if tomb.post_type == kind and store.get(tomb.by) is not None:
+            return key, tomb
+    raise AssertionError("no such tombstone")
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_a_tombstone_no_stored_delete_backs_quarantines_the_post_instead_of_deleting_it(damaged, engine, request):
+    from cablestore.records import Tombstone
+
+    key, blob = _first(damaged, POSTS)
+    h = key[len(POSTS) :]
+    forged = Tombstone(h, b"\x07" * 32, blob[:32])  # "deleted by its author", by a delete nobody has
+    damaged.db.put(b"!deleted!" + h + forged.by, forged.pack())
+    report = _check(damaged, engine, request)
+    assert [(f.kind, f.hash) for f in report.faults] == [("unverified_tombstone", h)]
+    report = _check(damaged, engine, request, fix=True)
+    assert damaged.db.get(QUARANTINE + key) == blob  # set aside, recoverable
+    assert report.to_dict()["repaired"]["removed_records"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_a_tombstone_its_stored_delete_contradicts_is_a_fault_and_the_post_stays(damaged, engine, request):
+    from cablestore.records import Tombstone
+
+    original = dump(damaged)
+    key, blob = _first(damaged, POSTS)
+    h = key[len(POSTS) :]
+    _, real = _tombstone_of(damaged, TEXT)  # a stored post/delete that never named h
+    forged = Tombstone(h, real.by, blob[:32])
+    bad_key = b"!deleted!" + h + real.by
+    damaged.db.put(bad_key, forged.pack())
+    report = _check(damaged, engine, request)
+    assert [(f.kind, f.key) for f in report.faults] == [("bad_tombstone", bad_key)]
+    assert not report.missing and not report.extra and not report.different  # the post is indexed as before
+    _assert_repairs_to(damaged, engine, request, original, quarantined=[bad_key])
+
+
+def test_a_tombstone_contradicting_the_stored_post_is_a_fault(damaged, request):
+    from cablestore.records import Tombstone
+
+    original = dump(damaged)
+    key, blob = _first(damaged, POSTS)
+    h = key[len(POSTS) :]
+    forged = Tombstone(h, b"\x08" * 32, b"\x09" * 32, b"\x09" * 32, TEXT, 1, ("general",))  # wrong author
+    bad_key = b"!deleted!" + h + forged.by
+    damaged.db.put(bad_key, forged.pack())
+    report = _check(damaged, "local", request)
+    assert [(f.kind, f.key) for f in report.faults] == [("bad_tombstone", bad_key)]
+    _assert_repairs_to(damaged, "local", request, original, quarantined=[bad_key])
+
+
+@pytest.mark.parametrize("field", ["channel_type", "channel_name", "deleter"])
+def test_a_damaged_tombstone_that_still_decodes_is_a_fault_not_a_crash_or_a_wrong_view(damaged, request, field):
+    import msgpack
+
+    original = dump(damaged)
+    key, tomb = _tombstone_of(damaged, TEXT)
+    fields = msgpack.unpackb(damaged.db.get(key))
+    if field == "channel_type":
+        fields[4] = [7]
+    elif field == "channel_name":
+        fields[4] = ["elsewhere"]  # a wrong channel must not be "repaired" into the views
+    else:
+        fields[0] = b"\x05" * 32  # another deleter: the tag no longer matches
+    damaged.db.put(key, msgpack.packb(fields))
+    report = _check(damaged, "local", request)
+    assert [(f.kind, f.key) for f in report.faults] == [("bad_tombstone", key)]
+    assert not any(b"elsewhere" in k for k in report.missing)
+    repaired = _check(damaged, "local", request, fix=True)
+    assert repaired.consistent and damaged.db.get(QUARANTINE + key) is not None
+    assert not any(b"elsewhere" in k for k, _ in damaged.items(b"!chat!"))

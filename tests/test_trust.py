@@ -1,0 +1,61 @@
+"""Bad arguments and damaged records give CableErrors, never another library's exception (issue 9 item 9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cablestore import DELETE, INFO, JOIN, TEXT, TOPIC, post_hash
+from cablestore.errors import CorruptRecordError, QueryError
+
+from .conftest import NOW, post
+
+
+@pytest.mark.parametrize("name", ["\ud800", 7, None, b"general"])
+def test_a_channel_name_that_is_no_text_is_a_query_error(store, name):
+    for query in (store.channel_time_range, store.channel_state, store.topic, store.members):
+        with pytest.raises(QueryError):
+            query(name)
+
+
+@pytest.mark.parametrize("post_type", [300, -1, 6, "text", 1.0])
+def test_author_posts_with_a_bad_type_is_a_query_error(store, alice, post_type):
+    with pytest.raises(QueryError):
+        store.author_posts(alice.public_key, post_type)
+
+
+def test_author_posts_with_a_good_type_still_answers(store, alice):
+    h = store.ingest(post(alice, JOIN, NOW, channel="a"))
+    assert store.author_posts(alice.public_key, JOIN) == [h] and store.author_posts(alice.public_key, TEXT) == []
+
+
+def test_damaged_text_values_are_corrupt_record_errors(store, alice):
+    store.ingest(post(alice, TOPIC, NOW - 2, channel="a", topic="t"))
+    store.ingest(post(alice, INFO, NOW - 1, info=[("name", "alice")]))
+    from cablestore.keys import channel_key
+    from cablestore.views import user
+
+    store.db.put(b"!channel!" + channel_key("a") + b"t", b"\xff\xfe")
+    store.db.put(user.property_key(alice.public_key, "name"), b"\xff\xfe")
+    with pytest.raises(CorruptRecordError):
+        store.topic("a")
+    with pytest.raises(CorruptRecordError):
+        store.name(alice.public_key)
+    with pytest.raises(CorruptRecordError):
+        store.user_info(alice.public_key)
+
+
+def test_a_damaged_channel_key_is_a_corrupt_record_error(store, alice):
+    store.ingest(post(alice, JOIN, NOW, channel="a"))
+    store.db.put(b"!channel!\xff\xfe\x00\x01m" + bytes(32), b"\x01")
+    with pytest.raises(CorruptRecordError):
+        store.channel_list()
+
+
+@pytest.mark.parametrize("damage", [b"junk", b"\x94\x01\x02\x03\x04", b"\x90", b"\x94\xc0\xc0\xc0\xc0"])
+def test_deleting_a_post_whose_reverse_entry_is_damaged_still_removes_every_entry(store, alice, damage):
+    t = post(alice, TEXT, NOW - 2, channel="a", text="x")
+    h = store.ingest(t)
+    store.db.put(b"!rev!" + h, damage)
+    store.ingest(post(alice, DELETE, NOW - 1, hashes=[h]))
+    assert store.get(h) is None and store.check().consistent
+    assert post_hash(t) == h
