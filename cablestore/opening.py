@@ -217,6 +217,9 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
             paranoid_checks=True,
             lru_cache_size=cache_mb << 20,
             write_buffer_size=write_buffer_mb << 20,
+            # Point reads of absent keys (is this post stored?) skip every table
+            # but the memtable instead of reading a block from each level.
+            bloom_filter_bits=10,
         )
     except plyvel.IOError as exc:
         if "lock" in message(exc).lower() and "not a directory" not in message(exc).lower():
