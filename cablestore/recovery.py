@@ -11,10 +11,10 @@
 3. more evidence from the repaired database: the reverse entry
    (``!rev!<hash>``) each stored post has, in another part of the key space
    than the post itself;
-4. posts a stored post/delete of their author names (back because the
-   blocks recording their deletion were damaged) are deleted again;
-5. ``check --repair``: damaged records (a post whose bytes no longer hash to
+4. ``check --repair``: damaged records (a post whose bytes no longer hash to
    its key, a damaged tombstone) are removed and the views recomputed;
+5. posts a stored post/delete of their author names (back because the
+   blocks recording their deletion were damaged) are deleted again;
 6. the report: posts and tombstones before the view repair and after,
    every post the evidence says was stored but is not any more (``lost``:
    fetch those again from a peer), and LevelDB's lines about data it could
@@ -106,15 +106,17 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
         present, rev, report.tombstones_before = _inventory(store.db)
         report.posts_before = len(present)
-        report.deleted_again = _reapply_deletes(store)
         if progress:
             progress.stage("view repair")
-        checked = store.check(fix=True, check_signatures=False)
+        checked = store.check(fix=True, check_signatures=False)  # first: no damaged record is read below
+        faults = checked.to_dict()["faults"] if checked.repaired else {}
+        report.view_repair = checked.repaired
+        report.deleted_again = _reapply_deletes(store)
+        if report.deleted_again:
+            checked = store.check(fix=True, check_signatures=False)
         after, _, report.tombstones_after = _inventory(store.db)
         tombstoned = {k[len(DELETED) : len(DELETED) + 32] for k in store.db.iterator(prefix=DELETED, include_value=False)}
-    faults = checked.to_dict()["faults"] if checked.repaired else {}
     report.removed_records = [dict(f, kind=kind) for kind, items in faults.items() for f in items]
-    report.view_repair = checked.repaired
     report.consistent = checked.consistent
     report.posts_after, report.tombstones_after = len(after), report.tombstones_after
     known = present | rev | logged
@@ -149,7 +151,10 @@ def _reapply_deletes(store) -> list[str]:
         if not targets or post_hash(blob) != h:
             continue
         store.delete(h)
-        store.ingest(blob)
+        try:
+            store.ingest(blob)
+        except CableError:
+            continue  # the delete is refused now: the post stays, as the check left it
         back.update(targets)
     return sorted(t.hex() for t in back)
 
