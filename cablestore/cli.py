@@ -306,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_cmd_rebuild)
     from . import cli_usability; cli_usability.register(sub)  # noqa: E702
     from . import cli_author; cli_author.register(sub)  # noqa: E702
+    from . import cli_peer; cli_peer.register(sub)  # noqa: E702
     return parser
 
 

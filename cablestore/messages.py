@@ -24,11 +24,12 @@ length against :attr:`Limits.max_message`, hash counts against
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from .codec import CHANNEL_CODEPOINTS, HASH_SIZE, _str, encode_varint, read_varint
 from .errors import (
+    CableError,
     DecodeError,
     FramingError,
     LimitError,
@@ -409,8 +410,8 @@ def decode(buf: bytes, framing: Framing = DEPLOYED, limits: Limits = DEFAULT_LIM
 class Decoder:
     """Splits a byte stream into messages: feed whatever a read returned, then iterate.
 
-    ``for item in decoder.feed(data)`` yields each complete message, or the
-    :class:`MessageError` that a malformed one raised (its bytes are skipped,
+    ``decoder.feed(data)`` returns each complete message, or the
+    :class:`CableError` that a malformed one raised (its bytes are skipped,
     the stream goes on).  A :class:`FramingError` (bad or oversized
     ``msg_len``) is yielded once and the decoder is then ``broken``: close
     the connection.  Nothing is buffered beyond ``limits.max_message``.
@@ -427,7 +428,7 @@ class Decoder:
         """Bytes held for an incomplete message."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[Union[AnyMessage, MessageError]]:
+    def feed(self, data: bytes) -> list[Union[AnyMessage, CableError]]:
         """Buffer ``data``; return the messages (or per-message errors) it completed."""
         if self.broken is not None:
             return []
@@ -447,7 +448,7 @@ class Decoder:
                 pos = start + n
                 try:
                     out.append(decode_payload(payload, self.framing, self.limits))
-                except MessageError as exc:
+                except CableError as exc:  # a bad body: skip its frame, keep the stream
                     out.append(exc)
         except FramingError as exc:
             self.broken = exc

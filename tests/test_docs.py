@@ -6,12 +6,15 @@ import contextlib
 import io
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cablestore import Store
 from cablestore.cli import build_parser, main
+from cablestore.sync import write_cursor
 from cablestore.workload import generate, read_posts
 
 from cablestore.author import Author
@@ -19,7 +22,7 @@ from cablestore.author import Author
 from .conftest import NOW, keypair
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1}
+FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
 ESCAPED = {"ch", "key"}
 
 
@@ -60,6 +63,7 @@ def populated(tmp_path_factory):
         s.ingest_many(read_posts(ROOT / "tests/data/cablejs-0.2.1-s7-2000/posts.bin"))
         s.ingest_many(generate(seed=3, posts=500))
         Author(s, keypair("docs"), now=lambda: NOW).text("general", "written here")  # the local clock
+        write_cursor(s, "127.0.0.1:7000", "general", NOW)
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s
@@ -86,7 +90,7 @@ def _readme_commands() -> list[list[str]]:
             line = line.split("  #")[0].strip()
             if line.startswith("cablestore "):
                 commands.append(shlex.split(line)[1:])
-    commands += [argv for argv, _ in _session()]
+    commands += [argv[:-1] if argv[-1] == "&" else argv for argv, _ in _session()]
     return commands
 
 
@@ -147,13 +151,35 @@ def test_shape_matching_can_fail():
 def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypatch):
     """sqlite-utils style: the Commands section is a real session; run it and compare."""
     monkeypatch.chdir(tmp_path)
-    for argv, documented in _session():
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main(argv)
-        shown = _shaped(out.getvalue())
-        assert status == 0, (argv, err.getvalue())
-        assert re.fullmatch(_shape_pattern(documented), shown), (argv, out.getvalue())
+    background = []  # `$ cablestore serve ... &`: a real process, stopped (and checked) at the end
+    try:
+        for argv, documented in _session():
+            if argv[-1] == "&":
+                background.append(_start(argv[:-1], documented, tmp_path))
+                continue
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = main(argv)
+            shown = _shaped(out.getvalue())
+            assert status == 0, (argv, err.getvalue())
+            assert re.fullmatch(_shape_pattern(documented), shown), (argv, out.getvalue())
+    finally:
+        for proc in background:
+            proc.terminate()
+            try:
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def _start(argv: list[str], documented: list[str], cwd: Path) -> subprocess.Popen:
+    """Start a background command; its first lines must be the documented ones."""
+    proc = subprocess.Popen([sys.executable, "-m", "cablestore", *argv], cwd=cwd, stdout=subprocess.PIPE, text=True)
+    shown = _shaped("".join(proc.stdout.readline() for _ in documented))
+    assert re.fullmatch(_shape_pattern(documented), shown), (argv, shown)
+    return proc
 
 
 def test_quick_start_has_two_commands_and_ci_runs_the_test_one():

@@ -216,3 +216,10 @@ def test_encode_refuses_what_decode_refuses():
         M.encode(M.ChannelStateRequest(b"abcd", "x", future=2))
     with pytest.raises(LimitError):
         M.encode(M.HashResponse(b"abcd", (b"short",)))
+
+
+def test_decoder_returns_limit_errors_and_goes_on():
+    good = bytes.fromhex(VECTORS["cancel request binary"])
+    million = frame(b"\x00" + HEAD + bytes([0xC0, 0x84, 0x3D]) + bytes(64))
+    items = M.Decoder().feed(million + good)
+    assert isinstance(items[0], LimitError) and items[1] == M.decode(good)

@@ -1,0 +1,364 @@
+"""The sans-I/O peer over in-memory pipes: answers, live requests, forwarding, sync, convergence."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cablestore import DELETE, JOIN, TEXT, TOPIC, Store, post_hash
+from cablestore import messages as M
+from cablestore.errors import DuplicateRequestError, RequestTableFullError
+from cablestore.peer import Concluded, Node, Refused
+from cablestore.sync import Sync, cursor_key, read_cursor
+from cablestore.workload import generate
+
+from .conftest import keypair, post
+from .peer_helpers import WALL, answers, link, pump, responses
+
+T0 = WALL - 3_600_000
+
+
+@pytest.fixture
+def stores(tmp_path):
+    opened = []
+
+    def make(name):
+        s = Store(tmp_path / name)
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def chat(stores):
+    """A store with a small channel: alice joins, sets a topic, writes 5 texts; bob writes one."""
+    alice, bob = keypair("alice"), keypair("bob")
+    s = stores("chat")
+    posts = [post(alice, JOIN, T0, channel="general"), post(alice, TOPIC, T0 + 1, channel="general", topic="one")]
+    posts += [post(alice, TEXT, T0 + 10 + i, channel="general", text=f"hi {i}") for i in range(5)]
+    posts.append(post(bob, TEXT, T0 + 100, channel="other", text="elsewhere"))
+    for p in posts:
+        s.ingest(p)
+    return s, [post_hash(p) for p in posts], alice, bob
+
+
+def ask(conn, request, now=WALL) -> list:
+    """Send one request to ``conn`` as a remote peer would; return the decoded answers."""
+    conn.receive_data(M.encode(request), now)
+    return responses(conn.data_to_send())
+
+
+RID = b"\x00\x00\x00\x01"
+
+
+# --- answering --------------------------------------------------------------------
+
+
+def test_post_request_answers_held_posts_and_ends_with_an_empty_response(chat):
+    s, hashes, alice, _ = chat
+    conn = Node(s).connect()
+    s.ingest(post(alice, DELETE, T0 + 50, hashes=(hashes[2],)))
+    out = ask(conn, M.PostRequest(RID, (hashes[0], hashes[2], b"\x01" * 32, hashes[3])))
+    assert out == [M.PostResponse(RID, (s.get(hashes[0]), s.get(hashes[3]))), M.PostResponse(RID)]
+
+
+def test_time_range_newest_first_start_inclusive_end_exclusive_limit(chat):
+    s, hashes, *_ = chat
+    conn = Node(s).connect()
+    texts = hashes[2:7]
+    assert ask(conn, M.TimeRangeRequest(RID, "General", T0 + 11, T0 + 14, 0)) == [
+        M.HashResponse(RID, (texts[3], texts[2], texts[1])),
+        M.HashResponse(RID),
+    ]
+    assert ask(conn, M.TimeRangeRequest(b"rid2", "general", 0, T0 + 100, 2)) == [M.HashResponse(b"rid2", (texts[4], texts[3])), M.HashResponse(b"rid2")]
+    assert ask(conn, M.TimeRangeRequest(b"rid3", "nowhere", 0, 5, 0)) == [M.HashResponse(b"rid3")]
+
+
+def test_channel_state_list_and_moderation(chat):
+    s, hashes, *_ = chat
+    conn = Node(s).connect()
+    assert ask(conn, M.ChannelStateRequest(RID, "general", 0)) == [M.HashResponse(RID, tuple(s.channel_state("general"))), M.HashResponse(RID)]
+    assert ask(conn, M.ChannelListRequest(b"rid2", 1, 1)) == [M.ChannelListResponse(b"rid2", ("other",))]
+    assert ask(conn, M.ModerationStateRequest(b"rid3", ("general",), 1, 0)) == [M.HashResponse(b"rid3")]
+    assert not conn.node.requests
+
+
+def test_live_time_range_pushes_until_cancelled(chat):
+    s, hashes, alice, bob = chat
+    conn = Node(s).connect()
+    out = ask(conn, M.TimeRangeRequest(RID, "general", T0 + 13, 0, 0))
+    assert out == [M.HashResponse(RID, (hashes[6], hashes[5]))]  # no conclusion: it stays live
+    new = s.ingest(post(bob, TEXT, T0 + 200, channel="GENERAL", text="late"))
+    s.ingest(post(bob, TEXT, T0 + 201, channel="other", text="not this channel"))
+    s.ingest(post(bob, TEXT, T0 + 5, channel="general", text="older than time_start"))
+    delete = s.ingest(post(alice, DELETE, T0 + 202, hashes=(hashes[3],)))
+    assert responses(conn.data_to_send()) == [M.HashResponse(RID, (new,)), M.HashResponse(RID, (delete,))]
+    assert ask(conn, M.CancelRequest(b"can1", cancel_id=RID)) == []
+    s.ingest(post(bob, TEXT, T0 + 300, channel="general", text="after cancel"))
+    assert conn.data_to_send() == b"" and not conn.node.requests
+
+
+def test_live_time_range_concludes_at_its_limit(chat):
+    s, hashes, _, bob = chat
+    conn = Node(s).connect()
+    assert ask(conn, M.TimeRangeRequest(RID, "general", T0 + 14, 0, 3)) == [M.HashResponse(RID, (hashes[6],))]
+    first = s.ingest(post(bob, TEXT, T0 + 400, channel="general", text="a"))
+    s.ingest_many([post(bob, TEXT, T0 + 401 + i, channel="general", text=f"b{i}") for i in range(3)])
+    out = responses(conn.data_to_send())
+    assert [len(m.hashes) for m in out] == [1, 1, 0] and out[0].hashes == (first,)
+    assert not conn.node.requests
+
+
+def test_live_state_pushes_changes_and_the_next_latest_after_a_delete(chat):
+    s, hashes, alice, bob = chat
+    conn = Node(s).connect()
+    out = ask(conn, M.ChannelStateRequest(RID, "general", 1))
+    assert out == [M.HashResponse(RID, tuple(s.channel_state("general")))]
+    topic2 = s.ingest(post(alice, TOPIC, T0 + 500, channel="general", topic="two"))
+    joined = s.ingest(post(bob, JOIN, T0 + 501, channel="general"))
+    s.ingest(post(bob, TEXT, T0 + 502, channel="general", text="chat is not state"))
+    assert responses(conn.data_to_send()) == [M.HashResponse(RID, (topic2,)), M.HashResponse(RID, (joined,))]
+    s.ingest(post(alice, DELETE, T0 + 503, hashes=(topic2,)))
+    assert responses(conn.data_to_send()) == [M.HashResponse(RID, (hashes[1],))]  # topic "one" again
+    assert s.topic("general") == "one"
+
+
+def test_live_push_from_a_local_author_in_another_thread_wakes_the_transport(chat):
+    s, hashes, _, bob = chat
+    node = Node(s)
+    woken = threading.Event()
+    node.on_output = woken.set
+    conn = node.connect()
+    ask(conn, M.TimeRangeRequest(RID, "general", 0, 0, 0))
+    t = threading.Thread(target=s.ingest, args=(post(bob, TEXT, T0 + 600, channel="general", text="from a thread"),))
+    t.start()
+    t.join(10)
+    assert woken.wait(10)
+    assert len(responses(conn.data_to_send())[0].hashes) == 1
+
+
+# --- requesting ---------------------------------------------------------------------
+
+
+def test_hash_responses_lead_to_post_requests_only_for_what_is_missing(chat, stores):
+    s, hashes, alice, _ = chat
+    mine = stores("mine")
+    mine.ingest(s.get(hashes[6]))
+    mine.ingest(post(alice, DELETE, T0 + 50, hashes=(hashes[5],)))  # alice deleted it: never fetch it
+    a, b = link(Node(s), Node(mine))
+    job = b.request_time_range("general", 0, T0 + 1000, now=WALL)
+    pump((a, b))
+    assert job.complete and job.hashes_seen == 5 and job.posts_requested == 3
+    assert set(hashes[2:5]) <= {h for h in mine.channel_time_range("general")}
+    assert hashes[5] not in mine
+
+
+def test_sync_pulls_everything_and_a_second_sync_uses_the_cursor(chat, stores):
+    s, hashes, alice, bob = chat
+    empty = stores("empty")
+    a, b = link(Node(s), Node(empty))
+    sync = Sync(b, "peer-a")
+    pump((a, b), polls=[sync])
+    assert sync.done and sync.summary()["complete"]
+    assert answers(empty) == answers(s)
+    cursor = read_cursor(empty, "peer-a", "general")
+    assert cursor == T0 + 14 - 3_600_000
+    assert empty.db.get(cursor_key("peer-a", "general")) == cursor.to_bytes(8, "big")
+    s.ingest(post(bob, TEXT, T0 + 700, channel="general", text="new"))
+    again = Sync(b, "peer-a", channels=["general"])
+    again.poll(WALL)
+    (time_range,) = [m for m in responses(b.data_to_send()) if isinstance(m, M.TimeRangeRequest)]
+    assert time_range.time_start == cursor  # only what is new since the last sync
+    a.receive_data(M.encode(time_range), WALL)
+    pump((a, b), polls=[again])
+    assert answers(empty) == answers(s)
+
+
+def test_unsolicited_forged_and_refused_posts_leave_the_store_byte_identical(chat, stores):
+    s, hashes, alice, bob = chat
+    mine = stores("mine")
+    conn = Node(mine).connect()
+    job = conn.request_posts([hashes[2]], now=WALL)
+    (req,) = responses(conn.data_to_send())
+    before = list(mine.items())
+    good = s.get(hashes[2])
+    forged = good[:40] + bytes([good[40] ^ 1]) + good[41:]
+    other = s.get(hashes[3])
+    events = conn.receive_data(M.encode(M.PostResponse(req.req_id, (forged, other))), WALL)
+    assert [type(e.error).__name__ for e in events if isinstance(e, Refused)] == ["UnsolicitedPostError"] * 2
+    assert list(mine.items()) == before
+    future = post(bob, TEXT, WALL + 30 * 86_400_000, channel="general", text="from the future")
+    job2 = conn.request_posts([post_hash(future)], now=WALL)
+    (req2,) = responses(conn.data_to_send())
+    events = conn.receive_data(M.encode(M.PostResponse(req2.req_id, (future,))), WALL)
+    assert any(isinstance(e, Refused) and type(e.error).__name__ == "FutureTimestampError" for e in events)
+    assert list(mine.items()) == before and job2.done and not job2.complete
+    conn.receive_data(M.encode(M.PostResponse(req.req_id, (good,))) + M.encode(M.PostResponse(req.req_id)), WALL)
+    assert hashes[2] in mine and job.complete and not conn.closed
+    assert conn.stats["refused"] == 1 and conn.stats["unsolicited"] == 2
+
+
+# --- forwarding and de-duplication ----------------------------------------------------
+
+
+def test_ttl_forwarding_along_a_chain_of_three(chat, stores):
+    s, hashes, *_ = chat
+    a_store, b_store = stores("a"), stores("b")
+    na, nb, nc = Node(a_store), Node(b_store), Node(s)
+    ab, ba = link(na, nb)
+    bc, cb = link(nb, nc)
+    job = ab.request_time_range("general", 0, T0 + 1000, now=WALL, ttl=1)
+    pump((ab, ba), (bc, cb))
+    assert job.complete and job.hashes_seen == 5
+    assert set(hashes[2:7]) <= set(a_store.channel_time_range("general"))  # posts came through b
+    assert not b_store.channel_time_range("general")  # b relayed, it did not keep
+    assert not na.requests and not nb.requests and not nc.requests
+    live = ab.request_time_range("general", T0 + 1000, 0, now=WALL, ttl=2)
+    pump((ab, ba), (bc, cb))
+    assert len(nb.requests) == 1 and len(nc.requests) == 1
+    h = s.ingest(post(keypair("carol"), TEXT, T0 + 2000, channel="general", text="relayed live"))
+    pump((ab, ba), (bc, cb))
+    assert h in a_store
+    ab.cancel(list(na.requests)[0])
+    pump((ab, ba), (bc, cb))
+    assert not nb.requests and not nc.requests  # the cancel went along the same route
+    assert live.concluded
+
+
+def test_duplicate_and_echoed_req_ids_are_discarded(chat):
+    s, *_ = chat
+    node = Node(s)
+    conn, other = node.connect("one"), node.connect("two")
+    ask(conn, M.TimeRangeRequest(RID, "general", 0, 0, 0, ttl=3))
+    assert len(responses(other.data_to_send())) == 1  # forwarded once, with ttl 2
+    events = other.receive_data(M.encode(M.TimeRangeRequest(RID, "general", 0, 0, 0, ttl=2)), WALL)  # the echo
+    assert [type(e.error) for e in events] == [DuplicateRequestError]
+    assert conn.data_to_send() == b"" and other.data_to_send() == b""
+    job = conn.request_channel_list(now=WALL)
+    (mine,) = responses(conn.data_to_send())
+    events = conn.receive_data(M.encode(M.ChannelListRequest(mine.req_id, 0, 0, ttl=0)), WALL)  # cable-core echo
+    assert [type(e.error) for e in events] == [DuplicateRequestError] and conn.data_to_send() == b""
+    conn.receive_data(M.encode(M.ChannelListResponse(mine.req_id, ("general",))), WALL)
+    assert job.complete and job.channels == ("general",)
+
+
+def test_no_answer_at_all_times_out_without_looping(chat, stores):
+    mine = stores("mine")
+    node = Node(mine, timeout=5_000)
+    conn = node.connect()
+    job = conn.request_posts([b"\x07" * 32], now=WALL)
+    assert len(responses(conn.data_to_send())) == 1
+    node.tick(WALL + 4_999)
+    assert not job.done
+    node.tick(WALL + 5_000)
+    assert job.done and not job.complete and not node.requests and not node._inflight
+    assert [e.reason for e in conn.next_events() if isinstance(e, Concluded)] == ["timeout"]
+    assert conn.data_to_send() == b""
+
+
+def test_request_table_is_bounded(chat):
+    s, *_ = chat
+    node = Node(s, max_requests=50, max_per_connection=3)
+    conn = node.connect()
+    for i in range(3):
+        ask(conn, M.TimeRangeRequest(bytes([0, 0, 0, i]), "general", 0, 0, 0))
+    events = conn.receive_data(M.encode(M.TimeRangeRequest(b"\x00\x00\x01\x00", "general", 0, 0, 0)), WALL)
+    assert [type(e.error) for e in events] == [RequestTableFullError]
+    assert responses(conn.data_to_send()) == [M.HashResponse(b"\x00\x00\x01\x00")]  # concluded so nobody waits
+    assert len(node.requests) == 3
+    conn.close()
+    assert not node.requests
+
+
+# --- convergence ----------------------------------------------------------------------
+
+
+def test_two_and_three_peers_converge_on_a_workload_with_deletes(stores):
+    bufs = generate(seed=11, posts=1500)
+    full, part, empty = stores("full"), stores("part"), stores("empty")
+    full.ingest_many(bufs)
+    part.ingest_many(bufs[:900])  # later deletes of its posts arrive by sync: late deletes
+    nodes = {n: Node(s) for n, s in (("full", full), ("part", part), ("empty", empty))}
+    names = list(nodes)
+    for x in names:
+        for y in names:
+            if x == y:
+                continue
+            cx, cy = link(nodes[x], nodes[y], x, y)
+            sync = Sync(cy, x)
+            pump((cx, cy), polls=[sync])
+            assert sync.done
+            cx.close()
+            cy.close()
+    expected = answers(full)
+    assert answers(part) == expected
+    assert answers(empty) == expected
+    deleted = [h for h in (post_hash(b) for b in bufs) if full.is_deleted(h)]
+    assert deleted and not any(h in part or h in empty for h in deleted)
+
+
+def test_draft8_framing_end_to_end(chat, stores):
+    s, hashes, *_ = chat
+    empty = stores("empty8")
+    a, b = link(Node(s, framing=M.DRAFT8), Node(empty, framing=M.DRAFT8))
+    sync = Sync(b, "draft8-peer")
+    sync.poll(WALL)
+    (first,) = M.Decoder(M.DRAFT8).feed(b._out)
+    assert len(first.req_id) == 8
+    pump((a, b), polls=[sync])
+    assert sync.summary()["complete"] and answers(empty) == answers(s)
+
+
+def test_requests_re_sent_after_a_disconnect_are_discarded(chat, stores):
+    mine = stores("mine")
+    node = Node(mine)
+    first = node.connect("first")
+    first.request_state("general", now=WALL)
+    (sent,) = responses(first.data_to_send())
+    first.close()
+    second = node.connect("second")  # a cable-core peer re-sends the requests of peers that left
+    events = second.receive_data(M.encode(replace_ttl(sent, 0)), WALL)
+    assert [type(e.error) for e in events] == [DuplicateRequestError] and second.data_to_send() == b""
+
+
+def replace_ttl(m, ttl):
+    import dataclasses
+
+    return dataclasses.replace(m, ttl=ttl)
+
+
+def test_one_sync_per_channel_at_a_time(chat, stores):
+    s, *_ = chat
+    mine = stores("mine")
+    node = Node(mine)
+    a1, b1 = link(Node(s), node)
+    a2, b2 = link(Node(s), node)
+    one, two = Sync(b1, "one", channels=["general"]), Sync(b2, "two", channels=["general"])
+    one.poll(WALL)
+    two.poll(WALL)
+    assert b2.data_to_send() == b"" and node.syncing == {"general"}  # two waits for one
+    pump((a1, b1), polls=[one])
+    assert one.done and not node.syncing
+    pump((a2, b2), polls=[two])
+    assert two.done and two.summary()["posts_ingested"] == 0  # one already fetched everything
+
+
+def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(stores):
+    from cablestore.peer import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
+
+    node = Node(stores("mine"), timeout=5_000)
+    conn = node.connect()
+    n = HASHES_PER_POST_REQUEST * (POST_REQUESTS_IN_FLIGHT + 1)
+    job = conn.request_posts([i.to_bytes(32, "big") for i in range(1, n + 1)], now=WALL)
+    sent = responses(conn.data_to_send())
+    assert len(sent) == POST_REQUESTS_IN_FLIGHT and job.outstanding == POST_REQUESTS_IN_FLIGHT + 1
+    conn.receive_data(M.encode(M.PostResponse(sent[0].req_id)), WALL + 4_000)  # the peer lacks them
+    (fifth,) = responses(conn.data_to_send())
+    node.tick(WALL + 5_000)  # the first four time out, the fifth was sent later
+    assert len(node.requests) == 1 and fifth.req_id in node.requests
+    node.tick(WALL + 9_000)
+    assert job.done and not job.complete and not node._inflight

@@ -1,0 +1,151 @@
+"""Real TCP on 127.0.0.1: peers in one event loop, and `cablestore serve` / `sync` as processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cablestore import TEXT, Store
+from cablestore.errors import TransportError
+from cablestore.transport import PeerServer, run_sync
+from cablestore.peer import Node
+from cablestore.workload import generate, write_posts
+
+from .conftest import keypair, post
+from .peer_helpers import WALL, answers
+
+PY = sys.executable
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+@pytest.fixture
+def three(tmp_path):
+    bufs = generate(seed=21, posts=1200)
+    stores = {n: Store(tmp_path / n) for n in ("full", "part", "empty")}
+    stores["full"].ingest_many(bufs)
+    stores["part"].ingest_many(bufs[:700])
+    yield stores
+    for s in stores.values():
+        s.close()
+
+
+def test_three_peers_converge_over_tcp(three):
+    async def main():
+        servers = {n: await PeerServer(Node(s), "127.0.0.1", 0).start() for n, s in three.items()}
+        try:
+            for x, sx in three.items():
+                for y, server in servers.items():
+                    if x != y:
+                        summary = await run_sync(sx, f"127.0.0.1:{server.port}", timeout=30)
+                        assert summary["complete"], (x, y, summary)
+        finally:
+            for server in servers.values():
+                await server.close()
+
+    run(main())
+    expected = answers(three["full"])
+    assert answers(three["part"]) == expected
+    assert answers(three["empty"]) == expected
+
+
+def test_live_sync_over_tcp_receives_posts_written_later(three):
+    full, empty = three["full"], three["empty"]
+
+    async def main():
+        server = await PeerServer(Node(full), "127.0.0.1", 0).start()
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_sync(empty, f"127.0.0.1:{server.port}", channels=["general"], live=True, stop=stop))
+        try:
+            for _ in range(300):  # the finite pass, then the live requests
+                await asyncio.sleep(0.05)
+                if empty.channel_time_range("general") and len(server.node.requests) == 2:
+                    break
+            h = full.ingest(post(keypair("zoe"), TEXT, WALL - 10, channel="general", text="live over tcp"))
+            for _ in range(200):
+                if h in empty:
+                    break
+                await asyncio.sleep(0.05)
+            assert h in empty
+        finally:
+            stop.set()
+            summary = await task
+            await server.close()
+        return summary
+
+    summary = run(main())
+    assert summary["channels"] == ["general"]
+
+
+def test_sync_to_a_closed_port_is_a_transport_error(tmp_path):
+    with Store(tmp_path / "s") as store:
+        with pytest.raises(TransportError):
+            run(run_sync(store, "127.0.0.1:1"))
+        with pytest.raises(TransportError):
+            run(run_sync(store, "no-port-here"))
+
+
+def _start_serve(store, *extra):
+    proc = subprocess.Popen(
+        [PY, "-m", "cablestore", "serve", str(store), "--listen", "127.0.0.1:0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line.startswith("listening on 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_and_sync_processes_bring_an_empty_store_to_the_same_answers(tmp_path, sig):
+    posts = tmp_path / "posts.bin"
+    write_posts(posts, generate(seed=4, posts=800))
+    subprocess.run([PY, "-m", "cablestore", "ingest", str(tmp_path / "full"), str(posts), "--quiet"], check=True, capture_output=True)
+    proc, port = _start_serve(tmp_path / "full")
+    try:
+        out = subprocess.run(
+            [PY, "-m", "cablestore", "sync", str(tmp_path / "empty"), "--connect", f"127.0.0.1:{port}", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        summary = json.loads(out.stdout)
+        assert summary["complete"] and summary["posts_ingested"] > 500
+        again = subprocess.run(
+            [PY, "-m", "cablestore", "sync", str(tmp_path / "empty"), "--connect", f"127.0.0.1:{port}", "--channel", "general", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert again.returncode == 0 and "0 posts ingested" in again.stdout, again.stdout + again.stderr
+    finally:
+        proc.send_signal(sig)
+        try:
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    with Store(tmp_path / "full") as full, Store(tmp_path / "empty") as empty:
+        assert answers(empty) == answers(full)
+
+
+def test_sync_command_errors_are_one_line_and_exit_2(tmp_path):
+    out = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "s"), "--connect", "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "TransportError" in out.stderr
+
+
+def test_serve_refuses_a_missing_store_without_creating_it(tmp_path):
+    out = subprocess.run([PY, "-m", "cablestore", "serve", str(tmp_path / "nope"), "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert not (tmp_path / "nope").exists()
