@@ -54,16 +54,28 @@ def _anon_mb() -> float:
     return 0.0
 
 
-def _ingest_child(path, posts_file, verify, batch, workers, conn):
+CURVE_POINTS = 20  # samples of rate and memory through each ingest
+
+
+def _ingest_child(path, posts_file, n, verify, batch, workers, conn):
     # Posts are streamed from the file, so the memory is the store's, not the input's.
     peak_anon = 0.0
+    curve = []  # [posts stored, posts/s over the last stretch, anonymous MB]
+    every = max(batch, n // CURVE_POINTS)
     with Store(path, verify_signatures=verify, verify_workers=workers, now=lambda: NOW) as store:
-        start = time.perf_counter()
+        start = last = time.perf_counter()
+        done = mark = 0
         for chunk in iter_posts(posts_file, batch):
             store.ingest_many(chunk)
-            peak_anon = max(peak_anon, _anon_mb())
+            done += len(chunk)
+            anon = _anon_mb()
+            peak_anon = max(peak_anon, anon)
+            if done - mark >= every:
+                now = time.perf_counter()
+                curve.append([done, (done - mark) / (now - last), anon])
+                mark, last = done, now
         seconds = time.perf_counter() - start
-    conn.send((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_anon))
+    conn.send((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_anon, curve))
 
 
 def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int = 1000, workers: int = 0) -> dict:
@@ -71,11 +83,30 @@ def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int 
     shutil.rmtree(path, ignore_errors=True)
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), verify, batch, workers, child))
+    proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), n, verify, batch, workers, child))
     proc.start()
-    seconds, rss, anon = parent.recv()
+    seconds, rss, anon, curve = parent.recv()
     proc.join()
-    return {"posts_per_s": n / seconds, "seconds": seconds, "peak_rss_mb": rss / 2**20, "peak_anon_mb": anon}
+    return {"posts_per_s": n / seconds, "seconds": seconds, "peak_rss_mb": rss / 2**20, "peak_anon_mb": anon, "curve": curve}
+
+
+def _reindex_child(path, conn):
+    from cablestore.reindex import reindex
+
+    with Store(path, now=lambda: NOW) as store:
+        report = reindex(store)
+    conn.send((report.to_dict(), _anon_mb()))
+
+
+def timed_reindex(path: Path) -> dict:
+    """``cablestore reindex`` of a built store, in a fresh process."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_reindex_child, args=(str(path), child))
+    proc.start()
+    report, anon = parent.recv()
+    proc.join()
+    return {"posts_per_s": report["posts_per_s"], "seconds": sum(report["seconds"].values()), "phases": report["seconds"], "anon_mb": anon}
 
 
 def percentiles(fn, args_list) -> dict:
@@ -152,6 +183,7 @@ def run_size(out: Path, n: int, seed: int, spark: bool, sweep_posts: int) -> dic
         par["workers"] = workers
         result["verified_ingest_workers"] = par
     result["trusted_reindex"] = timed_ingest(out / "trusted.ldb", posts_file, n, verify=False)
+    result["bulk_reindex"] = timed_reindex(out / "trusted.ldb")
     if sweep_posts:
         sweep_file = out / f"posts-{sweep_posts}-seed{seed}.bin"
         posts_for(out, sweep_posts, seed)
@@ -169,7 +201,9 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         ("verified ingest", lambda r: f"{r['verified_ingest']['posts_per_s']:,.0f} /s"),
         ("verified ingest / raw verify", lambda r: f"{r['verified_ingest']['ratio_to_raw_verify']:.2f}"),
         ("verified ingest, signatures in worker processes", lambda r: _workers(r)),
-        ("trusted reindex", lambda r: f"{r['trusted_reindex']['posts_per_s']:,.0f} /s"),
+        ("trusted ingest (no signature checks)", lambda r: f"{r['trusted_reindex']['posts_per_s']:,.0f} /s"),
+        ("trusted ingest / at the smallest size", lambda r: f"{r['trusted_reindex']['posts_per_s'] / results[0]['trusted_reindex']['posts_per_s']:.2f}"),
+        ("bulk reindex (`cablestore reindex`)", lambda r: _reindex(r)),
         ("ingest peak RSS (of which anonymous, not mmapped tables)", lambda r: _rss(r["verified_ingest"])),
         ("channel time range (limit 50) p50 / p99", lambda r: _lat(r, "channel_time_range_50")),
         ("channel state p50 / p99", lambda r: _lat(r, "channel_state")),
@@ -190,6 +224,11 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         lines.append("`ingest_many` batch size sweep (verified): " + ", ".join(f"{k}: {v:,.0f}/s" for k, v in s.items()))
     lines += ["", f"Command: `{command}`", f"Machine: {machine}"]
     return "\n".join(lines)
+
+
+def _reindex(r):
+    b = r.get("bulk_reindex")
+    return f"{b['posts_per_s']:,.0f} /s ({b['seconds']:.1f} s)" if b else "not run"
 
 
 def _rss(ingest):
@@ -233,7 +272,16 @@ def main(argv=None) -> int:
     for i, n in enumerate(sizes):
         print(f"benchmarking {n:,} posts...", file=sys.stderr)
         results.append(run_size(out, n, args.seed, not args.no_spark, args.sweep_posts if i == 0 else 0))
+        (out / "results.json").write_text(json.dumps({"machine": machine, "command": command, "results": results}, indent=2))
+    load = os.getloadavg()
+    machine += f"; load average {load[0]:.1f} at the end (shared machine)"
     table = markdown(results, machine, command)
+    try:
+        from .chart import draw
+
+        draw(results, out / "chart.png")
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[bench]'): no chart", file=sys.stderr)
     (out / "results.json").write_text(json.dumps({"machine": machine, "command": command, "results": results}, indent=2))
     (out / "results.md").write_text(table + "\n")
     print(table)

@@ -307,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_usability; cli_usability.register(sub)  # noqa: E702
     from . import cli_author; cli_author.register(sub)  # noqa: E702
     from . import cli_peer; cli_peer.register(sub)  # noqa: E702
+    from . import cli_scale; cli_scale.register(sub)  # noqa: E702
     return parser
 
 

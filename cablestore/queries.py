@@ -101,8 +101,13 @@ class Queries(LinkQueries):
                     out += _all_newest_first(it, user.posts_prefix(pk))
                 return out
             out = _latest(it, [state.topic_prefix(ch)])
-            out += _latest_per_member(it, state.PREFIX + ch + b"m")
-            out += _latest(it, [user.posts_prefix(pk) for pk in people])
+            # Materialized latest entries: one scan of the members and a point
+            # read each, however long the channel's history.
+            out += [h for _, h in snap.iterator(prefix=state.PREFIX + ch + b"l")]
+            for pk in people:
+                h = snap.get(user.latest_hash_key(pk))
+                if h is not None:
+                    out.append(h)
         return out
 
     @staticmethod
@@ -199,19 +204,3 @@ def _all_newest_first(it, prefix: bytes) -> list[bytes]:
         keys.append(key)
     keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
     return [k[-32:] for k in keys]
-
-
-def _latest_per_member(it, prefix: bytes) -> list[bytes]:
-    """The last hash of each member's run under ``prefix + pubkey`` (a few keys each: scan, don't seek)."""
-    out, member = [], None
-    it.seek(prefix)
-    for key in it:
-        if not key.startswith(prefix):
-            break
-        pk = key[len(prefix) : len(prefix) + 32]
-        if pk != member:
-            out.append(key[-32:])
-            member = pk
-        else:
-            out[-1] = key[-32:]
-    return out

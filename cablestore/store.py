@@ -34,6 +34,7 @@ from .errors import (
 from .keys import HashLike, as_hash, canonical_channel, channel_key
 from .queries import Queries
 from .reading import Reading
+from .tombfilter import TombstoneFilter
 from .txn import POSTS, Txn
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
@@ -100,6 +101,8 @@ class Store(Reading, Queries):
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
+        self._tomb_filter = None  # built on the first write (cablestore.tombfilter)
+        self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
         try:
             # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
             # keep ingest from slowing as the store grows (measured: +20% at
@@ -109,6 +112,9 @@ class Store(Reading, Queries):
                 create_if_missing=create,
                 lru_cache_size=cache_mb << 20,
                 write_buffer_size=write_buffer_mb << 20,
+                # Point reads of absent keys (is this post stored?) skip every table
+                # but the memtable instead of reading a block from each level.
+                bloom_filter_bits=10,
             )
         except plyvel.IOError as exc:
             if "lock" in str(exc).lower():
@@ -161,6 +167,13 @@ class Store(Reading, Queries):
             self._verify_pool = verify_pool(self.verify_workers)
         return self._verify_pool
 
+    def _txn(self) -> Txn:
+        """A write transaction (call with the write lock held)."""
+        if self._tomb_filter is None:
+            self._tomb_filter = TombstoneFilter(self.db)
+        self._tomb_filter.grow_if_full()
+        return Txn(self.db, self._tomb_filter, self._winners)
+
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
         now = self._now() if now is None else now
@@ -186,7 +199,7 @@ class Store(Reading, Queries):
         buf = bytes(buf)
         h, post = self.validate(buf, now)
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             outcome = indexer.apply(txn, buf, h, post)
             for key, value in (extra or {}).items():
                 if not key.startswith(LOCAL):
@@ -216,7 +229,7 @@ class Store(Reading, Queries):
                 checked.append((i, buf, None, None, exc))
         results = []
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             for i, buf, h, post, error in checked:
                 signed = next(signatures) if signatures is not None else True
                 if error is None and not signed:
@@ -246,7 +259,7 @@ class Store(Reading, Queries):
         """
         h = as_hash(h)
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             blob = txn.get(POSTS + h)
             if blob is None:
                 return False
@@ -259,7 +272,7 @@ class Store(Reading, Queries):
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
         with self._write_lock:
-            txn = Txn(self.db)
+            txn = self._txn()
             prefix = views.author.prefix(public_key)
             hashes = [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
             for h in hashes:
@@ -278,7 +291,10 @@ class Store(Reading, Queries):
         """
         from cablestore.rebuild import check
 
-        return check(self, fix=fix, engine=engine, **kw)
+        try:
+            return check(self, fix=fix, engine=engine, **kw)
+        finally:
+            self._winners.clear()  # a repair writes views directly
 
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""

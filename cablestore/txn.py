@@ -20,11 +20,18 @@ from .records import Indexed, Tombstone
 POSTS = b"!post!"
 DELETED = b"!deleted!"
 _MISSING = object()
+WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
 
 
 class Txn:
-    def __init__(self, db):
+    def __init__(self, db, tomb_filter=None, winners=None):
         self.db = db
+        # (view name, group) -> (rank, hash) of the committed latest candidate,
+        # or None for a group without one: a reverse seek saved per cached group.
+        self._winners = winners
+        self._settled: dict[tuple, tuple | None] = {}
+        # Answers "no tombstone names this hash" without a seek (see cablestore.tombfilter).
+        self._tomb_filter = tomb_filter
         # One iterator, re-seeked for every scan: creating one per scan cost
         # more than the scan.  It reads the DB as of now, which is right: the
         # DB does not change until commit.
@@ -82,6 +89,8 @@ class Txn:
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
+        if self._tomb_filter is not None and target not in self._tombs and not self._tomb_filter.might_have(target):
+            return []
         prefix = DELETED + target
         found = {k[len(prefix) :]: v for k, v in self.scan(prefix)}
         found.update(self._tombs.get(target, {}))
@@ -98,6 +107,8 @@ class Txn:
 
     def put_tombstone(self, tomb: Tombstone) -> None:
         value = tomb.pack()
+        if self._tomb_filter is not None:
+            self._tomb_filter.add(tomb.target)
         self._tombs[tomb.target][tomb.by] = value
         self.put(DELETED + tomb.target + tomb.by, value)
 
@@ -117,10 +128,21 @@ class Txn:
         """Rewrite the latest entries of every touched group from its candidates."""
         touched, self._touched = self._touched, {}
         for (name, group), view in touched.items():
-            winner = self._winner(name, group, view)
+            winner, winner_rank = self._winner(name, group, view)
+            self._settled[(name, group)] = None if winner is None else (winner_rank, winner.hash)
             self._write_latest(name, group, view, view.latest(group, winner))
 
-    def _winner(self, name, group, view) -> Indexed | None:
+    def _stored_winner(self, name, group, view) -> tuple | None:
+        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn."""
+        if self._winners is not None:
+            cached = self._winners.get((name, group), _MISSING)
+            if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
+                return cached
+        prefix = view.candidates(group)
+        key = self.last_candidate(prefix)
+        return None if key is None else (key[len(prefix) :], key[-32:])
+
+    def _winner(self, name, group, view) -> tuple[Indexed | None, bytes]:
         best, best_rank = None, b""
         for ip in self._added.get((name, group), {}).values():
             if ip.hash in self.deleted:
@@ -128,22 +150,21 @@ class Txn:
             ip_rank = rank(view, group, ip)
             if best is None or ip_rank > best_rank:
                 best, best_rank = ip, ip_rank
-        prefix = view.candidates(group)
-        key = self.last_candidate(prefix)
-        if key is not None and (best is None or key[len(prefix) :] > best_rank):
-            blob = self.get(POSTS + key[-32:])
-            best = Indexed.of(blob, decode_post(blob), key[-32:])
-        return best
+        stored = self._stored_winner(name, group, view)
+        if stored is not None and (best is None or stored[0] > best_rank):
+            blob = self.get(POSTS + stored[1])
+            best, best_rank = Indexed.of(blob, decode_post(blob), stored[1]), stored[0]
+        return best, best_rank
 
     def _write_latest(self, name, group, view, entries) -> None:
+        # Blind writes: reading a value to skip rewriting it costs more than the write.
         current = set(latest_keys(view, group, self))
         current |= self._latest_keys.get((name, group), set())
         fresh = dict(entries)
         for key in current - fresh.keys():
             self.delete(key)
         for key, value in fresh.items():
-            if self.get(key) != value:
-                self.put(key, value)
+            self.put(key, value)
         self._latest_keys[(name, group)] = set(fresh)
 
     def latest_keys_written(self, name: str):
@@ -164,11 +185,14 @@ class Txn:
         if self._it is not None:
             self._it.close()
             self._it = None
-        if not self.writes:
-            return
-        with self.db.write_batch(sync=sync) as wb:
-            for key, value in self.writes.items():
-                if value is None:
-                    wb.delete(key)
-                else:
-                    wb.put(key, value)
+        if self.writes:
+            with self.db.write_batch(sync=sync) as wb:
+                for key, value in self.writes.items():
+                    if value is None:
+                        wb.delete(key)
+                    else:
+                        wb.put(key, value)
+        if self._winners is not None:  # only once the batch is written
+            if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
+                self._winners.clear()  # bounded memory; refilled as groups are touched again
+            self._winners.update(self._settled)

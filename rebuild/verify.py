@@ -161,7 +161,7 @@ def verify(
     return report
 
 
-def apply_repair(db: Any, report: Report, sync: bool = True) -> dict[str, int]:
+def apply_repair(db: Any, report: Report, sync: bool = True, views: bool = True) -> dict[str, Any]:
     """Make the derived views equal to the recomputation, in one WriteBatch.
 
     A post its author's stored post/delete provably deleted is removed.
@@ -183,18 +183,33 @@ def apply_repair(db: Any, report: Report, sync: bool = True) -> dict[str, int]:
                 wb.put(QUARANTINE + key, value)
                 quarantined += 1
             wb.delete(key)
-        for key in report.extra:
+        for key in report.extra if views else ():
             wb.delete(key)
-        for key, value in report.missing.items():
+        for key, value in report.missing.items() if views else ():
             wb.put(key, value)
-        for key, (_, value) in report.different.items():
+        for key, (_, value) in report.different.items() if views else ():
             wb.put(key, value)
+    if not views:
+        return {"removed_records": removed, "quarantined": quarantined}
     return {
         "removed_records": removed,
         "quarantined": quarantined,
         "deleted": len(report.extra),
         "written": len(report.missing) + len(report.different),
     }
+
+
+REINDEX_WHEN_MISSING = 0.5
+
+
+def mostly_missing(report: Report) -> bool:
+    """True when more than half of the recomputed entries are missing from the store.
+
+    A repair then rebuilds every view with :func:`cablestore.reindex.reindex`
+    (sorted writes, no per-key diff held in a WriteBatch) instead of writing
+    the differences: it is faster, and the differences are most of the views.
+    """
+    return len(report.missing) > REINDEX_WHEN_MISSING * max(sum(report.recomputed_counts.values()), 1)
 
 
 def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
@@ -206,7 +221,14 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
         report = verify(engine, db=store.db, **kw)
         if not fix or report.consistent:
             return report
-        repaired = apply_repair(store.db, report)
+        if mostly_missing(report):
+            from cablestore.reindex import reindex_db
+
+            repaired = apply_repair(store.db, report, views=False)
+            done = reindex_db(store.db, sync=store.sync)
+            repaired.update(deleted=done.dropped, written=done.written, reindexed=True)
+        else:
+            repaired = apply_repair(store.db, report)
         after = verify(engine, db=store.db, **kw)
         after.repaired = repaired
         after.seconds = {**{f"first_{k}": v for k, v in report.seconds.items()}, **after.seconds}

@@ -20,7 +20,7 @@ also define:
 ``latest_prefix(group) -> bytes``
     The prefix every key ``latest`` can write for the group starts with
     (or ``latest_keys(group, txn)``: the keys it wrote that the DB holds,
-    found with ``txn.scan(prefix)`` or ``txn.db``, when no one prefix holds them).
+    found with ``txn.scan(prefix)`` or ``txn.db``, or known without reading, when no one prefix holds them).
 ``rank(group, ip) -> bytes`` (optional)
     The suffix of the post's candidate key after ``candidates(group)``; the
     highest rank is the latest.  Default: the mono timestamp.

@@ -52,6 +52,11 @@ def latest_prefix(group):
     return PREFIX + group[1:] + b"t"
 
 
+def latest_keys(group, txn):
+    """The one key ``latest`` writes for a group, known without reading."""
+    return [latest_prefix(group)]
+
+
 def latest(group, winner):
     if winner is None:
         return []

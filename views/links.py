@@ -22,10 +22,12 @@ reverse entry costs no key of its own for the post and lets LevelDB share
 their 37-byte prefix.
 """
 
+from msgpack import UnpackException
+
 from cablestore.codec import CHANNEL_TYPES
 from cablestore.keys import channel_key, escape
 from cablestore.reverse import PREFIX as REV
-from cablestore.reverse import channel_of
+from cablestore.reverse import channel_of, stand_in
 
 NAME = "links"
 PREFIX = b"!links!"
@@ -72,10 +74,25 @@ def latest_keys(group, txn):
     """The head key ``group`` has in the DB, if any (its channel is in the post's reverse entry)."""
     rev = txn.db.get(REV + group)
     channel = None if rev is None else channel_of(rev)
-    if channel is None:
+    if channel is not None:
+        candidates = [_head_key(channel, group)]
+    elif rev is not None and not _readable(rev):
+        # A damaged reverse entry names no channel: look in every channel, so
+        # removing the post still removes its head key.
+        from cablestore.queries import channel_names
+
+        candidates = [_head_key(c, group) for c in channel_names(txn.db)]
+    else:
         return []
-    key = _head_key(channel, group)
-    return [key] if txn.db.get(key) is not None else []
+    return [key for key in candidates if txn.db.get(key) is not None]
+
+
+def _readable(rev: bytes) -> bool:
+    try:
+        stand_in(b"", rev)
+        return True
+    except (ValueError, TypeError, AttributeError, IndexError, UnpackException):
+        return False
 
 
 def latest(group, winner):

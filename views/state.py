@@ -33,5 +33,28 @@ def entries(ip):
 
 
 def groups(ip):
+    if ip.post.post_type in (JOIN, LEAVE):
+        return [escape(ip.channel) + ip.post.public_key]
     return []
+
+
+def candidates(group):
+    return PREFIX + group[:-32] + b"m" + group[-32:]
+
+
+def latest_prefix(group):
+    return PREFIX + group[:-32] + b"l" + group[-32:]
+
+
+def latest_keys(group, txn):
+    """The one key ``latest`` writes for a group, known without reading."""
+    return [latest_prefix(group)]
+
+
+def latest(group, winner):
+    return [] if winner is None else [(latest_prefix(group), winner.hash)]
+
+
+def latest_per_member_prefix(channel: str) -> bytes:
+    return PREFIX + channel_key(channel) + b"l"
 

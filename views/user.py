@@ -6,6 +6,10 @@ its default.
 
     !user!<pubkey>p<mono>        -> ''       every post/info
     !user!<pubkey>i<key>         -> <value>  pairs of the latest post/info
+    !user!<pubkey>h              -> <hash>   the latest post/info
+
+Groups: ``<pubkey>`` (the properties) and ``h<pubkey>`` (the hash, one
+point read for channel state); both rank the user's ``p`` run.
 """
 
 from cablestore.codec import INFO
@@ -29,20 +33,36 @@ def entries(ip):
     return []
 
 
+def latest_hash_key(public_key: bytes) -> bytes:
+    return PREFIX + public_key + b"h"
+
+
 def groups(ip):
-    return [ip.post.public_key] if ip.post.post_type == INFO else []
+    pk = ip.post.public_key
+    return [pk, b"h" + pk] if ip.post.post_type == INFO else []
 
 
 def candidates(group):
-    return posts_prefix(group)
+    return posts_prefix(group[-32:])
 
 
 def latest_prefix(group):
+    if len(group) == 33:
+        return latest_hash_key(group[1:])
     return PREFIX + group + b"i"
+
+
+def latest_keys(group, txn):
+    """The keys ``latest`` may have written: the hash key is fixed; properties are found."""
+    if len(group) == 33:
+        return [latest_hash_key(group[1:])]
+    return [key for key, _ in txn.scan(latest_prefix(group))]
 
 
 def latest(group, winner):
     if winner is None:
         return []
+    if len(group) == 33:
+        return [(latest_hash_key(group[1:]), winner.hash)]
     current = dict(winner.post.info)  # a repeated key: the last one wins
     return sorted((property_key(group, k), v.encode("utf-8")) for k, v in current.items())

@@ -1,0 +1,207 @@
+"""Bulk reindex: rebuild every derived view of a store from its primary data.
+
+Incremental ingest reads before it writes (is the post stored? which
+candidate is the latest?); a reindex does not.  It drops every derived key,
+then streams the primary data once and writes what
+:mod:`cablestore.rebuild.recompute` (the rebuild's own recomputation, which
+calls the view modules) derives from it, batch by batch, each batch sorted.
+The "latest" entries of each group are written last, from the winner kept per
+group (its rank and hash, not its bytes).  The result is byte-identical to the
+views incremental ingest builds from the same posts.
+
+Primary records the rebuild calls faulty (a damaged or mis-keyed post, one
+its author's tombstone names, a damaged tombstone) get no view entries and
+are left where they are: ``cablestore check STORE --repair`` quarantines them.
+Signatures are not checked: the posts were verified when they were ingested.
+
+A reindex is not one WriteBatch (a million posts' entries would not fit in
+memory): interrupted, it leaves views partly built, and running it again (or
+``check --repair``) finishes the job.  The store's write lock is held
+throughout, so no ingest interleaves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import plyvel
+
+from .rebuild.recompute import (
+    Fault,
+    classify,
+    is_primary,
+    newer,
+    recompute_post,
+    render,
+    tombstone_status,
+    unpack_tombstone,
+)
+from .txn import DELETED, POSTS
+
+if TYPE_CHECKING:
+    from .progress import Progress
+    from .store import Store
+
+_BATCH_KEYS = 200_000  # entries per WriteBatch: bounded memory, few large writes
+
+
+@dataclass
+class ReindexReport:
+    """What a reindex did: counts, faults left in place, seconds per phase."""
+
+    posts: int = 0
+    indexed: int = 0
+    tombstones: int = 0
+    dropped: int = 0  # derived keys removed before rebuilding
+    written: int = 0  # derived keys written
+    faults: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def posts_per_s(self) -> float:
+        """Posts read per second of the whole reindex."""
+        total = sum(self.seconds.values())
+        return self.posts / total if total else 0.0
+
+    def to_dict(self) -> dict:
+        """The report as JSON-ready data (what ``cablestore reindex --json`` prints)."""
+        return {
+            "posts": self.posts,
+            "indexed": self.indexed,
+            "tombstones": self.tombstones,
+            "dropped": self.dropped,
+            "written": self.written,
+            "faults": [{"kind": f.kind, "hash": f.hash.hex(), "detail": f.detail} for f in self.faults],
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "posts_per_s": round(self.posts_per_s),
+        }
+
+
+class _Writer:
+    """Buffers puts/deletes and writes them sorted, in bounded WriteBatches."""
+
+    def __init__(self, db, sync: bool):
+        self.db, self.sync = db, sync
+        self.puts: list[tuple[bytes, bytes]] = []
+        self.deletes: list[bytes] = []
+
+    def flush(self) -> None:
+        if not (self.puts or self.deletes):
+            return
+        with self.db.write_batch(sync=self.sync) as wb:
+            for key in self.deletes:
+                wb.delete(key)
+            for key, value in sorted(self.puts):
+                wb.put(key, value)
+        self.puts, self.deletes = [], []
+
+    def put_all(self, entries) -> int:
+        self.puts.extend(entries)
+        if len(self.puts) >= _BATCH_KEYS:
+            self.flush()
+        return len(entries)
+
+    def delete(self, key: bytes) -> None:
+        self.deletes.append(key)
+        if len(self.deletes) >= _BATCH_KEYS:
+            self.flush()
+
+
+def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
+    """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
+    with store._write_lock:
+        try:
+            return reindex_db(store.db, progress, sync)
+        finally:
+            store._winners.clear()  # the views were rewritten under the store's caches
+
+
+def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
+    """:func:`reindex` on a plyvel DB the caller holds exclusively."""
+    report = ReindexReport()
+    writer = _Writer(db, sync)
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        report.seconds[name] = now - clock
+        clock = now
+
+    if progress:
+        progress.stage("drop derived views")
+    report.dropped = _drop_derived(db, writer, progress)
+    lap("drop")
+    on_target, made_by = _tombstones(db, report)
+    lap("tombstones")
+    if progress:
+        progress.stage("index posts")
+    best = _index_posts(db, writer, on_target, made_by, report, progress)
+    lap("posts")
+    for (view_name, group), (rank, h) in best.items():
+        blob = db.get(POSTS + h)
+        report.written += writer.put_all(render(view_name, group, (rank, h, blob)))
+    writer.flush()
+    lap("latest")
+    if progress:
+        progress.done()
+    return report
+
+
+def _drop_derived(db, writer: _Writer, progress) -> int:
+    dropped = 0
+    with db.snapshot() as snap:
+        for key in snap.iterator(include_value=False):
+            if not is_primary(key):
+                writer.delete(key)
+                dropped += 1
+                if progress:
+                    progress.advance()
+    writer.flush()
+    return dropped
+
+
+def _tombstones(db, report: ReindexReport):
+    """Tombstones by target and by the post/delete that made them (they are few: kept in memory)."""
+    on_target: dict[bytes, list] = {}
+    made_by: dict[bytes, list] = {}
+    for key, value in db.iterator(prefix=DELETED):
+        rest = key[len(DELETED) :]
+        report.tombstones += 1
+        tomb = unpack_tombstone(rest[:32], rest[32:], value)
+        if isinstance(tomb, Fault):
+            report.faults.append(tomb)
+            continue
+        status = tombstone_status(tomb, db.get(POSTS + tomb.by))
+        if isinstance(status, Fault):
+            report.faults.append(status)
+            continue
+        on_target.setdefault(tomb.target, []).append((tomb, status))
+        made_by.setdefault(tomb.by, []).append(tomb)
+    return on_target, made_by
+
+
+def _index_posts(db, writer: _Writer, on_target, made_by, report: ReindexReport, progress) -> dict:
+    best: dict = {}
+    no_tombs: tuple = ()
+    with db.snapshot() as snap:
+        for key, blob in snap.iterator(prefix=POSTS):
+            h = key[len(POSTS) :]
+            report.posts += 1
+            if progress:
+                progress.advance()
+            faults, post = classify(h, blob, on_target.get(h, no_tombs), check_signatures=False)
+            if faults:
+                report.faults.extend(faults)
+            if post is None:
+                continue
+            entries, candidates = recompute_post(h, blob, post, made_by.get(h, no_tombs))
+            report.indexed += 1
+            report.written += writer.put_all(entries)
+            for group, (rank, ch, _) in candidates:
+                held = best.get(group)
+                best[group] = (rank, ch) if held is None else newer(held, (rank, ch))
+    writer.flush()
+    return best
