@@ -1,6 +1,7 @@
 """Crash consistency: ingest in a child process, SIGKILL it at random moments.
 
     python -m benchmarks.crash --kills 200 --posts 20000
+    python -m benchmarks.crash --repair --kills 50 --posts 20000
 
 After every kill the store is reopened and checked with the in-process
 rebuild: no partial ingest (every derived view equals the recomputation) and
@@ -9,6 +10,11 @@ present, unless a delete in the workload targets it.  At the end the child
 finishes the workload and the store must equal, byte for byte, a store that
 ingested the same posts without interruption.  The test suite runs a short
 version (tests/test_crash.py).
+
+With ``--repair`` the child is ``cablestore check STORE --repair`` on a store
+whose views were damaged: after every kill the store holds exactly the
+damaged contents or exactly the repaired ones, never a mix, and repairing
+again finishes the job.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import blake3
 
 from cablestore import DELETE, Store, decode_post, post_hash
 from cablestore.workload import read_posts, write_posts, Workload
@@ -105,6 +114,90 @@ def _check(store_path, bufs, acked, targeted, stats) -> None:
     stats["acked_max"] = last
 
 
+# --- killing a repair ---------------------------------------------------------------------------
+
+
+def damage_views(store_path, seed: int) -> None:
+    """Delete, alter and invent derived entries so a repair has much to write."""
+    rng = random.Random(seed)
+    with Store(store_path, now=lambda: NOW) as store, store.in_flight():
+        derived = [k for k, _ in store.items() if not k.startswith((b"!post!", b"!deleted!", b"!meta!", b"!local!"))]
+        with store.db.write_batch() as wb:
+            for key in rng.sample(derived, len(derived) // 3):
+                if rng.random() < 0.5:
+                    wb.delete(key)
+                else:
+                    wb.put(key, b"damaged")
+            for i in range(200):
+                wb.put(b"!chat!junk\x00" + i.to_bytes(8, "big") + rng.randbytes(32), b"")
+
+
+def digest(store_path) -> str:
+    """A digest of every key and value (LevelDB's file layout may differ; the contents may not)."""
+    h = blake3.blake3()
+    with Store(store_path, create=False) as store:
+        for key, value in store.items():
+            h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    return h.hexdigest()
+
+
+def run_repair_kills(kills: int, posts: int, seed: int = 1, workdir=None, log=print) -> dict:
+    """SIGKILL ``cablestore check --repair`` at random moments: the store is unrepaired or repaired, never between.
+
+    After each kill the store's contents must equal the damaged store's or
+    the fully repaired one's, and running the repair again must give the
+    fully repaired store.
+    """
+    work = Path(workdir or tempfile.mkdtemp(prefix="cablestore-crash-repair-"))
+    work.mkdir(parents=True, exist_ok=True)
+    damaged, repaired, trial = work / "damaged", work / "repaired", work / "trial"
+    with Store(damaged, now=lambda: NOW) as store:
+        store.ingest_many(Workload(seed, posts))
+    damage_views(damaged, seed)
+    shutil.copytree(damaged, repaired)
+    with Store(repaired, now=lambda: NOW) as store:
+        start = time.perf_counter()
+        if not store.check(fix=True, check_signatures=False).consistent:
+            raise AssertionError("the uninterrupted repair did not make the store consistent")
+        took = time.perf_counter() - start
+    states = {digest(damaged): "unrepaired", digest(repaired): "repaired"}
+    cmd = [sys.executable, "-m", "cablestore", "check", str(trial), "--repair", "--no-verify-signatures", "--quiet"]
+    rng = random.Random(seed)
+    shutil.copytree(damaged, trial)
+    start = time.perf_counter()
+    subprocess.run(cmd, env=_env(), stdout=subprocess.DEVNULL, check=False)  # how long a whole child takes here
+    child = time.perf_counter() - start
+    stats = {"kills": 0, "unrepaired": 0, "repaired": 0, "posts": posts, "repair_seconds": round(took, 2)}
+    attempts = 0
+    while stats["kills"] < kills and attempts < 4 * kills:
+        attempts += 1
+        shutil.rmtree(trial, ignore_errors=True)
+        shutil.copytree(damaged, trial)
+        proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 0.97) * child)  # the later part: the repair itself
+        if proc.poll() is not None:
+            proc.wait()
+            continue  # finished before the kill: not a kill
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        stats["kills"] += 1
+        state = states.get(digest(trial))
+        if state is None:
+            raise AssertionError(f"kill {stats['kills']}: the store is half-repaired")
+        stats[state] += 1
+        with Store(trial, now=lambda: NOW) as store:
+            store.check(fix=True, check_signatures=False)
+        if states.get(digest(trial)) != "repaired":
+            raise AssertionError(f"kill {stats['kills']}: repairing again did not finish the repair")
+    log(json.dumps(stats))
+    return stats
+
+
+def _env() -> dict:
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
@@ -115,7 +208,11 @@ def main(argv=None) -> int:
     parser.add_argument("--posts", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--repair", action="store_true", help="kill `check --repair` instead of ingest")
     args = parser.parse_args(argv)
+    if args.repair:
+        run_repair_kills(args.kills, args.posts, args.seed, args.dir)
+        return 0  # run_repair_kills raises on a half-repaired store
     stats = run(args.kills, args.posts, args.seed, args.dir)
     return 0 if stats["identical_to_uninterrupted"] else 1
 

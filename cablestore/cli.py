@@ -96,7 +96,7 @@ def _cmd_export(args) -> int:
     from .txn import DELETED, POSTS
 
     progress = Progress(quiet=args.quiet)
-    with Store(args.store, create=False) as store:
+    with Store(args.store, create=False) as store, store.in_flight():
         total = None
         if progress.enabled:  # a bar needs a total; count only when one is drawn
             total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
@@ -304,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
         _add_output_flags(p)
         p.set_defaults(func=_cmd_rebuild)
+    from . import cli_lifecycle; cli_lifecycle.register(sub)  # noqa: E702
     from . import cli_usability; cli_usability.register(sub)  # noqa: E702
     from . import cli_author; cli_author.register(sub)  # noqa: E702
     from . import cli_peer; cli_peer.register(sub)  # noqa: E702

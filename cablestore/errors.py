@@ -153,3 +153,26 @@ class KeyFileError(CableError):
 
 class PostsFileError(CableError):
     """A file given as a posts file is not one, or is truncated or damaged."""
+
+
+# --- opening, closing and damaged stores (cablestore.opening, cablestore.recovery) ---
+
+
+class StoreNotFoundError(StoreError):
+    """No cablestore store is at the path (missing, or an empty directory)."""
+
+
+class NotAStoreError(StoreError):
+    """The path holds something else: a file, a snapshot, another program's data."""
+
+
+class StoreCorruptError(StoreError):
+    """LevelDB found damaged files (log, table, manifest); ``cablestore recover`` repairs them."""
+
+
+class StoreIOError(StoreError):
+    """The operating system refused a read or write of the store's files."""
+
+
+class DiskFullError(StoreIOError):
+    """A write failed for lack of space (or a file size limit)."""

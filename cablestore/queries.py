@@ -14,6 +14,7 @@ from cablestore.views import author, channel, chat, state, user
 
 from .codec import POST_TYPE_NAMES
 from .errors import CorruptRecordError, QueryError
+from .inflight import guarded
 from .link_queries import LinkQueries
 from .keys import HashLike, MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
 from .records import Tombstone
@@ -29,13 +30,20 @@ def _count(value, what) -> int:
 
 
 class Queries(LinkQueries):
-    """Mixed into Store; expects ``self.db`` (a plyvel DB)."""
+    """Mixed into Store; expects ``self.db`` (a plyvel DB) and ``self._gate``.
+
+    Every public method is ``@guarded``: ``close()`` waits for it, and plyvel
+    errors leave it as CableErrors.  A new public method must be too
+    (tests/test_lifecycle.py checks).
+    """
 
     # --- posts ------------------------------------------------------------
+    @guarded
     def get(self, h: HashLike) -> bytes | None:
         """The post's bytes, or None if it is not stored."""
         return self.db.get(POSTS + as_hash(h))
 
+    @guarded
     def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
         """Answer a post request: bytes (or None) for each hash, in order."""
         keys = [as_hash(h) for h in hashes]
@@ -45,6 +53,7 @@ class Queries(LinkQueries):
     def __contains__(self, h: HashLike) -> bool:
         return self.get(h) is not None
 
+    @guarded
     def is_deleted(self, h: HashLike) -> bool:
         """True if a tombstone holds this hash and no post with it is stored.
 
@@ -58,10 +67,12 @@ class Queries(LinkQueries):
                 return False
             return any(t.authorized for t in _tombstones(snap, h))
 
+    @guarded
     def tombstones(self, h: HashLike) -> list[Tombstone]:
         """Every tombstone kept for hash ``h`` (one per post/delete that named it)."""
         return _tombstones(self.db, as_hash(h))
 
+    @guarded
     def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[bytes]) -> list[Tombstone]:
         """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
         by = as_hash(delete_hash)
@@ -70,6 +81,7 @@ class Queries(LinkQueries):
         return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
 
     # --- channel time range -------------------------------------------------
+    @guarded
     def channel_time_range(self, name: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
         """Hashes of post/text and post/delete in ``[start, end)``, newest first.
 
@@ -85,6 +97,7 @@ class Queries(LinkQueries):
             return [k[-32:] for k in islice(it, limit or None)]
 
     # --- channel state ------------------------------------------------------
+    @guarded
     def channel_state(self, name: str, historic: bool = False) -> list[bytes]:
         """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
 
@@ -115,16 +128,19 @@ class Queries(LinkQueries):
         prefix = channel.PREFIX + ch + b"m"
         return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
 
+    @guarded
     def members(self, name: str) -> list[bytes]:
         """Public keys of the channel's current members, ascending."""
         return self._member_keys(self.db, channel_key(name), current_only=True)
 
+    @guarded
     def topic(self, name: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
         key = channel.PREFIX + channel_key(name) + b"t"
         value = self.db.get(key)
         return _text(key, value) if value else ""
 
+    @guarded
     def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
@@ -133,18 +149,21 @@ class Queries(LinkQueries):
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------
+    @guarded
     def name(self, public_key: HashLike) -> str | None:
         """The user's current name (from their latest post/info), or None."""
         key = user.property_key(as_hash(public_key), "name")
         value = self.db.get(key)
         return None if value is None else _text(key, value)
 
+    @guarded
     def user_info(self, public_key: HashLike) -> dict[str, str]:
         """Every property of the user's latest post/info."""
         prefix = user.PREFIX + as_hash(public_key) + b"i"
 
         return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
 
+    @guarded
     def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
         if post_type is not None and (type(post_type) is not int or post_type not in POST_TYPE_NAMES):

@@ -13,23 +13,24 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import plyvel
 
-from . import indexer, views
+from . import indexer, opening, views
 from .codec import Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
 from .events import Committed, Listeners
+from .inflight import Gate, guard_public_methods, guarded, guarded_iter
 from .errors import (
     CableError,
     FutureTimestampError,
     SignatureError,
     StoreClosedError,
     StoreError,
-    StoreLockedError,
 )
 from .keys import HashLike, as_hash, canonical_channel, channel_key
 from .queries import Queries
@@ -41,8 +42,8 @@ if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints 
     from cablestore.rebuild import Report
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
-FORMAT_KEY = b"!meta!format"
-FORMAT = b"cablestore-1"
+FORMAT_KEY = opening.FORMAT_KEY
+FORMAT = opening.FORMAT
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors): neither primary nor derived
 
 
@@ -65,6 +66,7 @@ class IngestResult:
         return self.error is None
 
 
+@guard_public_methods
 class Store(Reading, Queries):
     """A Cable post store in a LevelDB directory.
 
@@ -103,40 +105,33 @@ class Store(Reading, Queries):
         self._listeners = Listeners()
         self._tomb_filter = None  # built on the first write (cablestore.tombfilter)
         self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
-        try:
-            # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
-            # keep ingest from slowing as the store grows (measured: +20% at
-            # 100k posts), for ~50 MB of memory that does not grow further.
-            self._db = plyvel.DB(
-                str(self.path),
-                create_if_missing=create,
-                lru_cache_size=cache_mb << 20,
-                write_buffer_size=write_buffer_mb << 20,
-                # Point reads of absent keys (is this post stored?) skip every table
-                # but the memtable instead of reading a block from each level.
-                bloom_filter_bits=10,
-            )
-        except plyvel.IOError as exc:
-            if "lock" in str(exc).lower():
-                raise StoreLockedError(f"{self.path} is open in another process or Store") from exc
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
-        except plyvel.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
-        stored = self._db.get(FORMAT_KEY)
-        if stored is None:
-            self._db.put(FORMAT_KEY, FORMAT, sync=True)
-        elif stored != FORMAT:
-            self._db.close()
-            raise StoreError(f"{self.path} holds format {stored!r}, expected {FORMAT!r}")
+        self._gate = Gate(reopen=self._reopen)
+        self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
+        self._db, self._registered = opening.open_db(self.path, create=create, **self._sizes)
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
-        """Close the database and stop signature workers; later calls raise :class:`StoreClosedError`."""
+        """Wait for calls in flight, then close; later calls raise :class:`StoreClosedError`."""
+        if not self._gate.shut():
+            return
         if self._verify_pool is not None:
             self._verify_pool.shutdown(wait=True, cancel_futures=True)
             self._verify_pool = None
-        if not self._db.closed:
+        try:
+            opening.flush(self._db)
             self._db.close()
+        finally:
+            opening.release(self._registered)
+
+    def _reopen(self) -> None:
+        """Close and reopen LevelDB (no call in flight): clears its sticky write error."""
+        self._db.close()
+        self._db = opening.reopen_db(self.path, **self._sizes)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` began."""
+        return self._gate.closed
 
     def __enter__(self) -> Store:
         return self
@@ -146,10 +141,18 @@ class Store(Reading, Queries):
 
     @property
     def db(self) -> plyvel.DB:
-        """The underlying plyvel database (for tools); raises :class:`StoreClosedError` once closed."""
+        """The underlying plyvel database (for tools; use it inside :meth:`in_flight`); raises :class:`StoreClosedError` once closed."""
         if self._db.closed:
             raise StoreClosedError("the store is closed")
         return self._db
+
+    def in_flight(self) -> AbstractContextManager[None]:
+        """A block ``close()`` waits for, whose plyvel errors become CableErrors.
+
+        >>> with store.in_flight():                     # doctest: +SKIP
+        ...     export(store.db, "snap/")
+        """
+        return self._gate.call(self.path)
 
     # --- ingest ---------------------------------------------------------
     def validate(self, buf: bytes, now: int | None = None) -> tuple[bytes, Post]:
@@ -188,6 +191,7 @@ class Store(Reading, Queries):
         """
         return self._listeners.subscribe(callback)
 
+    @guarded
     def ingest(self, buf: bytes, *, now: int | None = None, extra: dict[bytes, bytes] | None = None) -> bytes:
         """Validate and store one post with all its view entries; return its hash.
 
@@ -211,6 +215,7 @@ class Store(Reading, Queries):
             raise outcome
         return h
 
+    @guarded
     def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
@@ -249,6 +254,7 @@ class Store(Reading, Queries):
         return results
 
     # --- local removal --------------------------------------------------
+    @guarded
     def delete(self, h: HashLike) -> bool:
         """Discard a post locally, without a post/delete and without a tombstone.
 
@@ -268,6 +274,7 @@ class Store(Reading, Queries):
         self._listeners.notify(txn.committed())
         return True
 
+    @guarded
     def purge_author(self, public_key: HashLike) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
@@ -284,6 +291,7 @@ class Store(Reading, Queries):
         return len(hashes)
 
     # --- verification ---------------------------------------------------
+    @guarded
     def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
         """Recompute every derived view and compare; with ``fix``, repair.
 
@@ -296,9 +304,10 @@ class Store(Reading, Queries):
         finally:
             self._winners.clear()  # a repair writes views directly
 
+    @guarded
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
-        return self.db.iterator(prefix=prefix)
+        return guarded_iter(self, self.db.iterator(prefix=prefix))
 
 
 __all__ = ["Store", "IngestResult", "as_hash", "canonical_channel", "channel_key", "WEEK_MS"]

@@ -48,7 +48,7 @@ def rebuild(
         if snapshot is None or repair:
             raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")
         return verify(snapshot=snapshot, **kw)
-    with Store(store_path, create=False) as store:
+    with Store(store_path, create=False) as store, store.in_flight():
         if snapshot is not None:
             if repair:
                 raise RebuildError("--repair works on a STORE, not on --snapshot")

@@ -53,22 +53,22 @@ class StoreSource:
     def posts(self):
         """``(hash, blob)`` of every stored post."""
         n = len(POSTS)
-        for key, value in self._snap.iterator(prefix=POSTS):
+        for key, value in self._snap.iterator(prefix=POSTS, verify_checksums=True):
             yield key[n:], value
 
     def tombstones(self):
         """``("t", target, by, value)`` of every tombstone."""
-        for key, value in self._snap.iterator(prefix=DELETED):
+        for key, value in self._snap.iterator(prefix=DELETED, verify_checksums=True):
             rest = key[len(DELETED) :]
             yield ("t", rest[:32], rest[32:], value)
 
     def live(self):
         """Every derived entry: the key ranges between the primary prefixes (posts are not read)."""
         start = None
-        for prefix in sorted(PRIMARY_PREFIXES):
-            yield from self._snap.iterator(start=start, stop=prefix)
+        for prefix in sorted(PRIMARY_PREFIXES):  # damaged tables fail loudly (verify_checksums)
+            yield from self._snap.iterator(start=start, stop=prefix, verify_checksums=True)
             start = prefix[:-1] + bytes([prefix[-1] + 1])
-        yield from self._snap.iterator(start=start)
+        yield from self._snap.iterator(start=start, verify_checksums=True)
 
     def close(self):
         self._snap.close()

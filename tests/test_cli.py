@@ -71,7 +71,7 @@ def test_export_then_verify_snapshot(tmp_path, posts_file, capsys):
 
 def test_usage_and_environment_errors_exit_2(tmp_path, capsys, monkeypatch):
     assert main(["check", str(tmp_path / "missing.ldb")]) == 2
-    assert "StoreError" in capsys.readouterr().err
+    assert "StoreNotFoundError" in capsys.readouterr().err
     assert main(["rebuild"]) == 2
     with pytest.raises(SystemExit) as exc:
         main(["rebuild", "x", "--verify", "--repair"])

@@ -17,3 +17,11 @@ def test_sigkill_during_ingest_loses_nothing_acknowledged(tmp_path):
     assert stats["checks"] == 31
     assert stats["acked_max"] == 19999
     assert stats["identical_to_uninterrupted"] is True
+
+
+def test_sigkill_during_check_repair_leaves_it_unrepaired_or_repaired(tmp_path):
+    from benchmarks.crash import run_repair_kills
+
+    stats = run_repair_kills(kills=4, posts=1500, seed=5, workdir=tmp_path, log=lambda *_: None)
+    assert stats["kills"] >= 2  # a child that finishes before its kill is not counted
+    assert stats["unrepaired"] + stats["repaired"] == stats["kills"]  # run_repair_kills raises on anything in between

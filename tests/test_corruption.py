@@ -1,0 +1,212 @@
+"""Damaged files and full disks: a clear CableError or a recovered store, never a silent loss."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cablestore import Store
+from cablestore.cli import main
+from cablestore.errors import StoreCorruptError, StoreNotFoundError
+from cablestore.recovery import recover
+from cablestore.workload import generate
+
+NOW = 1_900_000_000_000
+ROOT = Path(__file__).resolve().parent.parent
+
+# Ingest in small batches, then die without closing: the posts stay in the write-ahead log.
+CRASH_AFTER_INGEST = """
+import os, sys
+from cablestore import Store
+from cablestore.workload import generate
+store = Store(sys.argv[1], now=lambda: {now}, verify_signatures=False)
+posts = generate(seed=3, posts=400)
+for i in range(0, 400, 4):
+    store.ingest_many(posts[i : i + 4])
+os._exit(0)
+"""
+
+
+def _crashed_store(path: Path) -> Path:
+    code = CRASH_AFTER_INGEST.format(now=NOW)
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120, cwd=ROOT)
+    [log] = [f for f in path.iterdir() if f.suffix == ".log" and f.stat().st_size]
+    return log
+
+
+def _stored(path) -> set[bytes]:
+    with Store(path, create=False) as s:
+        return {k[6:] for k, _ in s.items(b"!post!")}
+
+
+def test_bit_flip_in_the_log_is_detected_and_recover_reports_what_it_kept(tmp_path):
+    path = tmp_path / "s"
+    log = _crashed_store(path)
+    reference = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
+    expected = _stored(reference)  # the undamaged store, reopened after the crash
+    data = bytearray(log.read_bytes())
+    data[len(data) // 3] ^= 0x10  # a block in the middle of history
+    log.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptError, match="cablestore recover"):
+        Store(path)
+    assert main(["check", str(path), "--quiet"]) == 2  # not "consistent"
+    report = recover(path)
+    assert report.consistent
+    after = _stored(path)
+    lost = {bytes.fromhex(h) for h in report.lost} | {bytes.fromhex(r["hash"]) for r in report.removed_records}
+    assert expected - after <= lost  # every post that is gone is named
+    assert report.posts_after == len(after) and report.known_posts >= len(expected)
+    assert (path / "lost" / log.name).exists()  # LevelDB keeps the damaged log
+
+
+def test_store_without_current_is_recovered_whole(tmp_path, capsys):
+    path = tmp_path / "s"
+    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=4, posts=300))
+        s.db.compact_range()
+        expected = {k for k, _ in s.items(b"!post!")}
+    (path / "CURRENT").unlink()
+    assert main(["recover", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["consistent"] and out["lossless"] and out["posts_after"] == len(expected)
+    with Store(path, create=False) as s:
+        assert {k for k, _ in s.items(b"!post!")} == expected
+
+
+def test_truncated_manifest_is_refused_not_wiped(tmp_path):
+    path = tmp_path / "s"
+    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=4, posts=300))
+        expected = {k for k, _ in s.items(b"!post!")}
+    [manifest] = path.glob("MANIFEST-*")
+    manifest.write_bytes(manifest.read_bytes()[:60])  # loses the edit that lists the table
+    with pytest.raises(StoreCorruptError, match="does not list"):
+        Store(path)
+    assert [f.name for f in path.glob("*.ldb")]  # the table is still there
+    report = recover(path)
+    assert report.consistent and report.lossless
+    with Store(path, create=False) as s:
+        assert {k for k, _ in s.items(b"!post!")} == expected
+
+
+def test_damaged_table_is_a_store_corrupt_error_and_recover_names_it(tmp_path):
+    path = tmp_path / "s"
+    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=4, posts=300))
+    [table] = path.glob("*.ldb")
+    data = bytearray(table.read_bytes())
+    for at in range(1000, 1040):
+        data[at] ^= 0xFF
+    table.write_bytes(bytes(data))
+    with Store(path, create=False) as s, pytest.raises(StoreCorruptError, match="recover"):
+        s.check(check_signatures=False)
+    report = recover(path)
+    assert report.consistent and report.damaged and not report.lossless
+
+
+def test_recover_refuses_what_is_not_a_store(tmp_path, capsys):
+    assert main(["recover", str(tmp_path / "missing")]) == 2
+    assert "StoreNotFoundError" in capsys.readouterr().err
+    with pytest.raises(StoreNotFoundError):
+        recover(tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()
+
+
+DISK_FULL = """
+import json, os, resource, signal, sys
+from cablestore import Store
+from cablestore.errors import CableError
+from cablestore.workload import generate
+posts = generate(seed=6, posts=500)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+store = Store(sys.argv[1], now=lambda: {now}, verify_signatures=False)
+resource.setrlimit(resource.RLIMIT_FSIZE, (150_000, hard))  # a small file-size limit: the "disk" is full
+done, errors = [], []
+for i in range(0, 400, 10):
+    try:
+        store.ingest_many(posts[i : i + 10])
+        done.append(i)
+    except CableError as e:
+        errors.append(type(e).__name__ + ": " + str(e))
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space is free again
+store.ingest_many(posts[400:])  # works without the caller reopening anything
+done.append(400)
+print(json.dumps({{"done": done, "errors": errors}}), flush=True)
+os._exit(0)  # and a crash on top: the next open must read everything back
+"""
+
+
+def test_disk_full_is_a_clear_error_and_the_store_works_again_once_space_is_freed(tmp_path):
+    code = DISK_FULL.format(now=NOW)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["errors"] and all(e.startswith("DiskFullError") for e in result["errors"])
+    posts = generate(seed=6, posts=500)
+    with Store(tmp_path / "clean", now=lambda: NOW, verify_signatures=False) as clean:
+        for i in result["done"]:
+            clean.ingest_many(posts[i : i + 10] if i < 400 else posts[400:])
+        want = list(clean.items())
+    with Store(tmp_path / "s", now=lambda: NOW) as s:
+        assert list(s.items()) == want  # every acknowledged batch, nothing of the refused ones
+        assert s.check(check_signatures=False).consistent
+
+
+def test_short_corruption_harness_finds_no_silent_loss_and_no_raw_exception(tmp_path):
+    from benchmarks.corrupt import run
+
+    result = run(trials=60, posts=300, seed=7, workdir=tmp_path, log=lambda *_: None)
+    assert result["failure_count"] == 0, result["failures"]
+    outcomes = result["outcomes"]
+    assert sum(n for o, n in outcomes.items() if "recover" in o) > 10  # damage was found and recovered
+    assert sum(outcomes.values()) == 60
+
+
+def test_a_closed_store_keeps_nothing_in_its_log(tmp_path):
+    """close() moves the memtable into a table: a damaged log cannot lose acknowledged posts."""
+    with Store(tmp_path / "s", now=lambda: NOW, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=4, posts=100))
+    assert [f.stat().st_size for f in (tmp_path / "s").glob("*.log")] == [0]
+
+
+
+def test_recover_refuses_a_store_that_is_open(tmp_path):
+    from cablestore.errors import StoreLockedError
+
+    with Store(tmp_path / "s") as s:
+        with pytest.raises(StoreLockedError):
+            recover(tmp_path / "s")
+        code = "import sys\nfrom cablestore.recovery import recover\nrecover(sys.argv[1])\n"
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+        assert "StoreLockedError" in out.stderr  # another process: LevelDB's lock
+        assert s.get(bytes(32)) is None  # and the open store is unharmed
+    assert not (tmp_path / "s" / "lost").exists()
+
+
+def test_recover_deletes_again_a_deleted_post_that_came_back(tmp_path):
+    """A damaged block can hold a post's deletion and its tombstone while the post survives elsewhere."""
+    from cablestore import DELETE, TEXT, Keypair, make_post, post_hash
+
+    kp = Keypair.from_seed(bytes(32))
+    t, _ = make_post(kp, TEXT, 1000, channel="c", text="hi")
+    th = post_hash(t)
+    d, _ = make_post(kp, DELETE, 2000, hashes=[th])
+    path = tmp_path / "s"
+    with Store(path, now=lambda: NOW) as s:
+        s.ingest_many([t, d])
+        want = list(s.items())
+        with s.in_flight():  # what a lost block leaves: the post back, its tombstone gone
+            s.db.put(b"!post!" + th, t)
+            for key, _ in s.items(b"!deleted!" + th):
+                s.db.delete(key)
+    report = recover(path)
+    assert report.deleted_again == [th.hex()]
+    assert report.consistent
+    with Store(path, create=False) as s:
+        assert list(s.items()) == want
