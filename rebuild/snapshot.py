@@ -65,8 +65,8 @@ class StoreSource:
     def live(self):
         """Every derived entry: the key ranges between the primary prefixes (posts are not read)."""
         start = None
-        for prefix in sorted(PRIMARY_PREFIXES):
-            yield from self._snap.iterator(start=start, stop=prefix, verify_checksums=True)  # damaged tables fail loudly
+        for prefix in sorted(PRIMARY_PREFIXES):  # damaged tables fail loudly (verify_checksums)
+            yield from self._snap.iterator(start=start, stop=prefix, verify_checksums=True)
             start = prefix[:-1] + bytes([prefix[-1] + 1])
         yield from self._snap.iterator(start=start, verify_checksums=True)
 
