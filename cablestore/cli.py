@@ -9,6 +9,7 @@ Exit status: 0 success (or consistent), 1 differences found or remaining,
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import contextlib
 import json
 import logging
@@ -207,15 +208,22 @@ def format_report(report, args) -> str:
     return "\n".join(lines)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer of at least {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def positive_float(text: str) -> float:
@@ -237,7 +245,7 @@ def partitions_int(text: str) -> int:
     return value
 
 
-def _add_output_flags(p) -> None:
+def add_output_flags(p) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -253,14 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--posts", type=positive_int, default=2000, help="posts to generate (default: 2000)")
     p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
     p.add_argument("--engine", choices=("spark", "local"), default="spark", help="rebuild engine (default: spark)")
-    _add_output_flags(p)
+    add_output_flags(p)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
     p.add_argument("--seed", type=int, default=1, help="workload seed: the same seed gives the same bytes (default: 1)")
     p.add_argument("--posts", type=positive_int, default=1000, help="posts to generate (default: 1000)")
     p.add_argument("out", help="output file ([u32 big-endian length][post] records)")
-    _add_output_flags(p)
+    add_output_flags(p)
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("ingest", help="ingest posts files into a store (created if missing)")
@@ -271,14 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=1,
                    help="processes verifying signatures (default: 1, in this process; 2 or more: worker processes)")
     p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
-    _add_output_flags(p)
+    add_output_flags(p)
     p.set_defaults(func=_cmd_ingest)
 
     p = sub.add_parser("export", help="write a snapshot a Spark cluster can read")
     p.add_argument("store", help="the store directory (read only)")
     p.add_argument("dir", help="the snapshot directory to write (must not hold a snapshot)")
     p.add_argument("--partitions", type=partitions_int, default=16, help="partitions by hash prefix, 1-256 (default: 16)")
-    _add_output_flags(p)
+    add_output_flags(p)
     p.set_defaults(func=_cmd_export)
 
     for name, engine, text in (
@@ -302,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--snapshot", default=None, help="read an exported snapshot instead of exporting one")
         p.add_argument("--partitions", type=partitions_int, default=16, help="partitions / digest buckets, 1-256 (default: 16)")
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
-        _add_output_flags(p)
+        add_output_flags(p)
         p.set_defaults(func=_cmd_rebuild)
     from . import cli_lifecycle; cli_lifecycle.register(sub)  # noqa: E702
     from . import cli_usability; cli_usability.register(sub)  # noqa: E702

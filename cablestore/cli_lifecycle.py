@@ -7,10 +7,11 @@ import json
 
 def register(sub) -> None:
     """Add the ``recover`` subcommand to the ``cablestore`` parser."""
+    from .cli import add_output_flags
+
     p = sub.add_parser("recover", help="salvage a damaged store (LevelDB repair + view repair) and report losses")
     p.add_argument("store", help="the store directory")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_output_flags(p)
     p.set_defaults(func=_cmd_recover)
 
 

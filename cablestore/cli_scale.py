@@ -27,8 +27,9 @@ def _cmd_reindex(args) -> int:
 
 def register(sub) -> None:
     """Add the ``reindex`` subcommand to the ``cablestore`` parser's subparsers."""
+    from .cli import add_output_flags
+
     p = sub.add_parser("reindex", help="rebuild every view of a store from its posts and tombstones (fast, in place)")
     p.add_argument("store", help="the store directory (must exist)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_output_flags(p)
     p.set_defaults(func=_cmd_reindex)

@@ -6,11 +6,11 @@ refused before LevelDB is asked to open it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import unicodedata
 from pathlib import Path
 
+from .cli import int_at_least
 from .errors import QueryError, StoreError
 from .keys import canonical_channel
 
@@ -29,16 +29,6 @@ def open_existing(path: str):
     if not (p / "CURRENT").is_file():
         raise StoreError(f"{path} is not a LevelDB store (no CURRENT file)")
     return Store(p, create=False)
-
-
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def _cmd_show(args) -> int:
@@ -110,7 +100,7 @@ def register(sub) -> None:
     p = sub.add_parser("show", help="print a channel as a person reads it: time, name, text, deletions")
     p.add_argument("store", help="the store directory (read only)")
     p.add_argument("channel", help="the channel name (case-insensitive)")
-    p.add_argument("--limit", type=_nonnegative_int, default=50, help="the newest N messages (default: 50; 0: all)")
+    p.add_argument("--limit", type=int_at_least(0), default=50, help="the newest N messages (default: 50; 0: all)")
     p.add_argument("--json", action="store_true", help="print the channel and its messages as JSON")
     p.set_defaults(func=_cmd_show)
 
