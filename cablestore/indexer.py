@@ -16,6 +16,9 @@ rules make that so:
   them.  A delete naming both its author's posts and others' is stored; its
   claims on the others' posts are recorded and remove nothing.
 * Channels of a deleted post/delete are those of its targets, as known.
+  A target this store never held is known only from a peer that listed the
+  delete in a channel's time range: :func:`learn_listing` records that
+  channel on the tombstones that know nothing else (README "Peers").
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> No
             learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, ())
             if learned != tomb:
                 txn.put_tombstone(learned)  # an unauthorized claim: recorded, removes nothing
+                if tomb.channels and by_blob is not None:
+                    _relist(txn, tomb.by, by_blob)  # a listing that claimed a channel for it no longer counts
             continue
         # A post/delete's channels come from its targets, which may have
         # become known since: recompute them; other facts are fixed once known.
@@ -101,6 +106,32 @@ def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> No
         txn.put_tombstone(learned)
         if by_blob is not None:
             _relist(txn, tomb.by, by_blob)
+
+
+def learn_listing(txn: Txn, h: bytes, channel: str) -> bool:
+    """Record that a peer listed the stored post/delete ``h`` in ``channel``'s time range.
+
+    Only tombstones that know nothing of their target learn it: what the
+    store knows from the target itself wins.  Returns True if the delete is
+    now listed under ``channel`` where it was not before.
+    """
+    blob = txn.get(POSTS + h)
+    if blob is None:
+        return False
+    post = decode_post(blob)
+    if post.post_type != DELETE:
+        return False
+    channel = canonical_channel(channel)
+    tombs = txn.tombstones_by(h, post.hashes)
+    if any(channel in t.channels for t in tombs):
+        return False
+    blind = [t for t in tombs if not t.knows_target]
+    if not blind:
+        return False
+    for tomb in blind:
+        txn.put_tombstone(tomb.with_channels((channel,)))
+    _relist(txn, h, blob)
+    return True
 
 
 def _relist(txn: Txn, h: bytes, blob: bytes) -> None:

@@ -216,6 +216,8 @@ class Node:
         self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._seen_max = seen
         self._inflight: set[bytes] = set()
+        # Hashes in flight that time ranges listed: the channels they listed them in.
+        self._listed: dict[bytes, set[str]] = {}
         # Post requests we concluded once every post came: their closing empty
         # response is still on its way and must not count as unknown.
         self._quiet: OrderedDict[bytes, Connection] = OrderedDict()
@@ -223,6 +225,12 @@ class Node:
         self.lock = threading.RLock()
         self.on_output = None  # called (from any thread) when a live push queued bytes
         self._unsubscribe = store.subscribe(self._on_commit)
+
+    def _forget(self, hashes) -> None:
+        """These hashes are no longer in flight."""
+        self._inflight.difference_update(hashes)
+        for h in hashes:
+            self._listed.pop(h, None)
 
     def connect(self, name: str = "peer") -> "Connection":
         """A new connection to a remote peer called ``name`` (for logs and sync cursors)."""
@@ -431,13 +439,22 @@ class Connection:
             job.outstanding += 1
         self._send(request)
 
-    def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0) -> None:
+    def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0, channel: str | None = None) -> None:
+        """Ask for the hashes not held, deleted or in flight; ``channel``: the time range that listed them."""
         store, inflight = self.node.store, self.node._inflight
-        missing = []
+        missing, held, listed = [], [], self.node._listed
         for h in dict.fromkeys(hashes):
-            if h in inflight or store.get(h) is not None or store.is_deleted(h):
-                continue
-            missing.append(h)
+            if h in inflight:
+                if channel is not None:
+                    listed.setdefault(h, set()).add(channel)
+            elif not store.is_deleted(h):
+                (held if store.get(h) is not None else missing).append(h)
+        if channel is not None:
+            # A delete of posts this store never held is listed where the peer listed it.
+            if held:
+                store.learn_listing(channel, held)
+            for h in missing:
+                listed[h] = {channel}
         for i in range(0, len(missing), HASHES_PER_POST_REQUEST):
             chunk = tuple(missing[i : i + HASHES_PER_POST_REQUEST])
             inflight.update(chunk)
@@ -456,7 +473,7 @@ class Connection:
     def _drop_queue(self) -> None:
         while self._queue:
             chunk, job, _ = self._queue.popleft()
-            self.node._inflight.difference_update(chunk)
+            self.node._forget(chunk)
             job.outstanding -= 1
             job.failed = True
 
@@ -465,7 +482,7 @@ class Connection:
         if node.requests.get(entry.req_id) is not entry:
             return
         del node.requests[entry.req_id]
-        node._inflight.difference_update(entry.wanted)
+        node._forget(entry.wanted)
         job = entry.job
         job.outstanding -= 1
         if reason != "answered" or entry.wanted:
@@ -501,7 +518,8 @@ class Connection:
                 if job.newest is None and isinstance(entry.request, TimeRangeRequest):
                     job.newest = m.hashes[0]
                 job.hashes_seen += len(m.hashes)
-                self._request_missing(list(m.hashes), job, now, entry.request.ttl)  # fetch along the same route
+                channel = entry.request.channel if isinstance(entry.request, TimeRangeRequest) else None
+                self._request_missing(list(m.hashes), job, now, entry.request.ttl, channel)  # fetch along the same route
             else:
                 self._conclude_outbound(entry, "answered")
         elif isinstance(m, PostResponse) and isinstance(entry.request, PostRequest):
@@ -525,12 +543,14 @@ class Connection:
             quiet.popitem(last=False)
 
     def _ingest(self, entry: _Outbound, posts) -> None:
-        solicited = []
+        solicited, listed = [], {}
         for buf in posts:
             h = post_hash(buf)
             if h in entry.wanted:
                 entry.wanted.discard(h)
-                self.node._inflight.discard(h)
+                for channel in self.node._listed.get(h, ()):
+                    listed.setdefault(channel, []).append(h)
+                self.node._forget((h,))
                 solicited.append(buf)
             else:
                 self.stats["unsolicited"] += 1
@@ -544,6 +564,8 @@ class Connection:
                 self.stats["refused"] += 1
                 entry.job.failed = True
                 self._refuse(result.error)
+        for channel, hashes in listed.items():
+            self.node.store.learn_listing(channel, hashes)
 
     def _refuse(self, error: CableError) -> None:
         self.stats["dropped"] += 1

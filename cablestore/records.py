@@ -93,6 +93,11 @@ class Tombstone:
         """This tombstone, completed with what its target turned out to be."""
         return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
 
+    def with_channels(self, channels: "Iterable[str]") -> "Tombstone":
+        """This tombstone with more channels its target is known to have been in."""
+        merged = tuple(sorted(set(self.channels) | set(channels)))
+        return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, merged)
+
     @property
     def knows_target(self) -> bool:
         """True once the tombstone has learned who wrote its target (and its type, timestamp, channels)."""

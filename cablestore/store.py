@@ -28,6 +28,7 @@ from .inflight import Gate, guard_public_methods, guarded, guarded_iter
 from .errors import (
     CableError,
     FutureTimestampError,
+    QueryError,
     SignatureError,
     StoreClosedError,
     StoreError,
@@ -253,6 +254,29 @@ class Store(Reading, Queries):
             txn.commit(self.sync)
         self._listeners.notify(txn.committed())
         return results
+
+    @guarded
+    def learn_listing(self, channel: str, hashes: Iterable[HashLike]) -> int:
+        """Record that a peer listed these posts in ``channel``'s time range; return how many deletes that re-listed.
+
+        A post/delete names no channel: it is listed under the channels of
+        the posts it deleted.  A store that never held those posts learns
+        the channel only from the peer that listed the delete, so the sync
+        layer passes it on here.  Posts that are not stored post/deletes,
+        and deletes whose targets the store knows, are left as they are.
+        """
+        hashes = [as_hash(h) for h in hashes]
+        channel_key(channel)  # a bad name is the caller's error, before any write
+        if not 1 <= len(channel) <= 64:
+            raise QueryError(f"a channel name has 1 to 64 codepoints, not {len(channel)}")
+        with self._write_lock:
+            txn = self._txn()
+            learned = sum(indexer.learn_listing(txn, h, channel) for h in hashes)
+            if learned:
+                txn.commit(self.sync)
+        if learned:
+            self._listeners.notify(txn.committed())
+        return learned
 
     # --- local removal --------------------------------------------------
     @guarded

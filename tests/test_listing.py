@@ -1,0 +1,79 @@
+"""A post/delete of posts a store never held is listed where a peer listed it (``Store.learn_listing``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cablestore import DELETE, TEXT, Store, post_hash
+from cablestore.errors import QueryError
+
+from .conftest import keypair, post
+from .peer_helpers import WALL
+
+T0 = WALL - 3_600_000
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "s") as s:
+        yield s
+
+
+def _delete(author, targets, ts=T0 + 50):
+    return post(author, DELETE, ts, hashes=[post_hash(t) for t in targets])
+
+
+def test_a_delete_of_an_unknown_post_is_listed_where_a_peer_listed_it(store):
+    alice = keypair("alice")
+    text = post(alice, TEXT, T0, channel="general", text="gone")
+    d = store.ingest(_delete(alice, [text]))
+    assert store.channel_time_range("general") == []  # the delete names no channel of its own
+    assert store.learn_listing("General", [d]) == 1  # any spelling: the canonical one is keyed
+    assert store.channel_time_range("general") == [d]
+    assert store.learn_listing("general", [d]) == 0  # already listed: nothing written
+    assert store.check().consistent  # the rebuild derives the same entry from the tombstone
+
+
+def test_the_target_itself_wins_over_a_listing(store):
+    alice = keypair("alice")
+    text = post(alice, TEXT, T0, channel="general", text="held")
+    store.ingest(text)
+    d = store.ingest(_delete(alice, [text]))
+    assert store.channel_time_range("general") == [d]
+    assert store.learn_listing("elsewhere", [d]) == 0
+    assert store.channel_time_range("elsewhere") == []
+
+
+def test_a_listing_and_the_late_target_add_up(store):
+    alice = keypair("alice")
+    text = post(alice, TEXT, T0, channel="general", text="late")
+    d = store.ingest(_delete(alice, [text]))
+    store.learn_listing("listed", [d])
+    with pytest.raises(Exception):
+        store.ingest(text)  # deleted by its author: refused, but the tombstone learns its channel
+    assert store.channel_time_range("general") == [d]
+    assert store.channel_time_range("listed") == [d]
+    assert store.check().consistent
+
+
+def test_a_listing_of_an_unauthorized_claim_is_withdrawn_when_the_target_shows_its_author(store):
+    alice, mallory = keypair("alice"), keypair("mallory")
+    own = post(mallory, TEXT, T0, channel="general", text="mine")
+    store.ingest(own)
+    theirs = post(alice, TEXT, T0 + 1, channel="general", text="alice's")
+    d = store.ingest(_delete(mallory, [own, theirs]))  # mixed: stored, deletes mallory's post only
+    store.learn_listing("elsewhere", [d])  # a peer lies about where the claim on alice's post was
+    assert store.channel_time_range("elsewhere") == [d]
+    store.ingest(theirs)  # alice's post arrives: the claim on it was never authorized
+    assert store.channel_time_range("elsewhere") == []
+    assert store.channel_time_range("general") == [d, post_hash(theirs)]
+    assert store.check().consistent
+
+
+def test_texts_unknown_hashes_and_bad_channels(store):
+    alice = keypair("alice")
+    t = store.ingest(post(alice, TEXT, T0, channel="general", text="x"))
+    assert store.learn_listing("elsewhere", [t, b"\x01" * 32]) == 0
+    assert store.channel_time_range("elsewhere") == []
+    with pytest.raises(QueryError):
+        store.learn_listing("", [t])
