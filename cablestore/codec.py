@@ -157,7 +157,11 @@ def _read_bytes(buf: bytes, pos: int, n: int, what: str) -> tuple[bytes, int]:
 
 def _read_str(buf: bytes, pos: int, what: str) -> tuple[str, int, int]:
     """Return ``(string, byte_length, new_pos)`` for a length-prefixed UTF-8 string."""
-    n, pos = read_varint(buf, pos)
+    if pos < len(buf) and buf[pos] < 0x80:
+        n = buf[pos]
+        pos += 1
+    else:
+        n, pos = read_varint(buf, pos)
     raw, pos = _read_bytes(buf, pos, n, what)
     try:
         return raw.decode("utf-8"), n, pos
@@ -203,41 +207,82 @@ def _read_info(buf: bytes, pos: int) -> tuple[tuple[tuple[str, str], ...], int]:
 
 def decode_post(buf: bytes) -> Post:
     """Decode and validate one post.  Raises only :class:`CableError` subclasses."""
-    if not isinstance(buf, (bytes, bytearray, memoryview)):
-        raise TypeError("decode_post expects bytes")
-    buf = bytes(buf)
-    if len(buf) < HEADER_FIXED:
+    if type(buf) is not bytes:
+        if not isinstance(buf, (bytes, bytearray, memoryview)):
+            raise TypeError("decode_post expects bytes")
+        buf = bytes(buf)
+    # The common cases (one-byte counts and lengths) are read inline: decoding
+    # runs once per post on every ingest, reindex and rebuild.  Every other
+    # case goes through the same helpers and raises the same errors.
+    n = len(buf)
+    if n < HEADER_FIXED:
         raise TruncatedError("shorter than a post header")
-    public_key = buf[:PUBLIC_KEY_SIZE]
-    signature = buf[PUBLIC_KEY_SIZE:HEADER_FIXED]
-    links, pos = _read_hashes(buf, HEADER_FIXED, "links")
-    post_type, pos = read_varint(buf, pos)
+    if n > HEADER_FIXED and buf[HEADER_FIXED] == 1 and n >= HEADER_FIXED + 1 + HASH_SIZE:
+        links: tuple[bytes, ...] = (buf[HEADER_FIXED + 1 : HEADER_FIXED + 1 + HASH_SIZE],)
+        pos = HEADER_FIXED + 1 + HASH_SIZE
+    else:
+        links, pos = _read_hashes(buf, HEADER_FIXED, "links")
+    if pos < n and buf[pos] < 0x80:
+        post_type = buf[pos]
+        pos += 1
+    else:
+        post_type, pos = read_varint(buf, pos)
     if post_type not in POST_TYPE_NAMES:
         raise UnknownPostTypeError(f"unknown post type {post_type}")
     timestamp, pos = read_varint(buf, pos)
-    fields: dict = {}
+    channel = text = hashes = info = topic = None
     if post_type == TEXT:
-        fields["channel"], pos = _read_channel(buf, pos)
-        fields["text"], text_len, pos = _read_str(buf, pos, "text")
+        channel, pos = _read_channel(buf, pos)
+        text, text_len, pos = _read_str(buf, pos, "text")
         if text_len > MAX_TEXT_BYTES:
             raise LimitError(f"text is {text_len} bytes, limit {MAX_TEXT_BYTES}")
     elif post_type == DELETE:
         hashes, pos = _read_hashes(buf, pos, "deletions")
         if not hashes:
             raise LimitError("post/delete must name at least one hash")
-        fields["hashes"] = hashes
     elif post_type == INFO:
-        fields["info"], pos = _read_info(buf, pos)
+        info, pos = _read_info(buf, pos)
     elif post_type == TOPIC:
-        fields["channel"], pos = _read_channel(buf, pos)
-        fields["topic"], _, pos = _read_str(buf, pos, "topic")
-        if len(fields["topic"]) > MAX_TOPIC_CODEPOINTS:
+        channel, pos = _read_channel(buf, pos)
+        topic, _, pos = _read_str(buf, pos, "topic")
+        if len(topic) > MAX_TOPIC_CODEPOINTS:
             raise LimitError(f"topic exceeds {MAX_TOPIC_CODEPOINTS} codepoints")
     else:  # JOIN, LEAVE
-        fields["channel"], pos = _read_channel(buf, pos)
-    if pos != len(buf):
-        raise TrailingBytesError(f"{len(buf) - pos} trailing bytes after the post")
-    return Post(public_key, signature, links, post_type, timestamp, **fields)
+        channel, pos = _read_channel(buf, pos)
+    if pos != n:
+        raise TrailingBytesError(f"{n - pos} trailing bytes after the post")
+    return _new_post(buf[:PUBLIC_KEY_SIZE], buf[PUBLIC_KEY_SIZE:HEADER_FIXED], links, post_type, timestamp, channel, text, hashes, info, topic)
+
+
+def slot_setters(cls) -> tuple:
+    """The slot setters of a frozen slotted dataclass, in field order, for hot-path constructors.
+
+    A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; calling the slots' own setters is about twice as
+    fast.  A constructor using them must set every field exactly once.
+    """
+    return tuple(cls.__dict__[name].__set__ for name in cls.__dataclass_fields__)
+
+
+_POST_SETTERS = slot_setters(Post)
+assert len(_POST_SETTERS) == 10
+
+
+def _new_post(public_key, signature, links, post_type, timestamp, channel, text, hashes, info, topic) -> Post:
+    """``Post(...)`` with every field given, without the frozen ``__init__``'s cost (decoding is hot)."""
+    post = object.__new__(Post)
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = _POST_SETTERS
+    s0(post, public_key)
+    s1(post, signature)
+    s2(post, links)
+    s3(post, post_type)
+    s4(post, timestamp)
+    s5(post, channel)
+    s6(post, text)
+    s7(post, hashes)
+    s8(post, info)
+    s9(post, topic)
+    return post
 
 
 # --- encoding ------------------------------------------------------------

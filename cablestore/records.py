@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import blake3
 import msgpack
 
-from .codec import CHANNEL_TYPES, Post, decode_post, post_hash
+from .codec import CHANNEL_TYPES, Post, decode_post, post_hash, slot_setters
 from .errors import CorruptRecordError
 from .keys import canonical_channel, mono
 
@@ -129,4 +129,18 @@ class Indexed:
         post = post if post is not None else decode_post(buf)
         h = h if h is not None else post_hash(buf)
         channel = canonical_channel(post.channel) if post.post_type in CHANNEL_TYPES else None
-        return cls(h, post, mono(post.timestamp, h), channel, tuple(tombstones))
+        if cls is not Indexed:
+            return cls(h, post, mono(post.timestamp, h), channel, tuple(tombstones))
+        # Built once per post on every ingest, reindex and rebuild: skip the frozen __init__.
+        ip = object.__new__(Indexed)
+        s_hash, s_post, s_mono, s_channel, s_tombstones = _INDEXED_SETTERS
+        s_hash(ip, h)
+        s_post(ip, post)
+        s_mono(ip, mono(post.timestamp, h))
+        s_channel(ip, channel)
+        s_tombstones(ip, tombstones if type(tombstones) is tuple else tuple(tombstones))
+        return ip
+
+
+_INDEXED_SETTERS = slot_setters(Indexed)
+assert len(_INDEXED_SETTERS) == 5

@@ -118,16 +118,31 @@ def tombstone_status(tomb, by_blob: bytes | None):
     return Fault(tomb.target, "bad_tombstone", f"its post/delete {tomb.by.hex()} does not say so", DELETED + tomb.target + tomb.by)
 
 
+def post_entries(h: bytes, blob: bytes, post, made):
+    """``(indexed post, its derived entries with its reverse entry)`` for a sound post."""
+    ip = Indexed.of(blob, post, h, tuple(sorted(made, key=_by_target)) if made else ())
+    entries = views.entries(ip)
+    entries.append((reverse.key(h), reverse.pack(ip)))
+    return ip, entries
+
+
+def _by_target(tomb) -> bytes:
+    return tomb.target
+
+
 def recompute_post(h: bytes, blob: bytes, post, made):
     """A sound post's derived entries (with its reverse entry) and latest-group candidates.
 
     Candidates are ``((view name, group), (rank, hash, blob))``; the rank is
-    the mono timestamp unless the view ranks its candidates otherwise.
+    the mono timestamp unless the view ranks its candidates otherwise.  The
+    blob is None where the view's ``latest`` cannot use the post at that rank
+    (a linker in a ``links`` group): nothing to carry or decode.
     """
-    ip = Indexed.of(blob, post, h, tuple(sorted(made, key=lambda t: t.target)))
-    entries = views.entries(ip)
-    entries.append((reverse.key(h), reverse.pack(ip)))
-    candidates = [((view.NAME, group), (views.rank(view, group, ip), h, blob)) for view, group in views.groups(ip)]
+    ip, entries = post_entries(h, blob, post, made)
+    candidates = [
+        ((view.NAME, group), (rank, h, blob if views.needs_winner(view, group, rank) else None))
+        for view, group, rank in views.ranked_groups(ip)
+    ]
     return entries, candidates
 
 
@@ -137,8 +152,12 @@ def newer(a, b):
 
 
 def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]:
-    _, h, blob = candidate
-    return views.BY_NAME[view_name].latest(group, Indexed.of(blob, decode_post(blob), h))
+    """The latest entries of a group whose winning candidate is ``candidate``."""
+    rank, h, blob = candidate
+    view = views.BY_NAME[view_name]
+    if blob is None and not views.needs_winner(view, group, rank):
+        return []
+    return view.latest(group, Indexed.of(blob, decode_post(blob), h))
 
 
 DIGEST_MASK = (1 << 256) - 1

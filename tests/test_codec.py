@@ -1089,3 +1089,21 @@ def test_limit_constants_match_spec():
     assert codec.MAX_INFO_VALUE_BYTES == 4096
     assert codec.NAME_CODEPOINTS == (1, 32)
     assert (TEXT, DELETE, INFO, TOPIC, JOIN, LEAVE) == (0, 1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize("name", VECTOR_NAMES)
+def test_decoded_post_is_an_ordinary_frozen_post(name):
+    """decode_post builds posts without the dataclass __init__ (speed): they must behave like Post(...)."""
+    post = decode_post(vector_bytes(name))
+    rebuilt = Post(**{f.name: getattr(post, f.name) for f in dataclasses.fields(Post)})
+    assert post == rebuilt and hash(post) == hash(rebuilt) and repr(post) == repr(rebuilt)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        post.timestamp = 1
+    assert decode_post(bytearray(vector_bytes(name))) == post == decode_post(memoryview(vector_bytes(name)))
+
+
+def test_one_link_fast_path_agrees_with_the_general_reader():
+    link = bytes(range(32))
+    one = raw_post(JOIN, vstr("general"), links=encode_varint(1) + link)
+    assert decode_post(one).links == (link,)
+    raises_with_label(TruncatedError, raw_post(JOIN, b"", links=encode_varint(1) + link[:31]), "one short link")

@@ -107,3 +107,90 @@ def test_cli_reindex(tmp_path, capsys):
     with Store(tmp_path / "s") as s:
         assert dump(s) == before
     assert main(["reindex", str(tmp_path / "missing")]) == 2
+
+
+def test_bulk_heads_from_the_reverse_range_equal_the_heads_ingest_settled(tmp_path):
+    """``links.bulk_latest`` (what a reindex uses) against the heads incremental ingest wrote."""
+    from cablestore.views import links
+
+    bufs = read_posts(FIXTURE) + WORKLOAD[:1500]
+    _ingest(tmp_path / "s", bufs)
+    with Store(tmp_path / "s") as s:
+        heads = [(k, v) for k, v in s.items(links.PREFIX)]
+        assert len(heads) > 3
+        assert sorted(links.bulk_latest(s.items(b"!rev!"))) == heads  # yielded in hash order
+
+
+def test_bulk_heads_of_hand_made_reverse_ranges(alice):
+    """A post linked by another, one linked by nothing, a linker of an unknown hash, a non-linkable post."""
+    from cablestore import reverse
+    from cablestore.codec import INFO, TEXT
+    from cablestore.records import Indexed
+    from cablestore.views import links
+
+    from .conftest import post
+
+    unknown = bytes(32)
+    first = post(alice, TEXT, NOW, channel="Dev", text="a")
+    second = post(alice, TEXT, NOW + 1, links=[Indexed.of(first).hash], channel="dev", text="b")
+    third = post(alice, TEXT, NOW + 2, links=[unknown], channel="other", text="c")
+    info = post(alice, INFO, NOW + 3, info=[("name", "al")])
+    ips = [Indexed.of(b) for b in (first, second, third, info)]
+    rows = [(reverse.key(ip.hash), reverse.pack(ip)) for ip in ips]
+    rows += [e for ip in ips for e in links.entries(ip)]
+    rows.sort()
+    got = sorted(links.bulk_latest(rows))
+    expected = sorted(e for ip in ips[1:3] for e in links.latest(ip.hash, ip))
+    assert got == expected and len(got) == 2  # `first` is linked, `info` is not linkable
+    assert not list(links.bulk_latest([]))
+
+
+def test_reindex_drops_stray_keys_in_every_gap_between_primary_ranges(tmp_path):
+    before = _ingest(tmp_path / "s", WORKLOAD[:300])
+    strays = [b"!", b"!aaa", b"!deleted\xff", b"!m", b"!pos", b"!post\xff", b"!r", b"zzz", b"\xff\xff"]
+    kept = [b"!local!x", b"!quarantine!!post!" + bytes(32)]
+    with Store(tmp_path / "s") as s:
+        with s.db.write_batch() as wb:
+            for key in strays + kept:
+                wb.put(key, b"v")
+        report = reindex(s)
+        after = dump(s)
+    assert report.dropped == sum(1 for k, _ in before if not is_primary(k)) + len(strays)
+    assert sorted(after) == sorted(before + [(k, b"v") for k in kept])
+
+
+def test_reindex_leaves_garbage_collection_as_it_found_it(tmp_path):
+    import gc
+
+    _ingest(tmp_path / "s", WORKLOAD[:50])
+    with Store(tmp_path / "s") as s:
+        assert gc.isenabled()
+        reindex(s)
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            reindex(s)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+
+
+def test_candidates_carry_a_blob_only_where_latest_can_use_the_post(alice):
+    """A linker's candidate in its target's links group needs no bytes: a linker is never a head."""
+    from cablestore.codec import TEXT, decode_post
+    from cablestore.rebuild.recompute import recompute_post, render
+    from cablestore.records import Indexed
+
+    from .conftest import post
+
+    first = post(alice, TEXT, NOW, channel="dev", text="a")
+    target = Indexed.of(first).hash
+    second = post(alice, TEXT, NOW + 1, links=[target], channel="dev", text="b")
+    h = Indexed.of(second).hash
+    _, candidates = recompute_post(h, second, decode_post(second), ())
+    by_group = dict(candidates)
+    assert by_group[("links", target)] == (b"l" + h, h, None)
+    assert by_group[("links", h)] == (b"", h, second)
+    assert render("links", target, by_group[("links", target)]) == []
+    assert render("links", h, by_group[("links", h)]) == [(b"!links!hdev\x00\x01" + h, b"")]
+    assert all(blob == second for (view, _), (_, _, blob) in candidates if view != "links")

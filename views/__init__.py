@@ -24,6 +24,15 @@ also define:
 ``rank(group, ip) -> bytes`` (optional)
     The suffix of the post's candidate key after ``candidates(group)``; the
     highest rank is the latest.  Default: the mono timestamp.
+``latest_needs_winner(group, rank) -> bool`` (optional)
+    False when ``latest(group, winner)`` is empty for every winner of that
+    rank, so a bulk recomputation need not load the winning post.
+    Default: always True.
+``bulk_latest(reverse_entries) -> iterable of (key, value)`` (optional)
+    Every group's ``latest`` entries at once, from the ``!rev!`` range (in
+    key order) once every post's entries are written: for a view with a
+    group per post (``links``), so a bulk reindex holds no candidate per
+    group.  It must equal calling ``latest`` on each group's winner.
 
 The live store and the rebuild (local and Spark) call these functions and
 nothing else to know what a view holds.
@@ -35,23 +44,47 @@ VIEWS = (chat, state, author, user, channel, links)
 BY_NAME = {v.NAME: v for v in VIEWS}
 
 
+# Looked up once: these run for every post of every ingest, reindex and rebuild.
+_ENTRIES = tuple(v.entries for v in VIEWS)
+_GROUPS = tuple((v, v.groups) for v in VIEWS)
+_RANKERS = {v: getattr(v, "rank", None) for v in VIEWS}
+
+
 def entries(ip):
     """All derived per-post entries of one indexed post, in view order."""
     out = []
-    for view in VIEWS:
-        out.extend(view.entries(ip))
+    for view_entries in _ENTRIES:
+        out += view_entries(ip)
     return out
 
 
 def groups(ip):
     """``(view, group)`` pairs whose latest entries may change with this post."""
-    return [(view, g) for view in VIEWS for g in view.groups(ip)]
+    return [(view, g) for view, view_groups in _GROUPS for g in view_groups(ip)]
+
+
+def ranked_groups(ip, views=VIEWS):
+    """``(view, group, rank)`` for every group of ``ip`` in ``views`` (see :func:`rank`)."""
+    out = []
+    for view, view_groups in _GROUPS:
+        if view not in views:
+            continue
+        ranker = _RANKERS[view]
+        for g in view_groups(ip):
+            out.append((view, g, ip.mono if ranker is None else ranker(g, ip)))
+    return out
 
 
 def rank(view, group: bytes, ip) -> bytes:
     """How ``ip`` ranks among the candidates of ``group``: the greatest is the latest."""
-    ranker = getattr(view, "rank", None)
+    ranker = _RANKERS[view] if view in _RANKERS else getattr(view, "rank", None)
     return ip.mono if ranker is None else ranker(group, ip)
+
+
+def needs_winner(view, group: bytes, rank: bytes) -> bool:
+    """False when ``view.latest(group, winner)`` is empty for any winner of rank ``rank``."""
+    decide = getattr(view, "latest_needs_winner", None)
+    return True if decide is None else decide(group, rank)
 
 
 def latest_keys(view, group: bytes, txn) -> list[bytes]:

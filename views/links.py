@@ -53,12 +53,16 @@ def _linkable(ip) -> bool:
 
 
 def entries(ip):
-    return [(linkers_prefix(target) + ip.hash, b"") for target in dict.fromkeys(ip.post.links)]
+    links = ip.post.links
+    if len(links) == 1:  # the common case: no duplicates to drop
+        return [(REV + links[0] + _LINKER + ip.hash, b"")]
+    return [(linkers_prefix(target) + ip.hash, b"") for target in dict.fromkeys(links)]
 
 
 def groups(ip):
-    own = [ip.hash] if _linkable(ip) else []
-    return own + [t for t in dict.fromkeys(ip.post.links) if t != ip.hash]
+    h = ip.hash
+    own = [h] if ip.post.post_type in LINKABLE else []
+    return own + [t for t in dict.fromkeys(ip.post.links) if t != h]
 
 
 def candidates(group):
@@ -99,3 +103,30 @@ def latest(group, winner):
     if winner is None or winner.hash != group or not _linkable(winner):
         return []
     return [(_head_key(winner.channel, group), b"")]
+
+
+def latest_needs_winner(group, rank: bytes) -> bool:
+    """Only the post itself (rank ``b""``: nothing links to it) can be a head; a linker never is."""
+    return rank == b""
+
+
+def bulk_latest(reverse_entries):
+    """:func:`latest` of every group at once, from the ``!rev!`` range in key order.
+
+    A group's candidates are the keys under ``!rev!<hash>``, and its winner is
+    the last of them: the post's own entry when no ``l`` entry follows it.
+    Then the winner is the post, whose reverse entry holds all ``latest``
+    reads of it (type, channel); otherwise the winner is a linker, which
+    ``latest`` never makes a head.  Nothing is held but the previous entry.
+    """
+    own = None  # (hash, reverse value) of the last post entry not yet seen linked
+    start = len(REV)
+    for key, value in reverse_entries:
+        if len(key) == start + 32:
+            if own is not None:
+                yield from latest(own[0], stand_in(*own))
+            own = (key[start:], value)
+        elif own is not None and key[start : start + 32] == own[0]:
+            own = None  # a linker outranks the post
+    if own is not None:
+        yield from latest(own[0], stand_in(*own))
