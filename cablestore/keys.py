@@ -18,6 +18,8 @@ components.  Three rules keep them deterministic and unambiguous
 
 from __future__ import annotations
 
+import functools
+
 MONO_SIZE = 40  # 8-byte timestamp + 32-byte hash
 TS_SIZE = 8
 HASH_SIZE = 32
@@ -50,6 +52,7 @@ def canonical_channel(name: str) -> str:
     return name.casefold()
 
 
+@functools.lru_cache(maxsize=4096)  # a few channel names, escaped for every view of every post
 def escape(text: str) -> bytes:
     """Order-preserving, self-delimiting encoding of a string component."""
     return text.encode("utf-8").replace(b"\x00", _NUL_ESC) + _TERM

@@ -227,13 +227,14 @@ def _index_posts(db, writer: _Writer, on_target, made_by, report: ReindexReport,
     """Write every sound post's entries; return the best candidate of each group of the grouped views."""
     best: dict = {}
     no_tombs: tuple = ()
-    puts = writer.puts
-    ranked_groups = views.ranked_groups
+    puts = writer.puts  # flush() empties it in place
+    ranked_groups, start = views.ranked_groups, len(POSTS)
+    posts = indexed = written = 0
     with db.snapshot() as snap:
         for key, blob in snap.iterator(prefix=POSTS):
-            h = key[len(POSTS) :]
-            report.posts += 1
-            if progress and not report.posts % _PROGRESS_EVERY:
+            h = key[start:]
+            posts += 1
+            if progress and not posts % _PROGRESS_EVERY:
                 progress.advance(_PROGRESS_EVERY)
             faults, post = classify(h, blob, on_target.get(h, no_tombs), check_signatures=False)
             if faults:
@@ -241,8 +242,8 @@ def _index_posts(db, writer: _Writer, on_target, made_by, report: ReindexReport,
             if post is None:
                 continue
             ip, entries = post_entries(h, blob, post, made_by.get(h, no_tombs))
-            report.indexed += 1
-            report.written += len(entries)
+            indexed += 1
+            written += len(entries)
             puts += entries
             if len(puts) >= _BATCH_KEYS:
                 writer.flush()
@@ -251,8 +252,10 @@ def _index_posts(db, writer: _Writer, on_target, made_by, report: ReindexReport,
                 if held is None or rank > held[0]:  # ranks are unique within a group
                     best[(view.NAME, group)] = (rank, h)
     writer.flush()
+    report.posts += posts
+    report.indexed += indexed
+    report.written += written
     return best
-
 
 def _write_latest(db, writer: _Writer, best: dict, report: ReindexReport) -> None:
     """The latest entries: of each held group from its winner, of the bulk views from the ``!rev!`` range."""

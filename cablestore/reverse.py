@@ -39,7 +39,10 @@ def pack(ip: Indexed) -> bytes:
     fields = [ip.post.timestamp, ip.post.post_type, ip.post.public_key, channels]
     if ip.post.links:  # most posts of older clients have none: keep their entries short
         fields.append(list(ip.post.links))
-    return msgpack.packb(fields)
+    return _pack(fields)
+
+
+_pack = msgpack.Packer().pack  # msgpack.packb's own settings, without a new Packer per post
 
 
 def stand_in(post_hash: bytes, value: bytes) -> Indexed:

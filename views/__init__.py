@@ -65,14 +65,17 @@ def groups(ip):
 
 def ranked_groups(ip, views=VIEWS):
     """``(view, group, rank)`` for every group of ``ip`` in ``views`` (see :func:`rank`)."""
+    plan = _PLANS.get(views)
+    if plan is None:
+        plan = _PLANS[views] = tuple((v, v.groups, _RANKERS[v]) for v in VIEWS if v in views)
     out = []
-    for view, view_groups in _GROUPS:
-        if view not in views:
-            continue
-        ranker = _RANKERS[view]
+    for view, view_groups, ranker in plan:
         for g in view_groups(ip):
             out.append((view, g, ip.mono if ranker is None else ranker(g, ip)))
     return out
+
+
+_PLANS: dict = {}  # views (a tuple) -> what ranked_groups calls for them
 
 
 def rank(view, group: bytes, ip) -> bytes:
