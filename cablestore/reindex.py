@@ -25,9 +25,7 @@ throughout, so no ingest interleaves.
 
 from __future__ import annotations
 
-import gc
 import time
-from contextlib import contextmanager
 from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +33,7 @@ from typing import TYPE_CHECKING
 import plyvel
 
 from . import reverse, views
+from .gcpause import gc_paused
 from .keys import next_prefix
 from .rebuild.recompute import (
     PRIMARY_PREFIXES,
@@ -124,23 +123,6 @@ class _Writer:
             self.flush()
 
 
-@contextmanager
-def _gc_paused():
-    """No cyclic garbage collection while a reindex runs.
-
-    A reindex makes millions of short-lived objects and holds a batch of
-    entries: the collector's full passes over them cost a quarter of the
-    run and free nothing (nothing here makes cycles).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
     """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
     with store._write_lock:
@@ -162,7 +144,7 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         report.seconds[name] = now - clock
         clock = now
 
-    with _gc_paused():
+    with gc_paused():
         if progress:
             progress.stage("drop derived views")
         report.dropped = _drop_derived(db, writer, progress)

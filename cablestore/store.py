@@ -24,6 +24,7 @@ from . import indexer, opening, views
 from .codec import Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
 from .events import Committed, Listeners
+from .gcpause import gc_paused
 from .inflight import Gate, guard_public_methods, guarded, guarded_iter
 from .errors import (
     CableError,
@@ -224,6 +225,10 @@ class Store(Reading, Queries):
         With ``verify_workers > 1``, signatures are verified in that many
         worker processes while this thread indexes the posts already checked.
         """
+        with gc_paused():  # a batch's objects make no cycles: see cablestore.gcpause
+            return self._ingest_many(bufs, now)
+
+    def _ingest_many(self, bufs: Iterable[bytes], now: int | None) -> list[IngestResult]:
         now = self._now() if now is None else now
         bufs = [bytes(b) for b in bufs]
         # Verification needs only the bytes: start it first, decode meanwhile.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from cablestore.views import latest_keys, rank
+from cablestore.views import latest_keys, needs_winner, rank
 
 from .codec import decode_post
 from .keys import next_prefix
@@ -128,8 +128,8 @@ class Txn:
         """Rewrite the latest entries of every touched group from its candidates."""
         touched, self._touched = self._touched, {}
         for (name, group), view in touched.items():
-            winner, winner_rank = self._winner(name, group, view)
-            self._settled[(name, group)] = None if winner is None else (winner_rank, winner.hash)
+            winner, winner_rank, exact = self._winner(name, group, view)
+            self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
             self._write_latest(name, group, view, view.latest(group, winner))
 
     def _stored_winner(self, name, group, view, cached_ok: bool = True) -> tuple | None:
@@ -142,7 +142,8 @@ class Txn:
         key = self.last_candidate(prefix)
         return None if key is None else (key[len(prefix) :], key[-32:])
 
-    def _winner(self, name, group, view) -> tuple[Indexed | None, bytes]:
+    def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
+        """``(winner, its rank, exact)``; not exact: a stand-in whose ``latest`` equals the winner's."""
         best, best_rank = None, b""
         for ip in self._added.get((name, group), {}).values():
             if ip.hash in self.deleted:
@@ -150,7 +151,15 @@ class Txn:
             ip_rank = rank(view, group, ip)
             if best is None or ip_rank > best_rank:
                 best, best_rank = ip, ip_rank
+        if best is not None and not needs_winner(view, group, best_rank):
+            # Whatever stored candidate outranks it, ``latest`` is empty: no seek
+            # (a new post's links to older posts).  The group's winner stays unknown.
+            return best, best_rank, False
         stored = self._stored_winner(name, group, view)
+        if stored is not None and best is not None and stored[0] <= best_rank:
+            # The new candidate wins: the stored winner's bytes are not needed.  (A
+            # stale cached winner, removed under the store, only ranked lower.)
+            return best, best_rank, True
         blob = None if stored is None else self.get(POSTS + stored[1])
         if stored is not None and blob is None:
             # The cache named a post the DB no longer holds (written under it:
@@ -160,7 +169,7 @@ class Txn:
             blob = None if stored is None else self.get(POSTS + stored[1])
         if stored is not None and blob is not None and (best is None or stored[0] > best_rank):
             best, best_rank = Indexed.of(blob, decode_post(blob), stored[1]), stored[0]
-        return best, best_rank
+        return best, best_rank, True
 
     def _write_latest(self, name, group, view, entries) -> None:
         # Blind writes: reading a value to skip rewriting it costs more than the write.
@@ -201,4 +210,8 @@ class Txn:
         if self._winners is not None:  # only once the batch is written
             if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
                 self._winners.clear()  # bounded memory; refilled as groups are touched again
-            self._winners.update(self._settled)
+            for group, winner in self._settled.items():
+                if winner is _MISSING:
+                    self._winners.pop(group, None)  # settled without finding out who won
+                else:
+                    self._winners[group] = winner

@@ -26,8 +26,9 @@ also define:
     highest rank is the latest.  Default: the mono timestamp.
 ``latest_needs_winner(group, rank) -> bool`` (optional)
     False when ``latest(group, winner)`` is empty for every winner of that
-    rank, so a bulk recomputation need not load the winning post.
-    Default: always True.
+    rank or a higher one: a bulk recomputation need not load the winning
+    post, and an ingest whose new candidate has such a rank need not look
+    for a stored one.  Default: always True.
 ``bulk_latest(reverse_entries) -> iterable of (key, value)`` (optional)
     Every group's ``latest`` entries at once, from the ``!rev!`` range (in
     key order) once every post's entries are written: for a view with a
@@ -85,7 +86,7 @@ def rank(view, group: bytes, ip) -> bytes:
 
 
 def needs_winner(view, group: bytes, rank: bytes) -> bool:
-    """False when ``view.latest(group, winner)`` is empty for any winner of rank ``rank``."""
+    """False when ``view.latest(group, winner)`` is empty for any winner of rank ``rank`` or higher."""
     decide = getattr(view, "latest_needs_winner", None)
     return True if decide is None else decide(group, rank)
 

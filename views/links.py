@@ -106,7 +106,7 @@ def latest(group, winner):
 
 
 def latest_needs_winner(group, rank: bytes) -> bool:
-    """Only the post itself (rank ``b""``: nothing links to it) can be a head; a linker never is."""
+    """Only the post itself (rank ``b""``: nothing links to it) can be a head; a linker (any higher rank) never is."""
     return rank == b""
 
 
