@@ -1,19 +1,20 @@
-"""The reverse-hash lookup: from a post's hash to every view key that indexes it.
+"""The reverse-hash lookup: from a post's hash to the view keys that index it.
 
-    !rev!<hash> -> msgpack [timestamp, post_type, public_key, [channel, ...], [link, ...]]
-
-(the list of links is left out when the post has none).
+    !rev!<hash> -> msgpack [timestamp, post_type, public_key, [channel, ...]]
 
 The entry stores the few fields the view modules build keys from, not the
 keys themselves, and :func:`keys` runs the views on them: one definition of
 every key, and a third of the bytes (a text post's keys repeat its public key
-and channel; this stores each once).  It still works when the post's blob is
-gone, which is when a repair needs it most.
+and channel; this stores each once).  It gives every key of the post but
+its linker entries (``!rev!<target>l<hash>``, one per link): a post's links
+are in its bytes, which every removal reads, so storing them here again cost
+0.17x the raw post bytes on disk for nothing.  (Entries written before
+carry the links as a fifth field; :func:`stand_in` still reads them.)
 
-The fields are the ones ``views`` read: post type, public key, timestamp,
-channel, links, and for a post/delete the channels it is listed under.  A view that
-starts reading another field must add it here (``tests/test_reverse.py``
-checks every post type against the views).
+The fields are the ones ``views`` read, links aside: post type, public key,
+timestamp, channel, and for a post/delete the channels it is listed under.
+A view that starts reading another field must add it here
+(``tests/test_reverse.py`` checks every post type against the views).
 """
 
 from __future__ import annotations
@@ -36,10 +37,7 @@ def pack(ip: Indexed) -> bytes:
         channels = sorted({c for t in ip.tombstones for c in t.channels})
     else:
         channels = [ip.channel] if ip.channel is not None else []
-    fields = [ip.post.timestamp, ip.post.post_type, ip.post.public_key, channels]
-    if ip.post.links:  # most posts of older clients have none: keep their entries short
-        fields.append(list(ip.post.links))
-    return _pack(fields)
+    return _pack([ip.post.timestamp, ip.post.post_type, ip.post.public_key, channels])
 
 
 _pack = msgpack.Packer().pack  # msgpack.packb's own settings, without a new Packer per post
@@ -65,7 +63,7 @@ def channel_of(value: bytes) -> str | None:
 
 
 def keys(post_hash: bytes, value: bytes) -> list[bytes]:
-    """Every per-post view key of the post whose reverse entry is ``value``."""
+    """Every per-post view key of the post whose reverse entry is ``value``, but its linker entries."""
     from cablestore import views
 
     return [k for k, _ in views.entries(stand_in(post_hash, value))]

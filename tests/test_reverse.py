@@ -11,15 +11,30 @@ from .conftest import NOW
 
 def test_reverse_keys_equal_view_entries_for_every_stored_post(tmp_path):
     bufs = read_posts("tests/data/cablejs-0.2.1-s7-2000/posts.bin") + generate(seed=5, posts=800)
-    seen_types = set()
+    seen_types, seen_links = set(), False
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.ingest_many(bufs)
         for key, blob in store.items(b"!post!"):
             h = key[len(b"!post!") :]
             post = decode_post(blob)
             made = store.tombstones_made_by(h, post.hashes) if post.hashes else ()
-            expected = [k for k, _ in views.entries(Indexed.of(blob, post, h, made))]
+            ip = Indexed.of(blob, post, h, made)
+            linkers = [k for k, _ in views.links.entries(ip)]  # from the post's own links, not the entry
+            expected = [k for k, _ in views.entries(ip) if k not in linkers]
             assert reverse.keys(h, store.db.get(reverse.key(h))) == expected
-            assert all(store.db.get(k) is not None for k in expected)
+            assert all(store.db.get(k) is not None for k in expected + linkers)
+            seen_links = seen_links or bool(linkers)
             seen_types.add(post.post_type)
-    assert seen_types == set(POST_TYPE_NAMES)
+    assert seen_types == set(POST_TYPE_NAMES) and seen_links
+
+
+def test_reverse_entries_written_with_links_still_read(tmp_path):
+    """Entries of stores written before the links left the entry carry them as a fifth field."""
+    import msgpack
+
+    from cablestore.keys import mono
+
+    h, pk, link = bytes(range(32)), b"k" * 32, b"l" * 32
+    stand_in = reverse.stand_in(h, msgpack.packb([5, 0, pk, ["dev"], [link]]))
+    assert stand_in.post.links == (link,) and stand_in.channel == "dev" and stand_in.mono == mono(5, h)
+    assert reverse.stand_in(h, msgpack.packb([5, 0, pk, ["dev"]])).post.links == ()
