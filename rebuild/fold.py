@@ -11,6 +11,10 @@ engine streams a store without holding its entries.
 
 from __future__ import annotations
 
+from itertools import islice
+
+from cablestore.crypto import verify_many
+
 from .recompute import (
     DIGEST_MASK,
     Fault,
@@ -54,10 +58,10 @@ class Fold:
             if wanted is not None and b in wanted:
                 self.entries[key] = value
 
-    def add_post(self, h: bytes, blob: bytes, on_target, made, check_signatures: bool) -> None:
+    def add_post(self, h: bytes, blob: bytes, on_target, made, check_signatures: bool, signed: bool | None = None) -> None:
         """Classify one stored post; fold its entries in, or record its fault."""
         self.posts += 1
-        faults, post = classify(h, blob, on_target, check_signatures)
+        faults, post = classify(h, blob, on_target, check_signatures, signed)
         self.faults.extend(faults)
         if post is None:
             return
@@ -142,13 +146,36 @@ def by_key(tombs, attr: str) -> dict:
     return out
 
 
-def fold_posts(fold: Fold, posts, on_target: dict, made_by: dict, check_signatures: bool, skip=frozenset(), progress=None) -> Fold:
-    """Fold ``(hash, blob)`` posts in; hashes in ``skip`` (known faults) are left out."""
-    for h, blob in posts:
+def fold_posts(fold: Fold, posts, on_target: dict, made_by: dict, check_signatures: bool, skip=frozenset(), progress=None, pool=None) -> Fold:
+    """Fold ``(hash, blob)`` posts in; hashes in ``skip`` (known faults) are left out.
+
+    ``pool``: a :func:`cablestore.crypto.verify_pool` that checks signatures
+    while this process recomputes views (the two costs are about equal).
+    """
+    signed = _verified_ahead(posts, pool) if check_signatures and pool is not None else ((h, b, None) for h, b in posts)
+    for h, blob, ok in signed:
         if progress is not None:
             progress.advance()
         if h in skip:
             fold.posts += 1
             continue
-        fold.add_post(h, blob, on_target.get(h, ()), made_by.get(h, ()), check_signatures)
+        fold.add_post(h, blob, on_target.get(h, ()), made_by.get(h, ()), check_signatures, ok)
     return fold
+
+
+VERIFY_BATCH = 8192  # posts per batch handed to the pool; the next batch is verifying while one is folded
+
+
+def _verified_ahead(posts, pool):
+    """``(hash, blob, signature ok)``, with the pool one batch ahead of the caller."""
+    it = iter(posts)
+    pending = None
+    while True:
+        batch = list(islice(it, VERIFY_BATCH))
+        ahead = (batch, verify_many([b for _, b in batch], pool)) if batch else None
+        if pending is not None:
+            for (h, blob), ok in zip(*pending):
+                yield h, blob, ok
+        if ahead is None:
+            return
+        pending = ahead

@@ -73,13 +73,14 @@ def partition_of(h: bytes, partitions: int) -> int:
     return h[0] * partitions // 256 if h else 0  # a damaged empty key still exports
 
 
-def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True):
+def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True, signed: bool | None = None):
     """``(faults, post)``: ``post`` is None if this stored post must not be indexed.
 
     ``on_target``: ``(tombstone, status)`` pairs for the tombstones naming this
     post, status from :func:`tombstone_status`.  A tombstone that contradicts
     the stored post is a fault of its own; one of the post's author decides
     whether the post is provably deleted or only suspected to be.
+    ``signed``: the signature's verdict if it was already checked elsewhere.
     """
     key = POSTS + h
     if post_hash(blob) != h:
@@ -88,7 +89,7 @@ def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True):
         post = decode_post(blob)
     except CableError as exc:
         return [Fault(h, "undecodable", f"{type(exc).__name__}: {exc}", key)], None
-    if check_signatures and not verify_post(blob):
+    if check_signatures and not (verify_post(blob) if signed is None else signed):
         return [Fault(h, "bad_signature", "Ed25519 signature does not verify", key)], None
     faults, deleted = [], None
     for tomb, status in on_target:
