@@ -373,3 +373,22 @@ def test_signature_worker_finds_the_same_faults_as_checking_in_process(tmp_path,
     assert worker == in_process
     untimed = [{k: v for k, v in r.to_dict().items() if k != "seconds"} for r in reports]
     assert untimed[0] == untimed[1]
+
+
+def test_fold_digests_are_the_reference_bucket_digests(pristine):
+    """Fold.add_entries inlines entry_digest, view_of and bucket for speed: it must equal them."""
+    from rebuild.fold import Fold
+    from rebuild.recompute import bucket, bucket_digest, view_of
+
+    with Store(pristine, now=lambda: NOW) as s:
+        pairs = [(k, v) for k, v in s.items() if not k.startswith(POSTS)]
+    fold = Fold(8)
+    fold.add_entries(pairs[: len(pairs) // 2])
+    other = Fold(8)
+    other.add_entries(pairs[len(pairs) // 2 :])
+    fold.merge(other)
+    groups: dict = {}
+    for k, v in pairs:
+        groups.setdefault((view_of(k), bucket(k, 8)), []).append((k, v))
+    assert len(groups) > 8
+    assert fold.hex_digests() == {b: f"{bucket_digest(e):064x}:{len(e)}" for b, e in groups.items()}
