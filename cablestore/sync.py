@@ -146,12 +146,13 @@ class Sync:
     def summary(self) -> dict:
         """Counts for humans and ``--json``."""
         jobs = [j for ch in self.channels.values() for j in (ch.history, ch.state) if j is not None]
+        counted = jobs + [j for ch in self.channels.values() for j in ch.live]  # live pushes count too
         stats = self.conn.stats
         return {
             "peer": self.peer,
             "channels": sorted(self.channels),
-            "hashes_received": sum(j.hashes_seen for j in jobs),
-            "posts_requested": sum(j.posts_requested for j in jobs),
+            "hashes_received": sum(j.hashes_seen for j in counted),
+            "posts_requested": sum(j.posts_requested for j in counted),
             "posts_ingested": stats["ingested"],
             "posts_refused": stats["refused"],
             "unsolicited": stats["unsolicited"],

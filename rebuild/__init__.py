@@ -31,10 +31,13 @@ def rebuild(
     check_signatures: bool = True,
     progress: Progress | None = None,
     spark_log: str | None = None,
+    verify_workers: int | None = None,
 ) -> Report:
     """Verify (or repair) the store at ``store_path``, or verify a snapshot directory.
 
-    ``master`` and ``spark_log`` (where Spark's own output goes) apply to the Spark engine only.
+    ``master`` and ``spark_log`` (where Spark's own output goes) apply to the Spark engine only;
+    ``verify_workers`` (processes checking signatures; default one on a
+    machine with a second core) to the local engine only.
     """
     from cablestore.errors import RebuildError
     from cablestore.store import Store
@@ -43,7 +46,7 @@ def rebuild(
         raise RebuildError(f"unknown engine {engine!r} (spark or local)")
     if engine == "local" and master is not None:
         raise RebuildError("a Spark master needs the Spark engine (--master with --engine local)")
-    kw = dict(engine=engine, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress, spark_log=spark_log)
+    kw = dict(engine=engine, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress, spark_log=spark_log, verify_workers=verify_workers)
     if store_path is None:
         if snapshot is None or repair:
             raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")

@@ -11,18 +11,23 @@ engine streams a store without holding its entries.
 
 from __future__ import annotations
 
+import zlib
+from itertools import islice
+
+import blake3
+
+from cablestore.crypto import verify_many
+
 from .recompute import (
+    _VIEW_BY_PREFIX,
     DIGEST_MASK,
     Fault,
-    bucket,
     classify,
-    entry_digest,
     newer,
     recompute_post,
     render,
     tombstone_status,
     unpack_tombstone,
-    view_of,
 )
 
 
@@ -42,22 +47,27 @@ class Fold:
         self.tombstones = 0
 
     def add_entries(self, pairs) -> None:
+        # The hot loop of both engines: entry_digest, view_of and bucket
+        # inlined (tests/test_rebuild.py keeps them equal), sums reduced
+        # mod 2**256 only when read.
         digests, wanted, parts = self.digests, self.wanted, self.parts
+        views, crc32, blake, from_bytes = _VIEW_BY_PREFIX, zlib.crc32, blake3.blake3, int.from_bytes
         for key, value in pairs:
-            b = (view_of(key), bucket(key, parts))
+            b = (views.get(key[: key.find(b"!", 1) + 1], "unknown"), crc32(key) % parts)
+            digest = from_bytes(blake(b"%d:%b%b" % (len(key), key, value)).digest(), "big")
             d = digests.get(b)
             if d is None:
-                digests[b] = [entry_digest(key, value), 1]
+                digests[b] = [digest, 1]
             else:
-                d[0] = (d[0] + entry_digest(key, value)) & DIGEST_MASK
+                d[0] += digest
                 d[1] += 1
             if wanted is not None and b in wanted:
                 self.entries[key] = value
 
-    def add_post(self, h: bytes, blob: bytes, on_target, made, check_signatures: bool) -> None:
+    def add_post(self, h: bytes, blob: bytes, on_target, made, check_signatures: bool, signed: bool | None = None) -> None:
         """Classify one stored post; fold its entries in, or record its fault."""
         self.posts += 1
-        faults, post = classify(h, blob, on_target, check_signatures)
+        faults, post = classify(h, blob, on_target, check_signatures, signed)
         self.faults.extend(faults)
         if post is None:
             return
@@ -79,7 +89,7 @@ class Fold:
             if d is None:
                 self.digests[b] = [s, n]
             else:
-                d[0] = (d[0] + s) & DIGEST_MASK
+                d[0] += s
                 d[1] += n
         self.entries.update(other.entries)
         self.faults.extend(other.faults)
@@ -98,7 +108,7 @@ class Fold:
         return out
 
     def hex_digests(self) -> dict:
-        return {b: f"{s:064x}:{n}" for b, (s, n) in self.digests.items()}
+        return {b: f"{s & DIGEST_MASK:064x}:{n}" for b, (s, n) in self.digests.items()}
 
 
 def parse_tombstones(records, fold: Fold | None = None):
@@ -142,13 +152,36 @@ def by_key(tombs, attr: str) -> dict:
     return out
 
 
-def fold_posts(fold: Fold, posts, on_target: dict, made_by: dict, check_signatures: bool, skip=frozenset(), progress=None) -> Fold:
-    """Fold ``(hash, blob)`` posts in; hashes in ``skip`` (known faults) are left out."""
-    for h, blob in posts:
+def fold_posts(fold: Fold, posts, on_target: dict, made_by: dict, check_signatures: bool, skip=frozenset(), progress=None, pool=None) -> Fold:
+    """Fold ``(hash, blob)`` posts in; hashes in ``skip`` (known faults) are left out.
+
+    ``pool``: a :func:`cablestore.crypto.verify_pool` that checks signatures
+    while this process recomputes views (the two costs are about equal).
+    """
+    signed = _verified_ahead(posts, pool) if check_signatures and pool is not None else ((h, b, None) for h, b in posts)
+    for h, blob, ok in signed:
         if progress is not None:
             progress.advance()
         if h in skip:
             fold.posts += 1
             continue
-        fold.add_post(h, blob, on_target.get(h, ()), made_by.get(h, ()), check_signatures)
+        fold.add_post(h, blob, on_target.get(h, ()), made_by.get(h, ()), check_signatures, ok)
     return fold
+
+
+VERIFY_BATCH = 8192  # posts per batch handed to the pool; the next batch is verifying while one is folded
+
+
+def _verified_ahead(posts, pool):
+    """``(hash, blob, signature ok)``, with the pool one batch ahead of the caller."""
+    it = iter(posts)
+    pending = None
+    while True:
+        batch = list(islice(it, VERIFY_BATCH))
+        ahead = (batch, verify_many([b for _, b in batch], pool)) if batch else None
+        if pending is not None:
+            for (h, blob), ok in zip(*pending):
+                yield h, blob, ok
+        if ahead is None:
+            return
+        pending = ahead

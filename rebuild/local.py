@@ -8,18 +8,22 @@ second pass collect the entries of the differing buckets.
 
 from __future__ import annotations
 
+import os
+
+from cablestore.crypto import verify_pool
+
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .result import EngineResult
 
 
-def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=frozenset(), progress=None) -> tuple[Fold, Fold]:
+def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=frozenset(), progress=None, pool=None) -> tuple[Fold, Fold]:
     """``(recomputed, live)`` folds of a source (a StoreSource or SnapshotSource)."""
     rec = Fold(parts, wanted)
     tombs = parse_tombstones(source.tombstones(), rec)
     makers = {t.by for t in tombs}
     by_blobs = {h: blob for h, blob in source.posts() if h in makers} if makers else {}
     on_target, made_by = check_tombstones(tombs, by_blobs, rec)
-    fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress)
+    fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress, pool)
     rec.add_latest(rec.best)
     live = Fold(parts, wanted)
     live.add_entries(source.live())
@@ -46,8 +50,20 @@ def result_of(engine: str, parts: int, rec: Fold, live: Fold) -> EngineResult:
     )
 
 
-def run(source, partitions: int = 16, check_signatures: bool = True, progress=None) -> EngineResult:
-    rec, live = one_pass(source, partitions, check_signatures, progress=progress)
+def default_verify_workers() -> int:
+    """One signature process when there is a second core: verifying and recomputing cost about the same."""
+    return 1 if (os.cpu_count() or 1) > 1 else 0
+
+
+def run(source, partitions: int = 16, check_signatures: bool = True, progress=None, verify_workers: int | None = None) -> EngineResult:
+    workers = default_verify_workers() if verify_workers is None else verify_workers
+    # The pool starts its processes at the first batch big enough to use it.
+    pool = verify_pool(workers) if check_signatures and workers > 0 else None
+    try:
+        rec, live = one_pass(source, partitions, check_signatures, progress=progress, pool=pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     result = result_of("local", partitions, rec, live)
     differing = frozenset(result.differing_buckets())
     found = ({}, {})

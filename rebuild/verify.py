@@ -103,8 +103,12 @@ def compare(result, seconds=None) -> Report:
     return report
 
 
-def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None):
-    """Recompute with ``engine`` from a plyvel DB or a snapshot directory."""
+def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None, verify_workers=None):
+    """Recompute with ``engine`` from a plyvel DB or a snapshot directory.
+
+    ``verify_workers``: processes the local engine checks signatures in
+    (default: one when the machine has a second core; 0: in this process).
+    """
     if not isinstance(partitions, int) or not 1 <= partitions <= 256:  # a bucket is a hash byte
         raise RebuildError(f"partitions must be an integer from 1 to 256, got {partitions!r}")
     if engine == "local":
@@ -113,7 +117,7 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
         source = SnapshotSource(snapshot) if snapshot else StoreSource(db)
         try:
             parts = source.partitions if snapshot else partitions
-            return local.run(source, parts, check_signatures, progress)
+            return local.run(source, parts, check_signatures, progress, verify_workers)
         finally:
             source.close()
     from . import spark
@@ -136,6 +140,7 @@ def verify(
     master: str | None = None,
     progress: Progress | None = None,
     spark_log: str | None = None,
+    verify_workers: int | None = None,
 ) -> Report:
     """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` directory and compare; change nothing."""
     start = time.perf_counter()
@@ -150,6 +155,7 @@ def verify(
         master=master,
         progress=progress,
         spark_log=spark_log,
+        verify_workers=verify_workers,
     )
     recomputed_at = time.perf_counter()
     if progress:

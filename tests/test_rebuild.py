@@ -349,3 +349,46 @@ def test_a_damaged_tombstone_that_still_decodes_is_a_fault_not_a_crash_or_a_wron
     repaired = _check(damaged, "local", request, fix=True)
     assert repaired.consistent and damaged.db.get(QUARANTINE + key) is not None
     assert not any(b"elsewhere" in k for k, _ in damaged.items(b"!chat!"))
+
+
+def test_signature_worker_finds_the_same_faults_as_checking_in_process(tmp_path, monkeypatch):
+    """The local engine checks signatures in a worker process one batch ahead; the report must not change."""
+    from rebuild import fold
+
+    monkeypatch.setattr(fold, "VERIFY_BATCH", 600)  # several batches, each big enough for the pool
+    path = tmp_path / "store"
+    with Store(path, now=lambda: NOW) as s:
+        s.ingest_many(generate(seed=5, posts=2000))
+        keys = [k for k, _ in s.items(POSTS)]
+        flipped = []
+        for key in (keys[3], keys[len(keys) // 2], keys[-2]):  # first, middle and last batch
+            blob = s.db.get(key)
+            bad = blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]
+            s.db.delete(key)
+            s.db.put(POSTS + post_hash(bad), bad)
+            flipped.append(post_hash(bad))
+        reports = [check(s, engine="local", partitions=4, verify_workers=n) for n in (0, 1)]
+    in_process, worker = ([(f.kind, f.hash) for f in r.faults if f.kind == "bad_signature"] for r in reports)
+    assert sorted(in_process) == sorted(("bad_signature", h) for h in flipped)
+    assert worker == in_process
+    untimed = [{k: v for k, v in r.to_dict().items() if k != "seconds"} for r in reports]
+    assert untimed[0] == untimed[1]
+
+
+def test_fold_digests_are_the_reference_bucket_digests(pristine):
+    """Fold.add_entries inlines entry_digest, view_of and bucket for speed: it must equal them."""
+    from rebuild.fold import Fold
+    from rebuild.recompute import bucket, bucket_digest, view_of
+
+    with Store(pristine, now=lambda: NOW) as s:
+        pairs = [(k, v) for k, v in s.items() if not k.startswith(POSTS)]
+    fold = Fold(8)
+    fold.add_entries(pairs[: len(pairs) // 2])
+    other = Fold(8)
+    other.add_entries(pairs[len(pairs) // 2 :])
+    fold.merge(other)
+    groups: dict = {}
+    for k, v in pairs:
+        groups.setdefault((view_of(k), bucket(k, 8)), []).append((k, v))
+    assert len(groups) > 8
+    assert fold.hex_digests() == {b: f"{bucket_digest(e):064x}:{len(e)}" for b, e in groups.items()}

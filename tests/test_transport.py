@@ -68,6 +68,7 @@ def test_live_sync_over_tcp_receives_posts_written_later(three):
                 await asyncio.sleep(0.05)
                 if empty.channel_time_range("general") and len(server.node.requests) == 2:
                     break
+            before = len(empty)
             h = full.ingest(post(keypair("zoe"), TEXT, WALL - 10, channel="general", text="live over tcp"))
             for _ in range(200):
                 if h in empty:
@@ -78,10 +79,12 @@ def test_live_sync_over_tcp_receives_posts_written_later(three):
             stop.set()
             summary = await task
             await server.close()
-        return summary
+        return summary, before
 
-    summary = run(main())
+    summary, before = run(main())
     assert summary["channels"] == ["general"]
+    # The live push counts in the summary like the finite pass (it did not before).
+    assert summary["posts_ingested"] == summary["posts_requested"] == before + 1
 
 
 def test_sync_to_a_closed_port_is_a_transport_error(tmp_path):
