@@ -148,23 +148,18 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 # --- decoding ------------------------------------------------------------
 
 
-def _read_bytes(buf: bytes, pos: int, n: int, what: str) -> tuple[bytes, int]:
-    end = pos + n
-    if end > len(buf):
-        raise TruncatedError(f"{what}: declared length {n} exceeds the buffer")
-    return buf[pos:end], end
-
-
 def _read_str(buf: bytes, pos: int, what: str) -> tuple[str, int, int]:
     """Return ``(string, byte_length, new_pos)`` for a length-prefixed UTF-8 string."""
-    if pos < len(buf) and buf[pos] < 0x80:
+    if pos < len(buf) and buf[pos] < 0x80:  # a one-byte length, read inline (hot)
         n = buf[pos]
         pos += 1
     else:
         n, pos = read_varint(buf, pos)
-    raw, pos = _read_bytes(buf, pos, n, what)
+    end = pos + n
+    if end > len(buf):
+        raise TruncatedError(f"{what}: declared length {n} exceeds the buffer")
     try:
-        return raw.decode("utf-8"), n, pos
+        return buf[pos:end].decode("utf-8"), n, end
     except UnicodeDecodeError as exc:
         raise Utf8Error(f"{what} is not valid UTF-8") from exc
 
@@ -186,7 +181,8 @@ def _check_codepoints(value: str, bounds: tuple[int, int], what: str) -> None:
 
 def _read_channel(buf: bytes, pos: int) -> tuple[str, int]:
     channel, _, pos = _read_str(buf, pos, "channel")
-    _check_codepoints(channel, CHANNEL_CODEPOINTS, "channel name")
+    if not CHANNEL_CODEPOINTS[0] <= len(channel) <= CHANNEL_CODEPOINTS[1]:
+        _check_codepoints(channel, CHANNEL_CODEPOINTS, "channel name")  # raises
     return channel, pos
 
 
