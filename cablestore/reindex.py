@@ -246,5 +246,6 @@ def _write_latest(db, writer: _Writer, best: dict, report: ReindexReport) -> Non
     writer.flush()
     for view in _BULK:
         with db.snapshot() as snap:
-            report.written += writer.put_all(list(view.bulk_latest(snap.iterator(prefix=reverse.PREFIX))))
+            keys = snap.iterator(prefix=reverse.PREFIX, include_value=False)
+            report.written += writer.put_all(list(view.bulk_latest(keys, snap.get)))
     writer.flush()

@@ -118,7 +118,8 @@ def test_bulk_heads_from_the_reverse_range_equal_the_heads_ingest_settled(tmp_pa
     with Store(tmp_path / "s") as s:
         heads = [(k, v) for k, v in s.items(links.PREFIX)]
         assert len(heads) > 3
-        assert sorted(links.bulk_latest(s.items(b"!rev!"))) == heads  # yielded in hash order
+        rev = dict(s.items(b"!rev!"))
+        assert sorted(links.bulk_latest(iter(rev), rev.__getitem__)) == heads  # yielded in hash order
 
 
 def test_bulk_heads_of_hand_made_reverse_ranges(alice):
@@ -138,11 +139,11 @@ def test_bulk_heads_of_hand_made_reverse_ranges(alice):
     ips = [Indexed.of(b) for b in (first, second, third, info)]
     rows = [(reverse.key(ip.hash), reverse.pack(ip)) for ip in ips]
     rows += [e for ip in ips for e in links.entries(ip)]
-    rows.sort()
-    got = sorted(links.bulk_latest(rows))
+    rows = dict(sorted(rows))
+    got = sorted(links.bulk_latest(iter(rows), rows.__getitem__))
     expected = sorted(e for ip in ips[1:3] for e in links.latest(ip.hash, ip))
     assert got == expected and len(got) == 2  # `first` is linked, `info` is not linkable
-    assert not list(links.bulk_latest([]))
+    assert not list(links.bulk_latest([], rows.__getitem__))
 
 
 def test_reindex_drops_stray_keys_in_every_gap_between_primary_ranges(tmp_path):

@@ -29,11 +29,12 @@ also define:
     rank or a higher one: a bulk recomputation need not load the winning
     post, and an ingest whose new candidate has such a rank need not look
     for a stored one.  Default: always True.
-``bulk_latest(reverse_entries) -> iterable of (key, value)`` (optional)
-    Every group's ``latest`` entries at once, from the ``!rev!`` range (in
-    key order) once every post's entries are written: for a view with a
-    group per post (``links``), so a bulk reindex holds no candidate per
-    group.  It must equal calling ``latest`` on each group's winner.
+``bulk_latest(reverse_keys, get) -> iterable of (key, value)`` (optional)
+    Every group's ``latest`` entries at once, from the keys of the ``!rev!``
+    range (in key order; ``get(key)`` reads a value) once every post's
+    entries are written: for a view with a group per post (``links``), so a
+    bulk reindex holds no candidate per group.  It must equal calling
+    ``latest`` on each group's winner.
 
 The live store and the rebuild (local and Spark) call these functions and
 nothing else to know what a view holds.

@@ -110,23 +110,28 @@ def latest_needs_winner(group, rank: bytes) -> bool:
     return rank == b""
 
 
-def bulk_latest(reverse_entries):
-    """:func:`latest` of every group at once, from the ``!rev!`` range in key order.
+def bulk_latest(reverse_keys, get):
+    """:func:`latest` of every group at once, from the ``!rev!`` keys in key order.
 
     A group's candidates are the keys under ``!rev!<hash>``, and its winner is
     the last of them: the post's own entry when no ``l`` entry follows it.
-    Then the winner is the post, whose reverse entry holds all ``latest``
-    reads of it (type, channel); otherwise the winner is a linker, which
-    ``latest`` never makes a head.  Nothing is held but the previous entry.
+    Then the winner is the post, whose reverse entry (``get(key)``) holds all
+    ``latest`` reads of it (type, channel); otherwise the winner is a
+    linker, which ``latest`` never makes a head.  Nothing is held but the
+    previous key, and only the unlinked posts' entries are read.
     """
-    own = None  # (hash, reverse value) of the last post entry not yet seen linked
+    own = None  # the last post entry's key, not yet seen linked
     start = len(REV)
-    for key, value in reverse_entries:
+    for key in reverse_keys:
         if len(key) == start + 32:
             if own is not None:
-                yield from latest(own[0], stand_in(*own))
-            own = (key[start:], value)
-        elif own is not None and key[start : start + 32] == own[0]:
+                yield from _latest_of(own, get)
+            own = key
+        elif own is not None and key[start : start + 32] == own[start:]:
             own = None  # a linker outranks the post
     if own is not None:
-        yield from latest(own[0], stand_in(*own))
+        yield from _latest_of(own, get)
+
+
+def _latest_of(own_key: bytes, get):
+    return latest(own_key[len(REV) :], stand_in(own_key[len(REV) :], get(own_key)))

@@ -1,0 +1,165 @@
+"""Where the time and the bytes go: profiles of reindex and ingest, and disk per key family.
+
+    python -m benchmarks.profile reindex --posts 100000
+    python -m benchmarks.profile ingest --posts 20000 --verify
+    python -m benchmarks.profile disk --posts 100000
+
+``reindex`` builds a store by trusted ingest (reused if present under
+``--out``), copies it and profiles ``cablestore reindex`` on the copy.
+``ingest`` ingests the first half of the posts unprofiled (so the store
+has history), then profiles the second half, in batches of 1,000.  Both
+print the run's phase seconds and the functions with the most time of their
+own (cProfile; ``--sort cumulative`` for totals).  ``disk`` compacts the
+store and sums key and value bytes per key family, and the compacted bytes
+each family takes in a LevelDB of its own (with the store's options).
+Results are for comparing within one run: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+NOW = 1_900_000_000_000
+
+
+def _store(out: Path, n: int, seed: int) -> Path:
+    from .rebuild import build_store
+
+    return build_store(out, n, seed)
+
+
+def _posts_file(out: Path, n: int, seed: int) -> Path:
+    from cablestore.workload import Workload, write_posts
+
+    path = out / f"posts-{n}-seed{seed}.bin"
+    if not path.exists():
+        write_posts(path, Workload(seed, n))
+    return path
+
+
+def _top(profile: cProfile.Profile, sort: str, limit: int) -> None:
+    pstats.Stats(profile, stream=sys.stdout).strip_dirs().sort_stats(sort).print_stats(limit)
+
+
+def profile_reindex(out: Path, n: int, seed: int, sort: str, limit: int) -> None:
+    from cablestore import Store
+    from cablestore.reindex import reindex
+
+    src = _store(out, n, seed)
+    work = out / "profile-reindex.ldb"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(src, work)
+    with Store(work, now=lambda: NOW) as store:
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        report = reindex(store)
+        profile.disable()
+        seconds = time.perf_counter() - start
+    shutil.rmtree(work, ignore_errors=True)
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in report.seconds.items())
+    print(f"reindex of {report.posts:,} posts: {seconds:.2f} s under the profiler ({phases})")
+    _top(profile, sort, limit)
+
+
+def profile_ingest(out: Path, n: int, seed: int, verify: bool, sort: str, limit: int) -> None:
+    from cablestore import Store
+    from cablestore.workload import iter_posts
+
+    work = out / "profile-ingest.ldb"
+    shutil.rmtree(work, ignore_errors=True)
+    chunks = list(iter_posts(_posts_file(out, n, seed), 1000))
+    half = len(chunks) // 2
+    with Store(work, verify_signatures=verify, now=lambda: NOW) as store:
+        for chunk in chunks[:half]:
+            store.ingest_many(chunk)
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        for chunk in chunks[half:]:
+            store.ingest_many(chunk)
+        profile.disable()
+        seconds = time.perf_counter() - start
+    shutil.rmtree(work, ignore_errors=True)
+    posts = sum(len(c) for c in chunks[half:])
+    kind = "verified" if verify else "trusted"
+    print(f"{kind} ingest of posts {n - posts:,} to {n:,}: {seconds:.2f} s under the profiler")
+    _top(profile, sort, limit)
+
+
+def _family(key: bytes) -> str:
+    name = key[: key.find(b"!", 1) + 1].decode("ascii", "replace")
+    if name == "!rev!":
+        return "!rev!<hash>" if len(key) == 37 else "!rev!<target>l<hash>"
+    return name
+
+
+def disk_families(out: Path, n: int, seed: int) -> None:
+    import plyvel
+
+    from cablestore import Store, opening
+
+    src = _store(out, n, seed)
+    with Store(src, now=lambda: NOW) as store:
+        store.db.compact_range()
+    on_disk = sum(f.stat().st_size for f in src.iterdir() if f.is_file())
+    fams: dict = defaultdict(list)
+    db = plyvel.DB(str(src))
+    try:
+        for key, value in db.iterator():
+            fams[_family(key)].append((key, value))
+    finally:
+        db.close()
+    posts = len(fams["!post!"])
+    raw = sum(len(v) for _, v in fams["!post!"])
+    print(f"{posts:,} posts, {raw / posts:.0f} B raw each; compacted store {on_disk / posts:.0f} B/post = {on_disk / raw:.2f}x raw")
+    print(f"| key family | keys | key+value B/post | alone, compacted B/post | × raw |\n|---|---|---|---|---|")
+    rows = []
+    for name, pairs in fams.items():
+        alone = out / "profile-family.ldb"
+        shutil.rmtree(alone, ignore_errors=True)
+        fam_db = plyvel.DB(str(alone), create_if_missing=True, bloom_filter_bits=10, block_size=opening.BLOCK_SIZE)
+        with fam_db.write_batch() as wb:
+            for key, value in pairs:
+                wb.put(key, value)
+        fam_db.compact_range()
+        fam_db.close()
+        size = sum(os.path.getsize(alone / f) for f in os.listdir(alone) if f.endswith(".ldb"))
+        shutil.rmtree(alone, ignore_errors=True)
+        logical = sum(len(k) + len(v) for k, v in pairs)
+        rows.append((size, f"| `{name}` | {len(pairs):,} | {logical / posts:.0f} | {size / posts:.0f} | {size / raw:.2f} |"))
+    for _, row in sorted(rows, reverse=True):
+        print(row)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("reindex", "ingest", "disk"))
+    parser.add_argument("--posts", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
+    parser.add_argument("--verify", action="store_true", help="ingest: check signatures")
+    parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumulative, ...)")
+    parser.add_argument("--limit", type=int, default=25, help="functions to list")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.what == "reindex":
+        profile_reindex(out, args.posts, args.seed, args.sort, args.limit)
+    elif args.what == "ingest":
+        profile_ingest(out, args.posts, args.seed, args.verify, args.sort, args.limit)
+    else:
+        disk_families(out, args.posts, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
