@@ -1,0 +1,118 @@
+"""Before/after ratios: the same timing with another commit's cablestore and this tree's, alternating.
+
+    python -m benchmarks.ab --base 280d1bb reindex --posts 100000 --rounds 3
+    python -m benchmarks.ab --base 280d1bb ingest --posts 30000 --rounds 2
+
+The base commit's ``cablestore``, ``views`` and ``rebuild`` are extracted
+with ``git archive`` into a temporary directory and imported from there (the
+editable install's finder is removed first), so both sides run the same
+timing code on the same machine within minutes of each other.  ``reindex``
+times ``reindex`` on a fresh copy of a store built by trusted ingest;
+``ingest`` times pynacl's raw verify, then verified and trusted ingest of
+the posts, in batches of 1,000.  Each side runs in a fresh process; the
+best of the rounds is compared (the machine is shared: compare ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+NOW = 1_900_000_000_000
+
+_PRELUDE = r"""
+import sys, json, time, shutil
+if sys.argv[1]:
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, sys.argv[1])
+"""
+
+_REINDEX = _PRELUDE + r"""
+from cablestore import Store
+from cablestore.reindex import reindex
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+shutil.copytree(sys.argv[2], sys.argv[3])
+with Store(sys.argv[3], now=lambda: %d) as s:
+    t = time.perf_counter()
+    r = reindex(s)
+    wall = time.perf_counter() - t
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+print(json.dumps({"seconds": wall, "posts_per_s": r.posts / wall, "phases": {k: round(v, 2) for k, v in r.seconds.items()}}))
+""" % NOW
+
+_INGEST = _PRELUDE + r"""
+from nacl.signing import VerifyKey
+from cablestore import Store
+from cablestore.workload import read_posts
+bufs = read_posts(sys.argv[2])
+t = time.perf_counter()
+for b in bufs:
+    VerifyKey(b[:32]).verify(b[96:], b[32:96])
+out = {"raw_verify_per_s": len(bufs) / (time.perf_counter() - t)}
+for name, verify in (("verified", True), ("trusted", False)):
+    shutil.rmtree(sys.argv[3], ignore_errors=True)
+    with Store(sys.argv[3], verify_signatures=verify, now=lambda: %d) as s:
+        t = time.perf_counter()
+        for i in range(0, len(bufs), 1000):
+            s.ingest_many(bufs[i : i + 1000])
+        out[name + "_per_s"] = len(bufs) / (time.perf_counter() - t)
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+out["verified_over_raw"] = out["verified_per_s"] / out["raw_verify_per_s"]
+print(json.dumps(out))
+""" % NOW
+
+
+def extract(base: str, into: Path) -> Path:
+    """The base commit's package tree, laid out as installed (``cablestore.views``, ``cablestore.rebuild``)."""
+    src = into / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "archive", base], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    pkg = into / "pkg"
+    shutil.copytree(src / "cablestore", pkg / "cablestore")
+    shutil.copytree(src / "views", pkg / "cablestore" / "views")
+    shutil.copytree(src / "rebuild", pkg / "cablestore" / "rebuild")
+    return pkg
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the commit to compare with (e.g. main before a change)")
+    parser.add_argument("what", choices=("reindex", "ingest"))
+    parser.add_argument("--posts", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from .rebuild import build_store
+
+    store = build_store(out, args.posts, args.seed)  # built by this tree's code
+    posts = out / f"posts-{args.posts}-seed{args.seed}.bin"
+    code, source = (_REINDEX, store) if args.what == "reindex" else (_INGEST, posts)
+    results: dict = {"base": [], "this tree": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = {"base": str(extract(args.base, Path(tmp))), "this tree": ""}
+        for _ in range(args.rounds):
+            for side, path in sides.items():
+                run = subprocess.run([sys.executable, "-c", code, path, str(source), str(out / "ab-work.ldb")], capture_output=True, text=True, check=True)
+                result = json.loads(run.stdout)
+                results[side].append(result)
+                print(side, json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}), flush=True)
+    key = "posts_per_s" if args.what == "reindex" else "trusted_per_s"
+    best = {side: max(r[key] for r in rs) for side, rs in results.items()}
+    print(f"best of {args.rounds}, {key}: base {best['base']:,.0f}, this tree {best['this tree']:,.0f}: {best['this tree'] / best['base']:.2f}x")
+    if args.what == "ingest":
+        ratio = {side: max(r["verified_over_raw"] for r in rs) for side, rs in results.items()}
+        print(f"best verified ingest / raw verify: base {ratio['base']:.2f}, this tree {ratio['this tree']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
