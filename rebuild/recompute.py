@@ -158,26 +158,7 @@ def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]
     view = views.BY_NAME[view_name]
     if blob is None and not views.needs_winner(view, group, rank):
         return []
-    return view.latest(group, _Winner(h, blob))
-
-
-class _Winner:
-    """A group's winning post, decoded only if the view reads more than its hash.
-
-    Most groups are a post's links group, whose winner is a later post
-    linking to it: the view looks at the hash, sees no head, and the decode
-    (a third of a rebuild's time) is skipped.
-    """
-
-    __slots__ = ("hash", "_blob", "_ip")
-
-    def __init__(self, h: bytes, blob: bytes):
-        self.hash, self._blob, self._ip = h, blob, None
-
-    def __getattr__(self, name: str):
-        if self._ip is None:
-            self._ip = Indexed.of(self._blob, decode_post(self._blob), self.hash)
-        return getattr(self._ip, name)
+    return view.latest(group, Indexed.of(blob, decode_post(blob), h))
 
 
 DIGEST_MASK = (1 << 256) - 1
