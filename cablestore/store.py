@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import plyvel
 
 from . import indexer, opening, views
-from .codec import Post, decode_post, post_hash
+from .codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from .crypto import check_signature, verify_many, verify_pool
 from .events import Committed, Listeners
 from .gcpause import gc_paused
@@ -272,8 +272,9 @@ class Store(Reading, Queries):
         """
         hashes = [as_hash(h) for h in hashes]
         channel_key(channel)  # a bad name is the caller's error, before any write
-        if not 1 <= len(channel) <= 64:
-            raise QueryError(f"a channel name has 1 to 64 codepoints, not {len(channel)}")
+        lo, hi = CHANNEL_CODEPOINTS
+        if not lo <= len(channel) <= hi:
+            raise QueryError(f"a channel name has {lo} to {hi} codepoints, not {len(channel)}")
         with self._write_lock:
             txn = self._txn()
             learned = sum(indexer.learn_listing(txn, h, channel) for h in hashes)
