@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import signal
+import subprocess
 
 import pytest
 
@@ -49,3 +51,14 @@ def spark_session():
     spark = session("local[2]")
     yield spark
     spark.stop()
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+    """Send ``sig`` and return the exit status; a process that does not exit in time is killed (and the wait raises)."""
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -19,7 +19,7 @@ from cablestore.workload import generate, read_posts
 
 from cablestore.author import Author
 
-from .conftest import NOW, keypair
+from .conftest import NOW, keypair, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
@@ -165,13 +165,7 @@ def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypat
             assert re.fullmatch(_shape_pattern(documented), shown), (argv, out.getvalue())
     finally:
         for proc in background:
-            proc.terminate()
-            try:
-                assert proc.wait(timeout=30) == 0
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            assert stop(proc) == 0
 
 
 def _start(argv: list[str], documented: list[str], cwd: Path) -> subprocess.Popen:

@@ -16,7 +16,7 @@ from cablestore.transport import PeerServer, run_sync
 from cablestore.peer import Node
 from cablestore.workload import generate, write_posts
 
-from .conftest import keypair, post
+from .conftest import keypair, post, stop
 from .peer_helpers import WALL, answers
 
 PY = sys.executable
@@ -131,13 +131,7 @@ def test_serve_and_sync_processes_bring_an_empty_store_to_the_same_answers(tmp_p
         )
         assert again.returncode == 0 and "0 posts ingested" in again.stdout, again.stdout + again.stderr
     finally:
-        proc.send_signal(sig)
-        try:
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        assert stop(proc, sig) == 0
     with Store(tmp_path / "full") as full, Store(tmp_path / "empty") as empty:
         assert answers(empty) == answers(full)
 
