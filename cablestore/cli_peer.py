@@ -29,12 +29,10 @@ def _cmd_serve(args) -> int:
 
 def _cmd_sync(args) -> int:
     from .progress import Progress
-    from .store import Store
-    from .transport import run_sync
+    from .transport import sync_path
 
     progress = Progress(quiet=args.quiet or args.json).stage("sync: posts ingested")
-    with Store(args.store) as store:
-        summary = asyncio.run(run_sync(store, args.connect, channels=args.channel or None, live=args.live, progress=progress, timeout=args.timeout))
+    summary = asyncio.run(sync_path(args.store, args.connect, channels=args.channel or None, live=args.live, progress=progress, timeout=args.timeout))
     progress.done()
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False))

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .errors import TransportError
 from .peer import Connection, Node
@@ -168,6 +169,24 @@ async def open_connection(host: str, port: int) -> tuple[asyncio.StreamReader, a
         raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
 
 
+async def sync_path(path: "str | os.PathLike", address: str, **kw: Any) -> dict:
+    """:func:`run_sync` into the store at ``path``, created if missing, once ``address`` has answered.
+
+    The connection is made first, so a peer that cannot be reached (or a bad
+    address) leaves no new, empty store behind.
+    """
+    from .store import Store
+
+    streams = await open_connection(*parse_address(address))
+    try:
+        store = Store(path)
+    except BaseException:
+        streams[1].close()
+        raise
+    with store:
+        return await run_sync(store, address, streams=streams, **kw)
+
+
 async def run_server(
     store: "Store", address: str, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None
 ) -> dict:
@@ -203,17 +222,18 @@ async def run_sync(
     progress: "Progress | None" = None,
     timeout: float = 600.0,
     stop: asyncio.Event | None = None,
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None,
 ) -> dict:
     """Sync ``store`` from the peer at ``address``; return the sync summary.
 
     Returns once every request concluded (with ``live``: when ``stop`` is set,
     on SIGINT/SIGTERM, or when the peer hangs up).  ``timeout`` bounds the
-    whole finite sync in seconds.
+    whole finite sync in seconds.  ``streams``: a connection to ``address``
+    already open (see :func:`sync_path`).
     """
-    host, port = parse_address(address)
+    reader, writer = streams or await open_connection(*parse_address(address))
     node = Node(store)
     wire = Wire(node)
-    reader, writer = await open_connection(host, port)
     conn = node.connect(address)
     sync = Sync(conn, address, channels=channels, live=live, window=window)
     finished = asyncio.Event()

@@ -136,10 +136,12 @@ def test_serve_and_sync_processes_bring_an_empty_store_to_the_same_answers(tmp_p
         assert answers(empty) == answers(full)
 
 
-def test_sync_command_errors_are_one_line_and_exit_2(tmp_path):
-    out = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "s"), "--connect", "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-port"])
+def test_sync_command_errors_are_one_line_exit_2_and_create_no_store(tmp_path, address):
+    out = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "s"), "--connect", address], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "TransportError" in out.stderr
+    assert not (tmp_path / "s").exists()  # an unreachable peer leaves no empty store behind
 
 
 def test_serve_refuses_a_missing_store_without_creating_it(tmp_path):
