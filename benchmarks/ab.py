@@ -34,7 +34,7 @@ if sys.argv[1]:
 
 _REINDEX = _PRELUDE + r"""
 from cablestore import Store
-from cablestore.reindex import reindex
+from cablestore.rebuild.reindex import reindex
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 shutil.copytree(sys.argv[2], sys.argv[3])
 with Store(sys.argv[3], now=lambda: %d) as s:
@@ -48,7 +48,7 @@ print(json.dumps({"seconds": wall, "posts_per_s": r.posts / wall, "phases": {k: 
 _INGEST = _PRELUDE + r"""
 from nacl.signing import VerifyKey
 from cablestore import Store
-from cablestore.workload import read_posts
+from cablestore.authoring.workload import read_posts
 bufs = read_posts(sys.argv[2])
 t = time.perf_counter()
 for b in bufs:

@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="keep the store, snapshot and logs here (default: a temporary directory)")
     args = parser.parse_args(argv)
     from cablestore import Store
-    from cablestore.workload import Workload, iter_posts, write_posts
+    from cablestore.authoring.workload import Workload, iter_posts, write_posts
 
     base = Path(args.out or tempfile.mkdtemp(prefix="cablestore-cluster-"))
     base.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from cablestore import Store
 from cablestore.errors import CableError
-from cablestore.recovery import recover
-from cablestore.workload import generate
+from cablestore.store.recovery import recover
+from cablestore.authoring.workload import generate
 
 NOW = 1_900_000_000_000
 DAMAGEABLE = ("*.ldb", "*.log", "MANIFEST-*")

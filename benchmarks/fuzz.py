@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cablestore import decode_post, encode_post, verify_post
 from cablestore.errors import CableError
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 
 VECTORS = Path(__file__).resolve().parent.parent / "tests" / "data" / "cable-js-0.2.1.json"
 

@@ -37,7 +37,7 @@ def _store(out: Path, n: int, seed: int) -> Path:
 
 
 def _posts_file(out: Path, n: int, seed: int) -> Path:
-    from cablestore.workload import Workload, write_posts
+    from cablestore.authoring.workload import Workload, write_posts
 
     path = out / f"posts-{n}-seed{seed}.bin"
     if not path.exists():
@@ -51,7 +51,7 @@ def _top(profile: cProfile.Profile, sort: str, limit: int) -> None:
 
 def profile_reindex(out: Path, n: int, seed: int, sort: str, limit: int) -> None:
     from cablestore import Store
-    from cablestore.reindex import reindex
+    from cablestore.rebuild.reindex import reindex
 
     src = _store(out, n, seed)
     work = out / "profile-reindex.ldb"
@@ -72,7 +72,7 @@ def profile_reindex(out: Path, n: int, seed: int, sort: str, limit: int) -> None
 
 def profile_ingest(out: Path, n: int, seed: int, verify: bool, sort: str, limit: int) -> None:
     from cablestore import Store
-    from cablestore.workload import iter_posts
+    from cablestore.authoring.workload import iter_posts
 
     work = out / "profile-ingest.ldb"
     shutil.rmtree(work, ignore_errors=True)
@@ -105,7 +105,8 @@ def _family(key: bytes) -> str:
 def disk_families(out: Path, n: int, seed: int) -> None:
     import plyvel
 
-    from cablestore import Store, opening
+    from cablestore import Store
+    from cablestore.store import opening
 
     src = _store(out, n, seed)
     with Store(src, now=lambda: NOW) as store:

@@ -26,7 +26,7 @@ NOW = 1_900_000_000_000
 
 def build_store(out: Path, n: int, seed: int) -> Path:
     from cablestore import Store
-    from cablestore.workload import Workload, iter_posts, write_posts
+    from cablestore.authoring.workload import Workload, iter_posts, write_posts
 
     posts = out / f"posts-{n}-seed{seed}.bin"
     if not posts.exists():

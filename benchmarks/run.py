@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from cablestore import Store, post_hash
-from cablestore.workload import Workload, iter_posts, read_posts, write_posts
+from cablestore.authoring.workload import Workload, iter_posts, read_posts, write_posts
 
 NOW = 1_900_000_000_000  # far enough ahead of the generated timestamps
 
@@ -91,7 +91,7 @@ def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int 
 
 
 def _reindex_child(path, conn):
-    from cablestore.reindex import reindex
+    from cablestore.rebuild.reindex import reindex
 
     with Store(path, now=lambda: NOW) as store:
         report = reindex(store)

@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .codec import (  # noqa: E402
+from cablestore.wire.codec import (  # noqa: E402
     DELETE,
     INFO,
     JOIN,
@@ -15,9 +15,9 @@ from .codec import (  # noqa: E402
     encode_post,
     post_hash,
 )
-from .crypto import Keypair, make_post, sign_post, verify_post  # noqa: E402
-from .errors import *  # noqa: E402,F401,F403
-from .errors import CableError  # noqa: E402
+from cablestore.wire.crypto import Keypair, make_post, sign_post, verify_post  # noqa: E402
+from cablestore.errors import *  # noqa: E402,F401,F403
+from cablestore.errors import CableError  # noqa: E402
 
 __all__ = [
     "CableError",
@@ -38,6 +38,6 @@ __all__ = [
     "POST_TYPE_NAMES",
 ]
 
-from .store import IngestResult, Store  # noqa: E402
+from cablestore.store.store import IngestResult, Store  # noqa: E402
 
 __all__ += ["Store", "IngestResult"]

@@ -19,8 +19,8 @@ from pathlib import Path
 INTERNAL_PREFIXES = (
     "cablestore.__main__",
     "cablestore.cli",
-    "cablestore.txn",
-    "cablestore.reverse",
+    "cablestore.store.txn",
+    "cablestore.keyspace.reverse",
     "cablestore.views",
     "cablestore.rebuild.",
 )
@@ -43,7 +43,7 @@ def build(out: str | os.PathLike = "docs/api") -> Path:
     try:
         import pdoc
     except ImportError as exc:
-        from .errors import CableError
+        from cablestore.errors import CableError
 
         raise CableError("pdoc is not installed: pip install -e '.[docs]'") from exc
     out = Path(out)

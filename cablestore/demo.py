@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .progress import Progress
-from .store import Store
-from .workload import Workload
+from cablestore.progress import Progress
+from cablestore.store.store import Store
+from cablestore.authoring.workload import Workload
 
 
 def run_demo(
@@ -42,7 +42,7 @@ def run_demo(
 
 
 def _demo(path, posts, seed, engine, say, progress) -> dict:
-    from .rebuild import check
+    from cablestore.rebuild import check
 
     report: dict = {"store": str(path), "posts": posts, "seed": seed}
     say(f"cablestore demo: {posts} signed posts (seed {seed}) into {path}")

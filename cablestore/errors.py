@@ -81,7 +81,7 @@ class QueryError(CableError, ValueError):
     """A query argument is invalid (negative limit, malformed hash, ...)."""
 
 
-# --- wire messages and peers (cablestore.messages, cablestore.peer) ---------
+# --- wire messages and peers (cablestore.wire.messages, cablestore.peer) ---------
 
 
 class MessageError(CableError):
@@ -136,7 +136,7 @@ class SparkMasterUnreachableError(SparkUnavailableError):
     """The ``--master`` given cannot be reached, or did not accept the application in time."""
 
 
-# --- authoring (cablestore.author, cablestore.keyfile) ----------------------
+# --- authoring (cablestore.authoring.author, cablestore.authoring.keyfile) ----------------------
 
 
 class PostFieldError(CableError, ValueError):
@@ -155,7 +155,7 @@ class PostsFileError(CableError):
     """A file given as a posts file is not one, or is truncated or damaged."""
 
 
-# --- opening, closing and damaged stores (cablestore.opening, cablestore.recovery) ---
+# --- opening, closing and damaged stores (cablestore.store.opening, cablestore.store.recovery) ---
 
 
 class StoreNotFoundError(StoreError):

@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

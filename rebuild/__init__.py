@@ -40,7 +40,7 @@ def rebuild(
     machine with a second core) to the local engine only.
     """
     from cablestore.errors import RebuildError
-    from cablestore.store import Store
+    from cablestore.store.store import Store
 
     if engine not in ("spark", "local"):
         raise RebuildError(f"unknown engine {engine!r} (spark or local)")

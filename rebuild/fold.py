@@ -16,7 +16,7 @@ from itertools import islice
 
 import blake3
 
-from cablestore.crypto import verify_many
+from cablestore.wire.crypto import verify_many
 
 from .recompute import (
     _VIEW_BY_PREFIX,
@@ -155,7 +155,7 @@ def by_key(tombs, attr: str) -> dict:
 def fold_posts(fold: Fold, posts, on_target: dict, made_by: dict, check_signatures: bool, skip=frozenset(), progress=None, pool=None) -> Fold:
     """Fold ``(hash, blob)`` posts in; hashes in ``skip`` (known faults) are left out.
 
-    ``pool``: a :func:`cablestore.crypto.verify_pool` that checks signatures
+    ``pool``: a :func:`cablestore.wire.crypto.verify_pool` that checks signatures
     while this process recomputes views (the two costs are about equal).
     """
     signed = _verified_ahead(posts, pool) if check_signatures and pool is not None else ((h, b, None) for h, b in posts)

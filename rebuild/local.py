@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from cablestore.crypto import verify_pool
+from cablestore.wire.crypto import verify_pool
 
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .result import EngineResult

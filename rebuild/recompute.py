@@ -13,12 +13,13 @@ import zlib
 
 import blake3
 
-from cablestore import reverse, views
-from cablestore.codec import DELETE, decode_post, post_hash
-from cablestore.crypto import verify_post
+from cablestore import views
+from cablestore.keyspace import reverse
+from cablestore.wire.codec import DELETE, decode_post, post_hash
+from cablestore.wire.crypto import verify_post
 from cablestore.errors import CableError, CorruptRecordError
-from cablestore.records import Indexed, Tombstone
-from cablestore.txn import DELETED, POSTS
+from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.store.txn import DELETED, POSTS
 
 META = b"!meta!"
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)

@@ -25,7 +25,7 @@ import blake3
 import msgpack
 
 from cablestore.errors import RebuildError
-from cablestore.txn import DELETED, POSTS
+from cablestore.store.txn import DELETED, POSTS
 
 from .recompute import PRIMARY_PREFIXES, bucket, partition_of
 

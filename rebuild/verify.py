@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import RebuildError
-from cablestore.txn import POSTS
+from cablestore.store.txn import POSTS
 
 from . import local
 from .recompute import FAULT_KINDS, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, view_of
@@ -24,7 +24,7 @@ from .snapshot import SnapshotSource, StoreSource, export
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
-    from cablestore.store import Store
+    from cablestore.store.store import Store
 
 
 @dataclass
@@ -211,7 +211,7 @@ REINDEX_WHEN_MISSING = 0.5
 def mostly_missing(report: Report) -> bool:
     """True when more than half of the recomputed entries are missing from the store.
 
-    A repair then rebuilds every view with :func:`cablestore.reindex.reindex`
+    A repair then rebuilds every view with :func:`cablestore.rebuild.reindex.reindex`
     (sorted writes, no per-key diff held in a WriteBatch) instead of writing
     the differences: it is faster, and the differences are most of the views.
     """
@@ -228,7 +228,7 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
         if not fix or report.consistent:
             return report
         if mostly_missing(report):
-            from cablestore.reindex import reindex_db
+            from cablestore.rebuild.reindex import reindex_db
 
             repaired = apply_repair(store.db, report, views=False)
             done = reindex_db(store.db, sync=store.sync)

@@ -51,8 +51,8 @@ def _all():
 def test_the_walk_finds_the_main_api():
     names = {qualname for _, _, objs in _all() for qualname, _ in objs}
     assert {
-        "cablestore.Store", "cablestore.store.Store.ingest", "cablestore.reading.Reading.messages",
-        "cablestore.queries.Queries.channel_time_range", "cablestore.rebuild.rebuild", "cablestore.codec.decode_post",
+        "cablestore.Store", "cablestore.store.Store.ingest", "cablestore.store.reading.Reading.messages",
+        "cablestore.store.queries.Queries.channel_time_range", "cablestore.rebuild.rebuild", "cablestore.wire.codec.decode_post",
     } <= names
     assert not any(".txn." in n or ".views." in n for n in names)
 

@@ -18,9 +18,9 @@ from cablestore import (
     post_hash,
     verify_post,
 )
-from cablestore.author import Author, clock_key
+from cablestore.authoring.author import Author, clock_key
 from cablestore.errors import NotYourPostError, PostFieldError
-from cablestore.store import WEEK_MS
+from cablestore.store.store import WEEK_MS
 
 from .conftest import NOW, dump, post
 

@@ -11,7 +11,7 @@ import pytest
 
 from cablestore import __version__
 from cablestore.cli import main
-from cablestore.workload import read_posts
+from cablestore.authoring.workload import read_posts
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from cablestore import Store, post_hash
 from cablestore.cli import build_parser, main
 from cablestore.errors import PostsFileError
-from cablestore.workload import generate, iter_posts, read_posts, write_posts
+from cablestore.authoring.workload import generate, iter_posts, read_posts, write_posts
 
 from .conftest import NOW
 

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.cluster import LocalCluster, group_alive, rebuild_json
 from cablestore import Store
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 
 from .conftest import NOW
 

@@ -42,8 +42,8 @@ from cablestore import (
     sign_post,
     verify_post,
 )
-from cablestore import codec
-from cablestore.codec import encode_varint, read_varint
+from cablestore.wire import codec
+from cablestore.wire.codec import encode_varint, read_varint
 from cablestore.errors import (
     DecodeError,
     LimitError,

@@ -12,8 +12,8 @@ import pytest
 from cablestore import Store
 from cablestore.cli import main
 from cablestore.errors import StoreCorruptError, StoreNotFoundError
-from cablestore.recovery import recover
-from cablestore.workload import generate
+from cablestore.store.recovery import recover
+from cablestore.authoring.workload import generate
 
 NOW = 1_900_000_000_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CRASH_AFTER_INGEST = """
 import os, sys
 from cablestore import Store
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 store = Store(sys.argv[1], now=lambda: {now}, verify_signatures=False)
 posts = generate(seed=3, posts=400)
 for i in range(0, 400, 4):
@@ -121,7 +121,7 @@ DISK_FULL = """
 import json, os, resource, signal, sys
 from cablestore import Store
 from cablestore.errors import CableError
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 posts = generate(seed=6, posts=500)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -182,7 +182,7 @@ def test_recover_refuses_a_store_that_is_open(tmp_path):
     with Store(tmp_path / "s") as s:
         with pytest.raises(StoreLockedError):
             recover(tmp_path / "s")
-        code = "import sys\nfrom cablestore.recovery import recover\nrecover(sys.argv[1])\n"
+        code = "import sys\nfrom cablestore.store.recovery import recover\nrecover(sys.argv[1])\n"
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
         assert "StoreLockedError" in out.stderr  # another process: LevelDB's lock
         assert s.get(bytes(32)) is None  # and the open store is unharmed

@@ -14,10 +14,10 @@ import pytest
 
 from cablestore import Store
 from cablestore.cli import build_parser, main
-from cablestore.sync import write_cursor
-from cablestore.workload import generate, read_posts
+from cablestore.peer.sync import write_cursor
+from cablestore.authoring.workload import generate, read_posts
 
-from cablestore.author import Author
+from cablestore.authoring.author import Author
 
 from .conftest import NOW, keypair, stop
 

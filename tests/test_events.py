@@ -1,7 +1,7 @@
 """Store.subscribe: listeners hear every commit that adds or removes posts, after it lands."""
 
 from cablestore import DELETE, JOIN, TEXT, Store
-from cablestore.store import LOCAL
+from cablestore.store.store import LOCAL
 from cablestore.errors import StoreError
 
 from .conftest import NOW, dump, post

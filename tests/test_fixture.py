@@ -39,7 +39,7 @@ import pytest
 
 from cablestore import Store
 from cablestore.errors import DeletedPostError
-from cablestore.workload import read_posts
+from cablestore.authoring.workload import read_posts
 
 FIXTURE = Path(__file__).parent / "data" / "cablejs-0.2.1-s7-2000"
 NOW = 1_700_200_000_000  # later than every post, so none is "from the future"

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cablestore import DELETE, INFO, JOIN, TEXT, TOPIC, Store, post_hash
-from cablestore.codec import encode_varint
+from cablestore.wire.codec import encode_varint
 from cablestore.errors import (
     CableError,
     DeletedPostError,
@@ -22,8 +22,8 @@ from cablestore.errors import (
     UnknownPostTypeError,
     Utf8Error,
 )
-from cablestore.store import WEEK_MS
-from cablestore.workload import generate
+from cablestore.store.store import WEEK_MS
+from cablestore.authoring.workload import generate
 
 from .conftest import NOW, dump, post
 

@@ -23,7 +23,7 @@ from cablestore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from cablestore.workload import Workload, write_posts
+from cablestore.authoring.workload import Workload, write_posts
 
 from .conftest import NOW
 
@@ -167,7 +167,7 @@ def close_race(directory: str, rounds: int) -> None:
     """
     import random
 
-    from cablestore.workload import generate
+    from cablestore.authoring.workload import generate
 
     posts = generate(seed=8, posts=400)
     rng = random.Random(1)
@@ -282,7 +282,7 @@ def test_every_call_after_close_raises_store_closed(tmp_path, alice):
 
 def test_every_public_store_method_is_guarded():
     """Every public method (mixed in from any module) passes through the gate close() waits on."""
-    from cablestore.inflight import UNGUARDED
+    from cablestore.store.inflight import UNGUARDED
 
     unguarded = [
         name

@@ -8,10 +8,10 @@ import shutil
 import pytest
 
 from cablestore import DELETE, JOIN, TEXT, Store, decode_post, post_hash
-from cablestore.keys import canonical_channel
+from cablestore.keyspace.keys import canonical_channel
 from cablestore.rebuild import check
 from cablestore.views.links import LINKABLE
-from cablestore.workload import generate, read_posts
+from cablestore.authoring.workload import generate, read_posts
 
 from .conftest import NOW, dump, post
 
@@ -205,7 +205,7 @@ def test_rebuild_finds_damage_to_the_links_view(linked_store, tmp_path, engine, 
 
 
 def test_causal_sort_puts_links_before_timestamps(store, alice, bob):
-    from cablestore.link_queries import causal_sort
+    from cablestore.store.link_queries import causal_sort
 
     root = post(alice, TEXT, 5000, channel="dev", text="root")
     skewed = post(bob, TEXT, 1000, [post_hash(root)], channel="dev", text="bob's clock is slow")

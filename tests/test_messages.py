@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cablestore import messages as M
+from cablestore.wire import messages as M
 from cablestore.errors import (
     CableError,
     FramingError,
@@ -148,7 +148,7 @@ def test_mutated_messages_raise_only_cable_errors(m, at, value):
 
 
 def frame(payload: bytes) -> bytes:
-    from cablestore.codec import encode_varint
+    from cablestore.wire.codec import encode_varint
 
     return encode_varint(len(payload)) + payload
 

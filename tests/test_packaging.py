@@ -18,7 +18,7 @@ def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
     )
     [wheel] = (tmp_path / "dist").glob("cablestore-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark.py", "cablestore/codec.py", "cablestore/py.typed"} <= names
+    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark.py", "cablestore/wire/codec.py", "cablestore/py.typed"} <= names
     assert not any(n.startswith(("views/", "rebuild/", "tests/")) for n in names)
 
     # a normal install of that wheel imports both subpackages from site-packages

@@ -7,11 +7,11 @@ import threading
 import pytest
 
 from cablestore import DELETE, JOIN, TEXT, TOPIC, Store, post_hash
-from cablestore import messages as M
+from cablestore.wire import messages as M
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
-from cablestore.peer import Concluded, Node, Refused
-from cablestore.sync import Sync, cursor_key, read_cursor
-from cablestore.workload import generate
+from cablestore.peer.protocol import Concluded, Node, Refused
+from cablestore.peer.sync import Sync, cursor_key, read_cursor
+from cablestore.authoring.workload import generate
 
 from .conftest import keypair, post
 from .peer_helpers import WALL, answers, link, pump, responses
@@ -348,7 +348,7 @@ def test_one_sync_per_channel_at_a_time(chat, stores):
 
 
 def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(stores):
-    from cablestore.peer import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
+    from cablestore.peer.protocol import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
 
     node = Node(stores("mine"), timeout=5_000)
     conn = node.connect()

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from cablestore import TEXT, Store, post_hash
-from cablestore import messages as M
-from cablestore.codec import encode_varint
+from cablestore.wire import messages as M
+from cablestore.wire.codec import encode_varint
 from cablestore.errors import (
     DuplicateRequestError,
     LimitError,
@@ -19,7 +19,7 @@ from cablestore.errors import (
     UnknownRequestError,
     UnsolicitedPostError,
 )
-from cablestore.peer import Node, Refused
+from cablestore.peer.protocol import Node, Refused
 
 from .conftest import keypair, post
 from .peer_helpers import WALL, responses

@@ -8,8 +8,8 @@ import pytest
 
 from cablestore import DELETE, INFO, JOIN, TEXT, TOPIC, Keypair, Store, decode_post, post_hash
 from cablestore.errors import QueryError
-from cablestore.reading import StoredPost
-from cablestore.workload import generate
+from cablestore.store.reading import StoredPost
+from cablestore.authoring.workload import generate
 
 from .conftest import NOW, dump, post
 

@@ -12,7 +12,7 @@ import pytest
 from cablestore import TEXT, Store, post_hash
 from cablestore.rebuild import check, export, rebuild
 from cablestore.rebuild.recompute import view_of
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 
 from .conftest import NOW, dump, post
 
@@ -58,7 +58,7 @@ def _check(store, engine, request, fix=False):
 
 def _latest_key(store, prefix, kind):
     """A ``!channel!`` key of the given kind (m: membership, t: topic)."""
-    from cablestore.keys import unescape
+    from cablestore.keyspace.keys import unescape
 
     return next(k for k, _ in store.items(prefix) if k[unescape(k, len(prefix))[1] :][:1] == kind)
 
@@ -193,7 +193,7 @@ def test_tombstoned_post_still_present(damaged, engine, request, workload):
 @pytest.mark.spark
 def test_engines_agree_on_the_fixture(tmp_path, spark_session):
     """Both engines give the same report on a store with several kinds of damage at once."""
-    from cablestore.workload import read_posts
+    from cablestore.authoring.workload import read_posts
 
     bufs = read_posts("tests/data/cablejs-0.2.1-s7-2000/posts.bin")
     with Store(tmp_path / "s", now=lambda: NOW) as s:
@@ -274,7 +274,7 @@ def test_stray_short_post_key_exports_and_is_a_fault(tmp_path, damaged):
 
 def _tombstone_of(store, kind):
     """A stored (key, Tombstone) whose target is a stored-author text post's, and the text's bytes."""
-    from cablestore.records import Tombstone
+    from cablestore.keyspace.records import Tombstone
 
     for key, value in store.items(b"!deleted!"):
         tomb = Tombstone.unpack(key[9:41], key[41:], value)
@@ -285,7 +285,7 @@ def _tombstone_of(store, kind):
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_a_tombstone_no_stored_delete_backs_quarantines_the_post_instead_of_deleting_it(damaged, engine, request):
-    from cablestore.records import Tombstone
+    from cablestore.keyspace.records import Tombstone
 
     key, blob = _first(damaged, POSTS)
     h = key[len(POSTS) :]
@@ -300,7 +300,7 @@ def test_a_tombstone_no_stored_delete_backs_quarantines_the_post_instead_of_dele
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
 def test_a_tombstone_its_stored_delete_contradicts_is_a_fault_and_the_post_stays(damaged, engine, request):
-    from cablestore.records import Tombstone
+    from cablestore.keyspace.records import Tombstone
 
     original = dump(damaged)
     key, blob = _first(damaged, POSTS)
@@ -316,7 +316,7 @@ def test_a_tombstone_its_stored_delete_contradicts_is_a_fault_and_the_post_stays
 
 
 def test_a_tombstone_contradicting_the_stored_post_is_a_fault(damaged, request):
-    from cablestore.records import Tombstone
+    from cablestore.keyspace.records import Tombstone
 
     original = dump(damaged)
     key, blob = _first(damaged, POSTS)

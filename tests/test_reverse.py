@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from cablestore import POST_TYPE_NAMES, Store, decode_post, reverse, views
-from cablestore.records import Indexed
-from cablestore.workload import generate, read_posts
+from cablestore import POST_TYPE_NAMES, Store, decode_post, views
+from cablestore.keyspace import reverse
+from cablestore.keyspace.records import Indexed
+from cablestore.authoring.workload import generate, read_posts
 
 from .conftest import NOW
 
@@ -21,7 +22,7 @@ def test_reverse_keys_equal_view_entries_for_every_stored_post(tmp_path):
             ip = Indexed.of(blob, post, h, made)
             linkers = [k for k, _ in views.links.entries(ip)]  # from the post's own links, not the entry
             expected = [k for k, _ in views.entries(ip) if k not in linkers]
-            assert reverse.keys(h, store.db.get(reverse.key(h))) == expected
+            assert views.reverse_keys(h, store.db.get(reverse.key(h))) == expected
             assert all(store.db.get(k) is not None for k in expected + linkers)
             seen_links = seen_links or bool(linkers)
             seen_types.add(post.post_type)
@@ -32,7 +33,7 @@ def test_reverse_entries_written_with_links_still_read(tmp_path):
     """Entries of stores written before the links left the entry carry them as a fifth field."""
     import msgpack
 
-    from cablestore.keys import mono
+    from cablestore.keyspace.keys import mono
 
     h, pk, link = bytes(range(32)), b"k" * 32, b"l" * 32
     stand_in = reverse.stand_in(h, msgpack.packb([5, 0, pk, ["dev"], [link]]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 from cablestore import TEXT, Store
-from cablestore.workload import Workload
+from cablestore.authoring.workload import Workload
 
 from .conftest import NOW, dump, post
 
@@ -62,7 +62,7 @@ def test_a_compacted_store_takes_at_most_2_4_times_the_raw_post_bytes(tmp_path):
 
 
 def test_a_store_written_with_small_blocks_opens_and_reads_with_the_new_size(tmp_path, monkeypatch):
-    from cablestore import opening
+    from cablestore.store import opening
 
     bufs = list(Workload(seed=6, posts=400))
     monkeypatch.setattr(opening, "BLOCK_SIZE", 4096)
@@ -81,7 +81,7 @@ def test_reverse_entries_of_an_older_store_with_links_are_rewritten_by_one_reind
     import msgpack
 
     from cablestore import decode_post
-    from cablestore.reindex import reindex
+    from cablestore.rebuild.reindex import reindex
 
     bufs = list(Workload(seed=7, posts=300))
     with Store(tmp_path / "s", now=lambda: NOW + 10**12) as s:

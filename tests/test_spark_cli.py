@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cablestore import Store
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 
 from .conftest import NOW
 

@@ -12,9 +12,9 @@ import pytest
 
 from cablestore import TEXT, Store
 from cablestore.errors import TransportError
-from cablestore.transport import PeerServer, run_sync
-from cablestore.peer import Node
-from cablestore.workload import generate, write_posts
+from cablestore.peer.transport import PeerServer, run_sync
+from cablestore.peer.protocol import Node
+from cablestore.authoring.workload import generate, write_posts
 
 from .conftest import keypair, post, stop
 from .peer_helpers import WALL, answers

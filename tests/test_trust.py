@@ -31,7 +31,7 @@ def test_author_posts_with_a_good_type_still_answers(store, alice):
 def test_damaged_text_values_are_corrupt_record_errors(store, alice):
     store.ingest(post(alice, TOPIC, NOW - 2, channel="a", topic="t"))
     store.ingest(post(alice, INFO, NOW - 1, info=[("name", "alice")]))
-    from cablestore.keys import channel_key
+    from cablestore.keyspace.keys import channel_key
     from cablestore.views import user
 
     store.db.put(b"!channel!" + channel_key("a") + b"t", b"\xff\xfe")

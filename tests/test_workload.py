@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post, post_hash
-from cablestore.workload import generate
+from cablestore.authoring.workload import generate
 
 from .conftest import NOW, dump
 from .test_fixture import Oracle

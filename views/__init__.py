@@ -40,6 +40,10 @@ The live store and the rebuild (local and Spark) call these functions and
 nothing else to know what a view holds.
 """
 
+import msgpack
+
+from cablestore.keyspace import reverse
+
 from . import author, channel, chat, links, state, user
 
 VIEWS = (chat, state, author, user, channel, links)
@@ -93,8 +97,23 @@ def needs_winner(view, group: bytes, rank: bytes) -> bool:
 
 
 def latest_keys(view, group: bytes, txn) -> list[bytes]:
-    """The keys ``view.latest`` wrote for ``group`` that the DB holds (``txn``: a ``cablestore.txn.Txn``)."""
+    """The keys ``view.latest`` wrote for ``group`` that the DB holds (``txn``: a ``cablestore.store.txn.Txn``)."""
     locate = getattr(view, "latest_keys", None)
     if locate is not None:
         return locate(group, txn)
     return [key for key, _ in txn.scan(view.latest_prefix(group))]
+
+
+def reverse_keys(post_hash: bytes, value: bytes) -> list[bytes]:
+    """Every per-post view key of the post whose reverse entry (``!rev!<hash>``) is ``value``, but its linker entries."""
+    return [k for k, _ in entries(reverse.stand_in(post_hash, value))]
+
+
+def reverse_keys_or_none(post_hash: bytes, value: bytes | None) -> list[bytes] | None:
+    """:func:`reverse_keys`, or None when the entry is missing or damaged (the caller falls back on the post)."""
+    if value is None:
+        return None
+    try:
+        return reverse_keys(post_hash, value)
+    except (ValueError, TypeError, AttributeError, IndexError, msgpack.UnpackException):
+        return None

@@ -12,14 +12,25 @@ such post is a candidate; the latest topic is the newest post/topic.
 Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
 """
 
-from cablestore.codec import CHANNEL_TYPES, LEAVE, TOPIC
-from cablestore.keys import escape
+from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
+from cablestore.keyspace.keys import escape, next_prefix, unescape
 
 from . import state
 
 NAME = "channel"
 PREFIX = b"!channel!"
 _MEMBERSHIP_TYPES = CHANNEL_TYPES  # every post to a channel: join, text, topic, leave
+
+
+def channel_names(reader) -> list[str]:
+    """Every channel with a ``!channel`` entry, ascending (a skip scan over ``reader``: a DB or snapshot)."""
+    names = []
+    with reader.iterator(prefix=PREFIX, include_value=False) as it:
+        for key in it:
+            name, end = unescape(key, len(PREFIX))
+            names.append(name)
+            it.seek(next_prefix(key[:end]))
+    return names
 
 
 def entries(ip):

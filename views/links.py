@@ -24,10 +24,12 @@ their 37-byte prefix.
 
 from msgpack import UnpackException
 
-from cablestore.codec import CHANNEL_TYPES
-from cablestore.keys import channel_key, escape
-from cablestore.reverse import PREFIX as REV
-from cablestore.reverse import channel_of, stand_in
+from cablestore.wire.codec import CHANNEL_TYPES
+from cablestore.keyspace.keys import channel_key, escape
+from cablestore.keyspace.reverse import PREFIX as REV
+from cablestore.keyspace.reverse import channel_of, stand_in
+
+from . import channel as channel_view
 
 NAME = "links"
 PREFIX = b"!links!"
@@ -88,9 +90,7 @@ def latest_keys(group, txn):
     if rev is not None and not _readable(rev):
         # A damaged reverse entry names no channel: look in every channel, so
         # removing the post still removes its head key.
-        from cablestore.queries import channel_names
-
-        candidates = [_head_key(c, group) for c in channel_names(txn.db)]
+        candidates = [_head_key(c, group) for c in channel_view.channel_names(txn.db)]
         return [key for key in candidates if txn.db.get(key) is not None]
     return []
 

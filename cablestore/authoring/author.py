@@ -1,0 +1,242 @@
+"""Writing posts: an :class:`Author` binds a keypair to a store.
+
+Every method builds the post, links it, stamps it, signs it and ingests it
+in one WriteBatch, and returns its hash:
+
+* **Links** (spec 5.1.2.1): a post of a linkable type (text, topic, join,
+  leave) links to every current head of its channel.  ``post/info`` and
+  ``post/delete`` belong to no channel, and the spec asks links only of
+  linkable types, so they link to nothing: linking them to a channel's heads
+  would also end those heads (any known post that links counts), leaving the
+  channel's next post nothing to link to.
+* **Timestamps** come from a clock that never goes backwards: the greater of
+  ``now()``, one more than the author's last timestamp (a high-water mark
+  kept under ``!local!clock!<pubkey>``, written in the post's WriteBatch, and
+  the author's newest stored post), and one more than the newest head it
+  links to.  So two posts in one millisecond, a restart, or a wall clock set
+  back still give increasing timestamps, and timestamp order agrees with link
+  order for local posts.  A head so far in the future that linking it would
+  put the post at or beyond ``now + 7 days`` is left out of the links.
+* **Bad arguments** raise a :class:`CableError` subclass before anything is
+  written: :class:`PostFieldError` (missing or mistyped field),
+  :class:`LimitError` (out of the spec's limits), :class:`NotYourPostError`
+  (deleting a post that is not stored or not the author's).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from cablestore import views
+from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, Post, decode_post, encode_post, post_hash
+from cablestore.wire.crypto import Keypair, body_fields, make_post
+from cablestore.errors import NotYourPostError, PostFieldError, QueryError, StoreError
+from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
+from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
+from cablestore.store.txn import POSTS
+
+CLOCK = b"!local!clock!"
+# Authoring is at human speed: one lock for the process keeps two threads
+# writing as one author from reading the same high-water mark.
+_LOCK = threading.Lock()
+
+
+def clock_key(public_key: bytes) -> bytes:
+    """The ``!local!`` key holding the author's last timestamp."""
+    return CLOCK + public_key
+
+
+class Author:
+    """Posts as ``keypair`` into ``store``; ``now`` (ms) is the wall clock (a hook for tests)."""
+
+    def __init__(self, store: Store, keypair: Keypair, *, now: Callable[[], int] | None = None):
+        self.store = store
+        self.keypair = keypair
+        self._now = now or wall_clock_ms
+
+    @property
+    def public_key(self) -> bytes:
+        """The author's 32-byte public key."""
+        return self.keypair.public_key
+
+    # --- one method per post type -------------------------------------------
+    def text(self, channel: str, text: str) -> bytes:
+        """Post a chat message to ``channel``; return its hash."""
+        return self.post(TEXT, channel=channel, text=text)
+
+    def join(self, channel: str) -> bytes:
+        """Join ``channel`` (a post/join); return its hash."""
+        return self.post(JOIN, channel=channel)
+
+    def leave(self, channel: str) -> bytes:
+        """Leave ``channel`` (a post/leave); return its hash."""
+        return self.post(LEAVE, channel=channel)
+
+    def topic(self, channel: str, topic: str) -> bytes:
+        """Set (or, with ``""``, clear) the channel's topic."""
+        return self.post(TOPIC, channel=channel, topic=topic)
+
+    def info(self, pairs: Sequence[tuple[str, str]]) -> bytes:
+        """Post a post/info with exactly these ``(key, value)`` pairs (it replaces the previous one)."""
+        return self.post(INFO, info=pairs)
+
+    def name(self, name: str) -> bytes:
+        """Set the author's name, keeping the other properties of their current post/info."""
+        if not isinstance(name, str):
+            raise PostFieldError(f"name must be a string, got {type(name).__name__}")
+        current = self.store.user_info(self.public_key)
+        current["name"] = name
+        return self.info(list(current.items()))
+
+    def delete(self, *hashes: HashLike) -> bytes:
+        """Delete posts of this author (hashes as bytes or hex); every one must be stored and theirs."""
+        return self.post(DELETE, hashes=hashes)
+
+    # --- the common path ----------------------------------------------------
+    def post(self, post_type: int, **body: Any) -> bytes:
+        """Build, link, stamp, sign and ingest a post of ``post_type``; return its hash."""
+        if post_type == DELETE and "hashes" in body:
+            body["hashes"] = self._own_posts(body["hashes"])
+        draft = _checked_draft(self.public_key, post_type, body)
+        with _LOCK:
+            now = self._now()
+            links, newest_head = self._links(draft, now)
+            timestamp = max(now, self._high_water() + 1, newest_head + 1)
+            buf, _ = make_post(self.keypair, post_type, timestamp, links, **body)
+            stamp = {clock_key(self.public_key): timestamp.to_bytes(8, "big")}
+            return self.store.ingest(buf, extra=stamp)
+
+    def _links(self, draft: Post, now: int) -> tuple[list[bytes], int]:
+        """The channel's heads this post links to, and the newest one's timestamp."""
+        if draft.post_type not in views.links.LINKABLE:
+            return [], 0
+        links, newest = [], 0
+        for h in self.store.heads(draft.channel):
+            blob = self.store.db.get(POSTS + h)
+            if blob is None:  # removed since the heads were read
+                continue
+            ts = decode_post(blob).timestamp
+            if ts + 1 >= now + WEEK_MS:  # linking it would make this post unacceptable
+                continue
+            links.append(h)
+            newest = max(newest, ts)
+        return links, newest
+
+    def _high_water(self) -> int:
+        """The latest timestamp this author used: the stored mark, or their newest post."""
+        raw = self.store.db.get(clock_key(self.public_key))
+        mark = int.from_bytes(raw, "big") if raw is not None and len(raw) == 8 else 0
+        return max(mark, self._newest_post())
+
+    def _newest_post(self) -> int:
+        newest = 0
+        for post_type in (TEXT, DELETE, INFO, TOPIC, JOIN, LEAVE):
+            prefix = views.author.prefix(self.public_key, post_type)
+            with self.store.db.iterator(prefix=prefix, reverse=True, include_value=False) as it:
+                key = next(it, None)
+            if key is not None:
+                newest = max(newest, mono_timestamp(key))
+        return newest
+
+    def _own_posts(self, hashes: Iterable) -> tuple[bytes, ...]:
+        if isinstance(hashes, (bytes, str)) or not isinstance(hashes, Iterable):
+            raise PostFieldError("hashes must be a list of post hashes")
+        hashes = list(hashes)
+        if not hashes:
+            raise PostFieldError("delete needs at least one hash")
+        out = []
+        for value in hashes:
+            try:
+                h = as_hash(value)
+            except QueryError as exc:
+                raise PostFieldError(f"not a post hash: {value!r}") from exc
+            blob = self.store.get(h)
+            if blob is None:
+                raise NotYourPostError(f"post {h.hex()} is not stored, so it cannot be shown to be yours")
+            if blob[:32] != self.public_key:
+                raise NotYourPostError(f"post {h.hex()} was written by {blob[:32].hex()}, not by you")
+            out.append(h)
+        return tuple(dict.fromkeys(out))
+
+
+def _checked_draft(public_key: bytes, post_type: int, body: dict) -> Post:
+    """The post without links, timestamp or signature, checked as it will be encoded."""
+    draft = Post(public_key, bytes(64), (), post_type, 0, **body_fields(body))
+    encode_post(draft)  # raises PostFieldError / LimitError / UnknownPostTypeError
+    return draft
+
+
+def describe(buf: bytes) -> dict:
+    """A post as JSON-ready data (hex for bytes), with its hash."""
+    post = decode_post(buf)
+    out = {
+        "hash": post_hash(buf).hex(),
+        "type": post.type_name,
+        "public_key": post.public_key.hex(),
+        "signature": post.signature.hex(),
+        "links": [h.hex() for h in post.links],
+        "timestamp": post.timestamp,
+    }
+    for name in ("channel", "text", "topic"):
+        if getattr(post, name) is not None:
+            out[name] = getattr(post, name)
+    if post.hashes is not None:
+        out["hashes"] = [h.hex() for h in post.hashes]
+    if post.info is not None:
+        out["info"] = [list(pair) for pair in post.info]
+    return out
+
+
+# --- one-shot use (the CLI) ---------------------------------------------------
+_KINDS = {
+    "text": (TEXT, ("channel", "text")),
+    "join": (JOIN, ("channel",)),
+    "leave": (LEAVE, ("channel",)),
+    "topic": (TOPIC, ("channel", "topic")),
+    "name": (INFO, ("name",)),
+    "delete": (DELETE, None),
+}
+
+
+def post_with_keyfile(store_path: str | os.PathLike, key_path: str | os.PathLike, kind: str, args: Sequence[str], *, now: Callable[[], int] | None = None) -> bytes:
+    """Write one post of ``kind`` (text, join, leave, topic, name, delete) as the key file's owner.
+
+    Returns the stored post's bytes.  The key and the arguments are checked
+    before the store is opened, so a refusal creates nothing; the store is
+    created if missing, except for ``delete`` (which needs the posts).
+    """
+    from cablestore.authoring.keyfile import read_keyfile
+
+    if kind not in _KINDS:
+        raise PostFieldError(f"unknown post kind {kind!r}; one of {', '.join(_KINDS)}")
+    keypair = read_keyfile(key_path)
+    post_type, names = _KINDS[kind]
+    if names is not None:
+        if len(args) != len(names):
+            raise PostFieldError(f"{kind} takes {' '.join(n.upper() for n in names)}")
+        body = dict(zip(names, args))
+        if kind == "name":
+            body = {"info": [("name", body["name"])]}
+        _checked_draft(keypair.public_key, post_type, body)
+    if kind == "delete":
+        _require_store(store_path)
+    with Store(store_path) as store:
+        h = getattr(Author(store, keypair, now=now), kind)(*args)
+        return store.get(h)
+
+
+def read_heads(store_path: str | os.PathLike, channel: str) -> list[bytes]:
+    """The heads of ``channel`` in the store at ``store_path`` (which must exist)."""
+    _require_store(store_path)
+    with Store(store_path, create=False) as store:
+        return store.heads(channel)
+
+
+def _require_store(store_path) -> None:
+    # LevelDB creates the directory even when asked not to create the DB.
+    if not (Path(store_path) / "CURRENT").is_file():
+        raise StoreError(f"{store_path} is not a cablestore store (no such LevelDB directory)")

@@ -1,0 +1,81 @@
+"""CLI for authoring: ``keygen``, ``post`` and ``heads`` (see cablestore.authoring.author)."""
+
+from __future__ import annotations
+
+import json
+
+
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _cmd_keygen(args) -> int:
+    from cablestore.authoring.keyfile import write_keyfile
+
+    keypair = write_keyfile(args.keyfile)
+    _print_json({"public_key": keypair.public_key.hex(), "keyfile": args.keyfile}) if args.json else print(keypair.public_key.hex())
+    return 0
+
+
+def _cmd_post(args) -> int:
+    from cablestore.authoring.author import describe, post_with_keyfile
+
+    values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
+    buf = post_with_keyfile(args.store, args.key, args.kind, values)
+    post = describe(buf)
+    _print_json(post) if args.json else print(post["hash"])
+    return 0
+
+
+def _cmd_heads(args) -> int:
+    from cablestore.authoring.author import read_heads
+
+    heads = [h.hex() for h in read_heads(args.store, args.channel)]
+    if args.json:
+        _print_json({"channel": args.channel, "heads": heads})
+    for h in [] if args.json else heads:
+        print(h)
+    return 0
+
+
+ARGUMENT_HELP = {
+    "channel": "the channel name (case-insensitive)",
+    "text": "the message (at most 4096 bytes of UTF-8)",
+    "topic": "the new topic (at most 512 codepoints)",
+    "name": "your name (1-32 codepoints)",
+}
+
+
+def register(sub) -> None:
+    """Add ``keygen``, ``post`` and ``heads`` to the ``cablestore`` subcommands."""
+    p = sub.add_parser("keygen", help="create a key file (mode 0600) and print its public key")
+    p.add_argument("keyfile", help="where to write the key (never overwritten)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_keygen)
+
+    p = sub.add_parser("post", help="write a post as the key file's owner, linked to the channel's heads")
+    p.add_argument("store", help="the store directory (created if missing, except for delete)")
+    p.add_argument("--key", required=True, help="the key file (see `cablestore keygen`)")
+    p.add_argument("--json", action="store_true", help="print the decoded post as JSON")
+    kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    for kind, names, text in (
+        ("text", ("channel", "text"), "a chat message"),
+        ("join", ("channel",), "join a channel"),
+        ("leave", ("channel",), "leave a channel"),
+        ("topic", ("channel", "topic"), "set a channel's topic (\"\" clears it)"),
+        ("name", ("name",), "set your name (other post/info properties are kept)"),
+    ):
+        k = kinds.add_parser(kind, help=text)
+        for name in names:
+            k.add_argument(name, help=ARGUMENT_HELP[name])
+        k.set_defaults(fields=names)
+    k = kinds.add_parser("delete", help="delete your own posts")
+    k.add_argument("hashes", nargs="+", metavar="HASH", help="hex hashes of posts you wrote")
+    k.set_defaults(fields=("hashes",))
+    p.set_defaults(func=_cmd_post)
+
+    p = sub.add_parser("heads", help="a channel's heads: the posts a new post links to")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("channel", help="the channel name (case-insensitive)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_heads)

@@ -1,0 +1,105 @@
+"""Key encoding shared by the store, the views and the rebuild.
+
+Keys are bytes: a readable ASCII prefix naming the view, then binary
+components.  Three rules keep them deterministic and unambiguous
+(see KEYSPACE.md for the full table):
+
+* Monotonic timestamp (``mono``): the claimed timestamp as 8 big-endian bytes,
+  then the post's 32-byte hash.  It sorts numerically for every u64 (a
+  10-digit timestamp sorts before a 13-digit one), ties are broken by hash,
+  and no two posts can share one.  It never depends on arrival order.
+* Channel names are case-insensitive (spec 5.4.1): keys hold the
+  ``str.casefold()`` form, UTF-8, with NUL escaped as ``00 ff`` and a ``00 01``
+  terminator.  The escape keeps byte order equal to name order, and the
+  terminator means the prefix for channel ``a`` never matches ``a!b`` or
+  ``a\\x00b``.
+* Public keys and hashes are fixed-width raw bytes, so they need no escape.
+"""
+
+from __future__ import annotations
+
+import functools
+
+MONO_SIZE = 40  # 8-byte timestamp + 32-byte hash
+TS_SIZE = 8
+HASH_SIZE = 32
+
+_TERM = b"\x00\x01"
+_NUL_ESC = b"\x00\xff"
+
+
+HashLike = bytes | bytearray | str
+"""A 32-byte hash or public key: raw bytes, or 64 hex characters."""
+
+
+def mono(timestamp: int, post_hash: bytes) -> bytes:
+    """The monotonic timestamp key component: 8 big-endian timestamp bytes, then the hash."""
+    return timestamp.to_bytes(TS_SIZE, "big") + post_hash
+
+
+def mono_hash(key: bytes) -> bytes:
+    """The hash at the end of a key that ends in a mono timestamp."""
+    return key[-HASH_SIZE:]
+
+
+def mono_timestamp(key: bytes) -> int:
+    """The claimed timestamp in a key that ends in a mono timestamp."""
+    return int.from_bytes(key[-MONO_SIZE:-HASH_SIZE], "big")
+
+
+def canonical_channel(name: str) -> str:
+    """The spelling under which a channel is keyed and listed."""
+    return name.casefold()
+
+
+@functools.lru_cache(maxsize=4096)  # a few channel names, escaped for every view of every post
+def escape(text: str) -> bytes:
+    """Order-preserving, self-delimiting encoding of a string component."""
+    return text.encode("utf-8").replace(b"\x00", _NUL_ESC) + _TERM
+
+
+def channel_key(name: str) -> bytes:
+    """The key component of a channel name a caller gave (checked: a query argument)."""
+    from cablestore.errors import QueryError
+
+    if not isinstance(name, str):
+        raise QueryError(f"a channel name is a str, not {type(name).__name__}")
+    try:
+        return escape(canonical_channel(name))
+    except UnicodeEncodeError as exc:
+        raise QueryError(f"channel name {name!r} is not valid Unicode text") from exc
+
+
+def unescape(buf: bytes, pos: int = 0) -> tuple[str, int]:
+    """Decode an escaped component at ``pos``; return ``(text, end_pos)``."""
+    # Escaped text holds 00 only as 00 ff (and UTF-8 never holds ff), so the
+    # first 00 01 is the terminator.
+    from cablestore.errors import CorruptRecordError
+
+    try:
+        end = buf.index(_TERM, pos)
+        return buf[pos:end].replace(_NUL_ESC, b"\x00").decode("utf-8"), end + len(_TERM)
+    except ValueError as exc:  # no terminator, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        raise CorruptRecordError(f"damaged key {bytes(buf[:48])!r}: {exc}; run `cablestore check STORE --repair`") from exc
+
+
+def next_prefix(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix``."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        raise ValueError("prefix has no successor")
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def as_hash(value: HashLike) -> bytes:
+    """Accept a 32-byte hash (or public key) as bytes or as a hex string."""
+    from cablestore.errors import QueryError
+
+    if isinstance(value, str):
+        try:
+            value = bytes.fromhex(value)
+        except ValueError as exc:
+            raise QueryError(f"not a hex string: {value!r}") from exc
+    if not isinstance(value, (bytes, bytearray)) or len(value) != 32:
+        raise QueryError("expected 32 bytes (or 64 hex characters)")
+    return bytes(value)

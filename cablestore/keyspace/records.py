@@ -1,0 +1,146 @@
+"""The values views are computed from: an indexed post and a tombstone.
+
+Both are plain data so that the live store and the Spark rebuild can hand
+them to the same view functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import blake3
+import msgpack
+
+from cablestore.wire.codec import CHANNEL_TYPES, Post, decode_post, post_hash, slot_setters
+from cablestore.errors import CorruptRecordError
+from cablestore.keyspace.keys import canonical_channel, mono
+
+
+def _tag(target: bytes, by: bytes, fields: list) -> bytes:
+    return blake3.blake3(target + by + msgpack.packb(fields)).digest(8)
+
+
+def _is_key(value) -> bool:
+    return isinstance(value, bytes) and len(value) == 32
+
+
+def _is_channel(value) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= 64 and value == canonical_channel(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What a ``post/delete`` left behind for one target (primary data).
+
+    The deleted post's content is gone for good, so everything a rebuild or a
+    late-arriving copy needs is kept here: who deleted it, and the target's
+    author, type, timestamp and channels when the target was known.
+    """
+
+    target: bytes
+    by: bytes  # hash of the post/delete
+    deleter: bytes  # public key of the post/delete's author
+    author: bytes | None = None
+    post_type: int | None = None
+    timestamp: int | None = None
+    channels: tuple[str, ...] = ()
+
+    def fields(self) -> list:
+        """The five stored fields, in record order (the tag covers them)."""
+        return [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
+
+    def pack(self) -> bytes:
+        """The stored value: msgpack ``[deleter, author, type, timestamp, channels, tag]``."""
+        fields = self.fields()
+        return msgpack.packb(fields + [_tag(self.target, self.by, fields)])
+
+    @classmethod
+    def unpack(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
+        """Decode a stored tombstone; a damaged one raises :class:`CorruptRecordError`.
+
+        Every field is type-checked and the record carries a tag over its
+        key and fields, so a flipped bit in a channel name or an author is a
+        fault, never a wrong view entry.
+        """
+        try:
+            return cls._parse(target, by, value)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise CorruptRecordError(
+                f"tombstone {target.hex()}/{by.hex()} is damaged ({exc}); run `cablestore check STORE --repair`"
+            ) from exc
+
+    @classmethod
+    def _parse(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
+        record = msgpack.unpackb(value)
+        if not isinstance(record, list) or len(record) != 6:
+            raise ValueError("not a 6-field record")
+        *fields, tag = record
+        deleter, author, post_type, timestamp, channels = fields
+        if len(target) != 32 or len(by) != 32 or not _is_key(deleter) or not (author is None or _is_key(author)):
+            raise ValueError("hash or key of the wrong length")
+        if not (post_type is None or (type(post_type) is int and 0 <= post_type <= 5)):
+            raise ValueError(f"post type {post_type!r}")
+        if not (timestamp is None or (type(timestamp) is int and 0 <= timestamp < 1 << 64)):
+            raise ValueError(f"timestamp {timestamp!r}")
+        if not isinstance(channels, list) or not all(_is_channel(c) for c in channels):
+            raise ValueError("channels are not canonical channel names")
+        if tag != _tag(target, by, fields):
+            raise ValueError("tag does not match the record")
+        return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
+
+    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: "Iterable[str]") -> "Tombstone":
+        """This tombstone, completed with what its target turned out to be."""
+        return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
+
+    def with_channels(self, channels: "Iterable[str]") -> "Tombstone":
+        """This tombstone with more channels its target is known to have been in."""
+        merged = tuple(sorted(set(self.channels) | set(channels)))
+        return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, merged)
+
+    @property
+    def knows_target(self) -> bool:
+        """True once the tombstone has learned who wrote its target (and its type, timestamp, channels)."""
+        return self.author is not None
+
+    @property
+    def authorized(self) -> bool:
+        """True unless the target is known to belong to someone else."""
+        return self.author is None or self.author == self.deleter
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """A stored post with what the views need besides its bytes.
+
+    ``tombstones`` are the ones this post made (only for ``post/delete``):
+    a delete is listed under the channels of the posts it deleted.
+    """
+
+    hash: bytes
+    post: Post
+    mono: bytes
+    channel: str | None  # canonical spelling, for channel post types
+    tombstones: tuple[Tombstone, ...] = ()
+
+    @classmethod
+    def of(cls, buf: bytes, post: Post | None = None, h: bytes | None = None, tombstones: Iterable[Tombstone] = ()) -> "Indexed":
+        """Index the post ``buf`` (decoded and hashed unless ``post`` and ``h`` are given)."""
+        post = post if post is not None else decode_post(buf)
+        h = h if h is not None else post_hash(buf)
+        channel = canonical_channel(post.channel) if post.post_type in CHANNEL_TYPES else None
+        if cls is not Indexed:
+            return cls(h, post, mono(post.timestamp, h), channel, tuple(tombstones))
+        # Built once per post on every ingest, reindex and rebuild: skip the frozen __init__.
+        ip = object.__new__(Indexed)
+        s_hash, s_post, s_mono, s_channel, s_tombstones = _INDEXED_SETTERS
+        s_hash(ip, h)
+        s_post(ip, post)
+        s_mono(ip, mono(post.timestamp, h))
+        s_channel(ip, channel)
+        s_tombstones(ip, tombstones if type(tombstones) is tuple else tuple(tombstones))
+        return ip
+
+
+_INDEXED_SETTERS = slot_setters(Indexed)
+assert len(_INDEXED_SETTERS) == 5

@@ -1,0 +1,247 @@
+"""Applying posts to a write transaction: view entries, delete cascades, tombstones.
+
+The final store is a function of the set of posts it was offered, whatever
+their arrival order, except in the cases README "Arrival order" lists.  Three
+rules make that so:
+
+* What a tombstone knows about its target (author, type, timestamp,
+  channels) is a fact about the target: a second post/delete of a post that
+  is already gone copies it from a tombstone that knows it, and when a
+  deleted post arrives after its deletion (and is refused), every tombstone
+  of it learns it, and the deletes they belong to are re-listed.
+* Authority comes from whatever names the target's author: the stored post,
+  or a tombstone that learned it.  A post/delete every target of which is
+  known to be another author's is refused; one stored before that was known
+  is retracted (removed with its tombstones) once the targets show who wrote
+  them.  A delete naming both its author's posts and others' is stored; its
+  claims on the others' posts are recorded and remove nothing.
+* Channels of a deleted post/delete are those of its targets, as known.
+  A target this store never held is known only from a peer that listed the
+  delete in a channel's time range: :func:`learn_listing` records that
+  channel on the tombstones that know nothing else (README "Peers").
+"""
+
+from __future__ import annotations
+
+from cablestore import views
+from cablestore.keyspace import reverse
+from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
+from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
+from cablestore.keyspace.keys import canonical_channel, escape, unescape
+from cablestore.views.channel import channel_names
+from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.store.txn import DELETED, POSTS, Txn
+
+
+def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
+    """Index one validated post into ``txn``.
+
+    Returns True (stored), False (already stored), or the refusal
+    (:class:`DeletedPostError`, :class:`UnauthorizedDeleteError`) of a post
+    that is not stored but may have taught the tombstones that named it what
+    it was: commit ``txn`` either way.
+    """
+    if txn.get(POSTS + h) is not None:
+        return False
+    tombs = txn.tombstones(h)
+    # A refused post still teaches the tombstones that named it what it was.
+    _settle_claims(txn, h, post, tombs)
+    if post.post_type == DELETE and (refusal := _unauthorized(txn, post)):
+        return refusal
+    if any(t.deleter == post.public_key for t in tombs):
+        return DeletedPostError(f"post {h.hex()} was deleted by its author")
+    made = ()
+    if post.post_type == DELETE:
+        made = tuple(_delete_target(txn, target, h, post) for target in dict.fromkeys(post.hashes))
+    index(txn, Indexed.of(buf, post, h, made), buf)
+    return True
+
+
+def _author_of(txn: Txn, target: bytes) -> bytes | None:
+    blob = txn.get(POSTS + target)
+    if blob is not None:
+        return blob[:32]
+    return next((t.author for t in txn.tombstones(target) if t.knows_target), None)
+
+
+def _unauthorized(txn: Txn, delete: Post, known: dict[bytes, bytes] | None = None) -> UnauthorizedDeleteError | None:
+    """A refusal if every post the delete names is known to be someone else's.
+
+    A delete naming some posts of its author and some of others' is stored:
+    its tombstones on the others' posts record them as unauthorized and
+    remove nothing.  ``known``: authors the caller has just learned.
+    """
+    known = known or {}
+    authors = [known.get(t) or _author_of(txn, t) for t in dict.fromkeys(delete.hashes)]
+    if authors and all(a is not None and a != delete.public_key for a in authors):
+        return UnauthorizedDeleteError("every post it names belongs to another author")
+    return None
+
+
+def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> None:
+    """Now that post ``h`` is known, settle every tombstone that named it."""
+    channels = None
+    for tomb in tombs:
+        by_blob = txn.get(POSTS + tomb.by)
+        if tomb.deleter != post.public_key:
+            if by_blob is not None and _unauthorized(txn, decode_post(by_blob), {h: post.public_key}):
+                unindex(txn, tomb.by, by_blob, forget_tombstones=True)  # would have been refused
+                continue
+            learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, ())
+            if learned != tomb:
+                txn.put_tombstone(learned)  # an unauthorized claim: recorded, removes nothing
+                if tomb.channels and by_blob is not None:
+                    _relist(txn, tomb.by, by_blob)  # a listing that claimed a channel for it no longer counts
+            continue
+        # A post/delete's channels come from its targets, which may have
+        # become known since: recompute them; other facts are fixed once known.
+        if tomb.knows_target and post.post_type != DELETE:
+            continue
+        if channels is None:
+            channels = _channels_of_post(txn, h, post)
+        # Knowledge only grows: a target of the delete may be gone by now.
+        known = tuple(sorted(set(channels) | set(tomb.channels)))
+        learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, known)
+        if learned == tomb:
+            continue
+        txn.put_tombstone(learned)
+        if by_blob is not None:
+            _relist(txn, tomb.by, by_blob)
+
+
+def learn_listing(txn: Txn, h: bytes, channel: str) -> bool:
+    """Record that a peer listed the stored post/delete ``h`` in ``channel``'s time range.
+
+    Only tombstones that know nothing of their target learn it: what the
+    store knows from the target itself wins.  Returns True if the delete is
+    now listed under ``channel`` where it was not before.
+    """
+    blob = txn.get(POSTS + h)
+    if blob is None:
+        return False
+    post = decode_post(blob)
+    if post.post_type != DELETE:
+        return False
+    channel = canonical_channel(channel)
+    tombs = txn.tombstones_by(h, post.hashes)
+    if any(channel in t.channels for t in tombs):
+        return False
+    blind = [t for t in tombs if not t.knows_target]
+    if not blind:
+        return False
+    for tomb in blind:
+        txn.put_tombstone(tomb.with_channels((channel,)))
+    _relist(txn, h, blob)
+    return True
+
+
+def _relist(txn: Txn, h: bytes, blob: bytes) -> None:
+    """Re-index a stored post/delete whose tombstones changed."""
+    unindex(txn, h, blob, forget_tombstones=False)
+    post = decode_post(blob)
+    index(txn, Indexed.of(blob, post, h, tuple(txn.tombstones_by(h, post.hashes))), blob)
+
+
+def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
+    """Write a post, its view entries and its reverse entry."""
+    txn.put(POSTS + ip.hash, buf)
+    for key, value in views.entries(ip):
+        txn.put(key, value)
+    txn.put(reverse.key(ip.hash), reverse.pack(ip))
+    txn.deleted.discard(ip.hash)
+    txn.added[ip.hash] = ip.post
+    for view, group in views.groups(ip):
+        txn.add_candidate(view, group, ip)
+
+
+def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
+    """Remove a stored post, its view entries and (optionally) its tombstones."""
+    post = decode_post(blob)
+    made = tuple(txn.tombstones_by(h, post.hashes)) if post.post_type == DELETE else ()
+    ip = Indexed.of(blob, post, h, made)
+    keys = set(views.reverse_keys_or_none(h, txn.get(reverse.key(h))) or ())
+    keys.update(k for k, _ in views.entries(ip))  # what the post itself says: robust to a damaged reverse entry
+    for key in keys:
+        txn.delete(key)
+    txn.delete(reverse.key(h))
+    txn.delete(POSTS + h)
+    txn.deleted.add(h)
+    txn.added.pop(h, None)
+    for view, group in views.groups(ip):
+        txn.touch(view, group)
+        # What the post would write as its group's latest goes too: settle
+        # rewrites what is still right, and a damaged reverse entry cannot
+        # hide a stale latest key (a head, say) from it.
+        for key, _ in view.latest(group, ip):
+            txn.delete(key)
+    if forget_tombstones:
+        for tomb in made:
+            txn.forget_tombstone(tomb)
+    return ip
+
+
+def _delete_target(txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombstone:
+    blob = txn.get(POSTS + target)
+    kept = txn.get(DELETED + target + by)
+    if blob is None and kept is not None:
+        # This delete was discarded locally and has come back: its tombstone
+        # still says what it deleted; keep that.
+        tomb = Tombstone.unpack(target, by, kept)
+    elif blob is None:
+        # Channels are known only from a deletion by the author itself; an
+        # unauthorized claim knows who wrote the target but lists nothing.
+        knowing = sorted((t for t in txn.tombstones(target) if t.knows_target), key=lambda t: t.deleter != t.author)
+        tomb = Tombstone(target, by, delete.public_key)
+        if knowing:
+            known = knowing[0]
+            channels = known.channels if known.author == known.deleter == delete.public_key else ()
+            tomb = tomb.with_target(known.author, known.post_type, known.timestamp, channels)
+    elif blob[:32] != delete.public_key:
+        p = decode_post(blob)  # someone else's post: recorded as an unauthorized claim, left alone
+        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, ())
+    else:
+        ip = unindex(txn, target, blob, forget_tombstones=True)
+        p = ip.post
+        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, _channels_of(txn, ip))
+    txn.put_tombstone(tomb)
+    return tomb
+
+
+def _channels_of(txn: Txn, ip: Indexed) -> tuple[str, ...]:
+    if ip.channel is not None:
+        return (ip.channel,)
+    if ip.post.post_type == DELETE:
+        return tuple(sorted({c for t in ip.tombstones for c in t.channels}))
+    if ip.post.post_type == INFO:
+        return _member_channels(txn, ip.post.public_key)
+    return ()
+
+
+def _channels_of_post(txn: Txn, h: bytes, post: Post) -> tuple[str, ...]:
+    """The channels a post that is not stored belongs to, as far as the store knows."""
+    if post.post_type in CHANNEL_TYPES:
+        return (canonical_channel(post.channel),)
+    if post.post_type == DELETE:
+        found = set()
+        for target in dict.fromkeys(post.hashes):
+            blob = txn.get(POSTS + target)
+            if blob is not None and blob[:32] != post.public_key:
+                continue  # another author's post: the delete is not listed there
+            if blob is not None:
+                stored = decode_post(blob)
+                made = tuple(txn.tombstones_by(target, stored.hashes)) if stored.post_type == DELETE else ()
+                found.update(_channels_of(txn, Indexed.of(blob, stored, target, made)))
+            else:
+                found.update(c for t in txn.tombstones(target) if t.author == post.public_key for c in t.channels)
+        return tuple(sorted(found))
+    if post.post_type == INFO:
+        return _member_channels(txn, post.public_key)
+    return ()
+
+
+def _member_channels(txn: Txn, public_key: bytes) -> tuple[str, ...]:
+    txn.settle()  # membership changed earlier in this batch must count
+    names = set(channel_names(txn.db))
+    names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m")
+    membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
+    return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))

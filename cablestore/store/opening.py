@@ -1,0 +1,275 @@
+"""Opening a store's LevelDB directory: what is at the path, who holds it, what it holds.
+
+Three rules keep an open from destroying or littering anything:
+
+* **One opener per path per process.**  LevelDB refuses a second open of a
+  directory in the same process by closing a descriptor of ``LOCK``, which
+  drops the process's fcntl lock and lets another process in.  So a
+  process-wide registry of open paths is checked *before* plyvel is called;
+  LevelDB's own lock still keeps other processes out.
+* **Look before opening.**  The path is classified first (missing, a regular
+  file, an empty directory, a snapshot, a store, a store that lost its
+  ``CURRENT``, someone else's directory); only a store, or with
+  ``create=True`` a missing path or an empty directory, reaches plyvel.  So
+  read-only commands never create a directory or drop ``LOCK``/``LOG`` into
+  one, and LevelDB never creates a fresh database over a damaged one.
+* **Claim nothing that is not ours.**  ``!meta!format`` is written only into a
+  database that is empty; a LevelDB with data but no format key is refused
+  without writing.
+
+``paranoid_checks`` is on: LevelDB then fails the open on a damaged
+write-ahead log instead of silently dropping the rest of a 32 KiB block.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+
+import plyvel
+
+from . import leveldb_files
+from cablestore.errors import (
+    DiskFullError,
+    NotAStoreError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreIOError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
+
+FORMAT_KEY = b"!meta!format"
+FORMAT = b"cablestore-1"
+RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
+
+# Files LevelDB writes; LOCK and LOG alone hold no data.
+_DATA_FILE = re.compile(r"^(\d+\.(ldb|sst|log)|MANIFEST-\d+)$")
+_HARMLESS = {"LOCK", "LOG", "LOG.old"}
+
+
+class Kind(Enum):
+    """What a path holds, as far as opening a store is concerned."""
+
+    MISSING = "missing"
+    FILE = "file"
+    EMPTY = "empty"  # an empty directory (or one holding only LOCK/LOG)
+    STORE = "store"  # a LevelDB directory with CURRENT
+    HEADLESS = "headless"  # LevelDB data files without CURRENT
+    SNAPSHOT = "snapshot"  # an exported snapshot (manifest.json)
+    OTHER = "other"  # a directory of something else
+
+
+def classify(path: Path) -> Kind:
+    """Say what is at ``path`` without changing anything."""
+    try:
+        if not path.exists():
+            return Kind.MISSING
+        if not path.is_dir():
+            return Kind.FILE
+        names = set(os.listdir(path))
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if "CURRENT" in names:
+        return Kind.STORE
+    if "manifest.json" in names:
+        return Kind.SNAPSHOT
+    if any(_DATA_FILE.match(n) for n in names):
+        return Kind.HEADLESS
+    if names <= _HARMLESS:
+        return Kind.EMPTY
+    return Kind.OTHER
+
+
+def refusal(path: Path, kind: Kind, create: bool) -> StoreError | None:
+    """The error opening ``path`` (holding ``kind``) must raise, or None to go ahead."""
+    if kind is Kind.STORE or (create and kind in (Kind.MISSING, Kind.EMPTY)):
+        return None
+    if kind is Kind.MISSING:
+        return StoreNotFoundError(f"{path} does not exist")
+    if kind is Kind.EMPTY:
+        return StoreNotFoundError(f"{path} is an empty directory, not a store")
+    if kind is Kind.FILE:
+        return NotAStoreError(f"{path} is a file, not a store directory")
+    if kind is Kind.SNAPSHOT:
+        return NotAStoreError(f"{path} is an exported snapshot, not a store (read it with --snapshot {path})")
+    if kind is Kind.HEADLESS:
+        return StoreCorruptError(f"{path} holds LevelDB files but no CURRENT file; {RECOVER_HINT}")
+    return NotAStoreError(f"{path} is a non-empty directory that is not a cablestore store; nothing was changed")
+
+
+# --- the process-wide registry of open stores -------------------------------
+_open_paths: set[str] = set()
+_registry_lock = threading.Lock()
+
+
+def claim(path: Path) -> str:
+    """Register ``path`` as open in this process; raise StoreLockedError if it already is."""
+    key = os.path.realpath(path)
+    with _registry_lock:
+        if key in _open_paths:
+            raise StoreLockedError(f"{path} is already open in this process (close the other Store first)")
+        _open_paths.add(key)
+    return key
+
+
+def release(key: str) -> None:
+    """Forget a path registered by :func:`claim` (after its DB is closed)."""
+    with _registry_lock:
+        _open_paths.discard(key)
+
+
+# --- plyvel errors at the boundary ------------------------------------------
+def message(exc: BaseException) -> str:
+    """plyvel's message as text (it gives bytes)."""
+    arg = exc.args[0] if exc.args else exc
+    return arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+
+
+def translate(exc: BaseException, path: str | os.PathLike) -> StoreError:
+    """The CableError for a plyvel (or closed-DB) exception raised while using ``path``."""
+    text = message(exc)
+    if isinstance(exc, plyvel.CorruptionError) or (isinstance(exc, plyvel.IOError) and "Invalid argument" in text):
+        # (a table cut short reads as EINVAL)
+        return StoreCorruptError(f"{path}: damaged data ({text}); {RECOVER_HINT}")
+    if isinstance(exc, plyvel.IOError):
+        lowered = text.lower()
+        if "no space" in lowered or "file too large" in lowered or "quota" in lowered:
+            return DiskFullError(f"{path}: out of space ({text}); this write may not be stored: free space and retry it (the store reopens LevelDB itself; ingest is idempotent)")
+        return StoreIOError(f"{path}: I/O error ({text}); this call may not have completed: retry once the cause is fixed")
+    if isinstance(exc, RuntimeError):  # plyvel: "Database is closed"
+        return StoreClosedError("the store is closed")
+    return StoreError(f"{path}: {text}")
+
+
+PLYVEL_ERRORS = (plyvel.Error, RuntimeError)
+
+
+@contextmanager
+def translated(path: str | os.PathLike) -> Iterator[None]:
+    """Turn plyvel errors raised inside the block into CableErrors."""
+    try:
+        yield
+    except plyvel.Error as exc:
+        raise translate(exc, path) from exc
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise DiskFullError(f"{path}: {exc.strerror}") from exc
+        raise StoreIOError(f"{path}: {exc.strerror or exc}") from exc
+
+
+# --- opening ------------------------------------------------------------------
+def open_db(path: Path, *, create: bool, cache_mb: int = 32, write_buffer_mb: int = 16) -> tuple[plyvel.DB, str]:
+    """Open the store at ``path``; return ``(db, registry key)`` for :func:`release`.
+
+    ``create=True`` creates a store at a missing path or in an empty
+    directory; anything else that is not a store is refused, untouched.
+    """
+    key = claim(path)
+    try:
+        kind = classify(path)
+        refused = refusal(path, kind, create)
+        if refused is not None:
+            raise refused
+        if kind is Kind.MISSING:
+            _make_dirs(path)
+        elif kind is Kind.STORE and (unlisted := leveldb_files.unlisted_tables(path)):
+            raise StoreCorruptError(f"{path}: the MANIFEST does not list {', '.join(unlisted)} (LevelDB would delete them); {RECOVER_HINT}")
+        db = _plyvel_open(path, create, cache_mb, write_buffer_mb)
+        try:
+            _check_format(db, path, create)
+        except BaseException:
+            db.close()
+            raise
+        return db, key
+    except BaseException:
+        release(key)
+        raise
+
+
+def reopen_db(path: Path, *, cache_mb: int = 32, write_buffer_mb: int = 16) -> plyvel.DB:
+    """Open again a store this process has registered and just closed."""
+    return _plyvel_open(path, False, cache_mb, write_buffer_mb)
+
+
+def _make_dirs(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreIOError(f"cannot create {path}: {exc.strerror or exc}") from exc
+
+
+# Table blocks of 32 KB instead of LevelDB's 4 KB: Snappy then finds the
+# public keys and hashes a block's posts and entries repeat (an author's key
+# in each of their posts, a head's hash in the post linking to it), and a
+# compacted store takes 0.4x the raw post bytes less.  The price: a point
+# read that misses the block cache decompresses 32 KB, ~45 µs instead of
+# ~12 µs (README "Scale": disk).  Only new tables use it: a store written
+# with another size opens and reads as before.
+BLOCK_SIZE = 32 << 10
+
+
+def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) -> plyvel.DB:
+    try:
+        # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
+        # keep ingest from slowing as the store grows (measured: +20% at
+        # 100k posts), for ~50 MB of memory that does not grow further.
+        return plyvel.DB(
+            str(path),
+            create_if_missing=create,
+            paranoid_checks=True,
+            lru_cache_size=cache_mb << 20,
+            write_buffer_size=write_buffer_mb << 20,
+            # Point reads of absent keys (is this post stored?) skip every table
+            # but the memtable instead of reading a block from each level.
+            bloom_filter_bits=10,
+            block_size=BLOCK_SIZE,
+        )
+    except plyvel.IOError as exc:
+        if "lock" in message(exc).lower() and "not a directory" not in message(exc).lower():
+            raise StoreLockedError(f"{path} is open in another process or Store") from exc
+        raise translate(exc, path) from exc
+    except plyvel.Error as exc:
+        raise translate(exc, path) from exc
+
+
+def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
+    with translated(path):
+        # Checksums verified: a block read here stays in the block cache, where
+        # a later check (which verifies what it reads from disk) would trust it.
+        stored = db.get(FORMAT_KEY, verify_checksums=True)
+        if stored == FORMAT:
+            return
+        if stored is not None:
+            raise NotAStoreError(f"{path} holds format {stored!r}, expected {FORMAT!r}")
+        with db.iterator(include_value=False, verify_checksums=True) as it:
+            empty = next(it, None) is None
+        if not empty:
+            raise NotAStoreError(f"{path} is a LevelDB database without {FORMAT_KEY!r}: not a cablestore store; nothing was changed")
+        if not create:
+            raise StoreNotFoundError(f"{path} is an empty LevelDB database, not a cablestore store")
+        db.put(FORMAT_KEY, FORMAT, sync=True)
+
+
+def flush(db: plyvel.DB) -> None:
+    """Move the memtable into a table, leaving the write-ahead log empty.
+
+    A closed store then holds everything in checksummed tables the MANIFEST
+    lists, and a damaged or truncated log cannot lose acknowledged posts.
+    LevelDB flushes the memtable before any manual compaction; the range is
+    past every key, so nothing else is compacted.  A failed flush loses
+    nothing (the log still holds the data), so it is not an error.
+    """
+    if db.closed:  # a reopen after an I/O error failed
+        return
+    try:
+        db.compact_range(start=b"\xff" * 8, stop=b"\xff" * 9)
+    except plyvel.Error:
+        pass

@@ -1,0 +1,213 @@
+"""Read-side of :class:`cablestore.Store`: the answers to Cable requests.
+
+Queries that read more than one key read from one LevelDB snapshot, so a
+concurrent writer never shows them half of an ingest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import islice
+from typing import Any
+
+from cablestore.views import author, channel, chat, state, user
+
+from cablestore.wire.codec import POST_TYPE_NAMES
+from cablestore.errors import CorruptRecordError, QueryError
+from cablestore.store.inflight import guarded
+from cablestore.store.link_queries import LinkQueries
+from cablestore.keyspace.keys import HashLike, MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
+from cablestore.keyspace.records import Tombstone
+from cablestore.store.txn import DELETED, POSTS
+
+U64_MAX = (1 << 64) - 1
+
+
+def _count(value, what) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise QueryError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+class Queries(LinkQueries):
+    """Mixed into Store; expects ``self.db`` (a plyvel DB) and ``self._gate``.
+
+    Every public method is ``@guarded``: ``close()`` waits for it, and plyvel
+    errors leave it as CableErrors.  A new public method must be too
+    (tests/test_lifecycle.py checks).
+    """
+
+    # --- posts ------------------------------------------------------------
+    @guarded
+    def get(self, h: HashLike) -> bytes | None:
+        """The post's bytes, or None if it is not stored."""
+        return self.db.get(POSTS + as_hash(h))
+
+    @guarded
+    def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
+        """Answer a post request: bytes (or None) for each hash, in order."""
+        keys = [as_hash(h) for h in hashes]
+        with self.db.snapshot() as snap:
+            return [snap.get(POSTS + h) for h in keys]
+
+    def __contains__(self, h: HashLike) -> bool:
+        return self.get(h) is not None
+
+    @guarded
+    def is_deleted(self, h: HashLike) -> bool:
+        """True if a tombstone holds this hash and no post with it is stored.
+
+        A delete that arrived before its target counts, although the target
+        will still be accepted if it turns out to belong to someone else than
+        the deleter (its author is unknown until it arrives).
+        """
+        h = as_hash(h)
+        with self.db.snapshot() as snap:
+            if snap.get(POSTS + h) is not None:
+                return False
+            return any(t.authorized for t in _tombstones(snap, h))
+
+    @guarded
+    def tombstones(self, h: HashLike) -> list[Tombstone]:
+        """Every tombstone kept for hash ``h`` (one per post/delete that named it)."""
+        return _tombstones(self.db, as_hash(h))
+
+    @guarded
+    def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[bytes]) -> list[Tombstone]:
+        """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
+        by = as_hash(delete_hash)
+        with self.db.snapshot() as snap:
+            found = [(t, snap.get(DELETED + t + by)) for t in dict.fromkeys(targets)]
+        return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
+
+    # --- channel time range -------------------------------------------------
+    @guarded
+    def channel_time_range(self, name: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
+        """Hashes of post/text and post/delete in ``[start, end)``, newest first.
+
+        ``end=0`` means no upper bound (the spec's "keep the request open"
+        case, answered with everything known now); ``limit=0`` means all.
+        """
+        start, end, limit = _count(start, "start"), _count(end, "end"), _count(limit, "limit")
+        prefix = chat.channel_prefix(name)
+        lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
+        hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+        it = self.db.iterator(start=lo, stop=hi, reverse=True, include_value=False)
+        with it:
+            return [k[-32:] for k in islice(it, limit or None)]
+
+    # --- channel state ------------------------------------------------------
+    @guarded
+    def channel_state(self, name: str, historic: bool = False) -> list[bytes]:
+        """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
+
+        Latest topic, latest join/leave of each member, latest post/info of
+        each member and ex-member; ``historic=True`` gives every one of them.
+        """
+        ch = channel_key(name)
+        with self.db.snapshot() as snap, snap.iterator(include_value=False) as it:
+            people = self._member_keys(snap, ch)
+            if historic:
+                out = _all_newest_first(it, state.topic_prefix(ch))
+                out += _all_newest_first(it, state.PREFIX + ch + b"m")
+                for pk in people:
+                    out += _all_newest_first(it, user.posts_prefix(pk))
+                return out
+            out = _latest(it, [state.topic_prefix(ch)])
+            # Materialized latest entries: one scan of the members and a point
+            # read each, however long the channel's history.
+            out += [h for _, h in snap.iterator(prefix=state.PREFIX + ch + b"l")]
+            for pk in people:
+                h = snap.get(user.latest_hash_key(pk))
+                if h is not None:
+                    out.append(h)
+        return out
+
+    @staticmethod
+    def _member_keys(snap, ch: bytes, current_only: bool = False) -> list[bytes]:
+        prefix = channel.PREFIX + ch + b"m"
+        return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
+
+    @guarded
+    def members(self, name: str) -> list[bytes]:
+        """Public keys of the channel's current members, ascending."""
+        return self._member_keys(self.db, channel_key(name), current_only=True)
+
+    @guarded
+    def topic(self, name: str) -> str:
+        """The channel's current topic; "" when none is set (spec 5.4.2)."""
+        key = channel.PREFIX + channel_key(name) + b"t"
+        value = self.db.get(key)
+        return _text(key, value) if value else ""
+
+    @guarded
+    def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
+        """Known channel names, ascending, in their canonical (casefolded) spelling."""
+        offset, limit = _count(offset, "offset"), _count(limit, "limit")
+        with self.db.snapshot() as snap:
+            names = channel.channel_names(snap)
+        return names[offset : offset + limit if limit else None]
+
+    # --- users and authors ----------------------------------------------------
+    @guarded
+    def name(self, public_key: HashLike) -> str | None:
+        """The user's current name (from their latest post/info), or None."""
+        key = user.property_key(as_hash(public_key), "name")
+        value = self.db.get(key)
+        return None if value is None else _text(key, value)
+
+    @guarded
+    def user_info(self, public_key: HashLike) -> dict[str, str]:
+        """Every property of the user's latest post/info."""
+        prefix = user.PREFIX + as_hash(public_key) + b"i"
+
+        return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
+
+    @guarded
+    def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
+        """Hashes of the author's posts (of one type, or all), newest first."""
+        if post_type is not None and (type(post_type) is not int or post_type not in POST_TYPE_NAMES):
+            raise QueryError(f"post_type must be one of {sorted(POST_TYPE_NAMES)} or None, got {post_type!r}")
+        prefix = author.prefix(as_hash(public_key), post_type)
+        keys = list(self.db.iterator(prefix=prefix, include_value=False))
+        keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
+        return [k[-32:] for k in keys]
+
+
+def _text(key: bytes, value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"view entry {key[:48]!r} is not UTF-8; run `cablestore check STORE --repair`") from exc
+
+
+def _tombstones(reader, h: bytes) -> list[Tombstone]:
+    prefix = DELETED + h
+    return [Tombstone.unpack(h, k[len(prefix) :], v) for k, v in reader.iterator(prefix=prefix)]
+
+
+# One iterator, re-seeked, answers a whole channel state request: creating an
+# iterator per member cost more than the seeks.
+def _latest(it, prefixes) -> list[bytes]:
+    """The hash ending the last key under each prefix (prefixes with none are skipped)."""
+    out = []
+    for prefix in prefixes:
+        it.seek(next_prefix(prefix))
+        try:
+            key = it.prev()
+        except StopIteration:
+            continue
+        if key.startswith(prefix):
+            out.append(key[-32:])
+    return out
+
+
+def _all_newest_first(it, prefix: bytes) -> list[bytes]:
+    it.seek(prefix)
+    keys = []
+    for key in it:
+        if not key.startswith(prefix):
+            break
+        keys.append(key)
+    keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
+    return [k[-32:] for k in keys]

@@ -1,0 +1,254 @@
+"""Reading a store as a person would: decoded posts, a channel's messages, totals.
+
+The queries in :mod:`cablestore.store.queries` answer Cable requests with hashes;
+this module turns hashes into :class:`StoredPost` objects (type name, author
+and the author's current name, timestamp, body fields) and sums a store up
+(:class:`StoreStats`).  It is mixed into :class:`cablestore.Store`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cablestore.views import author as author_view
+from cablestore.views import user as user_view
+
+from cablestore.wire.codec import DELETE, POST_TYPE_NAMES, Post, decode_post
+from cablestore.keyspace.keys import as_hash, canonical_channel
+from cablestore.views.channel import channel_names
+from cablestore.store.txn import DELETED, POSTS
+
+__all__ = ["Reading", "StoreStats", "StoredPost"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPost:
+    """One stored post, decoded, with its hash and its author's current name.
+
+    Fields a post's type does not use are ``None`` (``deleted`` is ``()``
+    except for a post/delete).  ``raw`` holds the post's exact bytes.
+    """
+
+    hash: bytes
+    post_type: int
+    author: bytes
+    timestamp: int
+    links: tuple[bytes, ...]
+    raw: bytes
+    author_name: str | None = None
+    channel: str | None = None
+    text: str | None = None
+    topic: str | None = None
+    info: tuple[tuple[str, str], ...] | None = None
+    deleted: tuple[bytes, ...] = ()
+
+    @classmethod
+    def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> "StoredPost":
+        """Decode ``buf`` (stored under hash ``h``) into a StoredPost."""
+        p = post if post is not None else decode_post(buf)
+        return cls(h, p.post_type, p.public_key, p.timestamp, p.links, bytes(buf), author_name,
+                   p.channel, p.text, p.topic, p.info, p.hashes or ())
+
+    @property
+    def type_name(self) -> str:
+        """The spec's name of the post type, e.g. ``"post/text"``."""
+        return POST_TYPE_NAMES[self.post_type]
+
+    @property
+    def time(self) -> datetime:
+        """The claimed timestamp as an aware UTC datetime (milliseconds kept)."""
+        return datetime.fromtimestamp(self.timestamp / 1000, tz=timezone.utc)
+
+    @property
+    def who(self) -> str:
+        """The author's current name, or the first 8 hex digits of their key."""
+        return self.author_name if self.author_name is not None else self.author.hex()[:8]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key)."""
+        out: dict[str, Any] = {
+            "hash": self.hash.hex(),
+            "type": self.type_name,
+            "author": self.author.hex(),
+            "author_name": self.author_name,
+            "timestamp": self.timestamp,
+            "time": self.time.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "links": [link.hex() for link in self.links],
+        }
+        for name in ("channel", "text", "topic"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.info is not None:
+            out["info"] = dict(self.info)
+        if self.post_type == DELETE:
+            out["deleted"] = [h.hex() for h in self.deleted]
+        return out
+
+    def __repr__(self) -> str:
+        body = ""
+        if self.channel is not None:
+            body += f" #{self.channel}"
+        for name in ("text", "topic"):
+            value = getattr(self, name)
+            if value is not None:
+                body += f" {name}={_clip(value)!r}"
+        if self.info is not None:
+            body += f" info={dict(self.info)!r}"
+        if self.deleted:
+            body += f" deleted={len(self.deleted)}"
+        return f"<StoredPost {self.type_name} {self.hash.hex()[:12]} by {self.who} at {self.timestamp}{body}>"
+
+
+def _clip(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What a store holds: posts by type, channels, authors, tombstones, bytes on disk.
+
+    ``posts`` counts the hash store; ``by_type`` and ``users`` come from the
+    ``!author`` view (so they disagree with ``posts`` only on a store that
+    ``cablestore check`` would report).  ``bytes_on_disk`` sums the sizes of
+    the store directory's files.
+    """
+
+    path: str
+    posts: int
+    by_type: dict[str, int]
+    channels: int
+    users: int
+    tombstones: int
+    bytes_on_disk: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stats as a JSON-ready dict."""
+        return {
+            "path": self.path,
+            "posts": self.posts,
+            "by_type": dict(self.by_type),
+            "channels": self.channels,
+            "users": self.users,
+            "tombstones": self.tombstones,
+            "bytes_on_disk": self.bytes_on_disk,
+        }
+
+
+def _count_keys(reader, prefix: bytes) -> int:
+    with reader.iterator(prefix=prefix, include_value=False) as it:
+        return sum(1 for _ in it)
+
+
+def _disk_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:  # LevelDB removed an old table meanwhile
+                pass
+    return total
+
+
+class Reading:
+    """Mixed into Store; expects ``self.db`` (a plyvel DB), ``self.path`` and the :class:`Queries`."""
+
+    def post(self, h: bytes | str) -> StoredPost | None:
+        """The stored post with hash ``h`` (bytes or hex), decoded, or ``None``."""
+        h = as_hash(h)
+        with self.db.snapshot() as snap:
+            buf = snap.get(POSTS + h)
+            if buf is None:
+                return None
+            post = decode_post(buf)
+            name = snap.get(_name_key(post.public_key))
+        return StoredPost.from_bytes(buf, h, _text(name), post)
+
+    def messages(self, channel: str, start: int = 0, end: int = 0, limit: int = 0) -> list[StoredPost]:
+        """A channel's post/text and post/delete, decoded, newest first.
+
+        The same posts as :meth:`channel_time_range` with the same arguments
+        (``end=0``: no upper bound, ``limit=0``: all), each carrying its
+        author's current name.  A post removed between the range scan and
+        the read is left out.
+        """
+        hashes = self.channel_time_range(channel, start, end, limit)
+        names: dict[bytes, str | None] = {}
+        out = []
+        with self.db.snapshot() as snap:
+            for h in hashes:
+                buf = snap.get(POSTS + h)
+                if buf is None:
+                    continue
+                post = decode_post(buf)
+                if post.public_key not in names:
+                    names[post.public_key] = _text(snap.get(_name_key(post.public_key)))
+                out.append(StoredPost.from_bytes(buf, h, names[post.public_key], post))
+        return out
+
+    def posts(self, channel: str | None = None) -> Iterator[StoredPost]:
+        """Every stored post, decoded, in hash order, from one snapshot.
+
+        With ``channel``: the posts that name that channel (text, topic,
+        join, leave) and the post/deletes listed under it.
+        """
+        wanted = None if channel is None else canonical_channel(channel)
+        deletes = set(self.channel_time_range(channel)) if channel is not None else set()
+        names: dict[bytes, str | None] = {}
+        with self.db.snapshot() as snap, snap.iterator(prefix=POSTS) as it:
+            for key, buf in it:
+                post = decode_post(buf)
+                h = key[len(POSTS) :]
+                if wanted is not None and not (
+                    (post.channel is not None and canonical_channel(post.channel) == wanted) or h in deletes
+                ):
+                    continue
+                if post.public_key not in names:
+                    names[post.public_key] = _text(snap.get(_name_key(post.public_key)))
+                yield StoredPost.from_bytes(buf, h, names[post.public_key], post)
+
+    def __iter__(self) -> Iterator[StoredPost]:
+        """Iterate over every stored post (see :meth:`posts`)."""
+        return self.posts()
+
+    def __len__(self) -> int:
+        """The number of stored posts.  A key scan of the hash store: O(posts), not O(1)."""
+        return _count_keys(self.db, POSTS)
+
+    def __bool__(self) -> bool:
+        # Without this, ``if store:`` would call __len__ and scan every post.
+        return True
+
+    def stats(self) -> StoreStats:
+        """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""
+        by_type: Counter[int] = Counter()
+        authors = set()
+        prefix = author_view.PREFIX
+        with self.db.snapshot() as snap:
+            posts = _count_keys(snap, POSTS)
+            tombstones = _count_keys(snap, DELETED)
+            channels = len(channel_names(snap))
+            with snap.iterator(prefix=prefix, include_value=False) as it:
+                for key in it:
+                    authors.add(key[len(prefix) : len(prefix) + 32])
+                    by_type[key[len(prefix) + 32]] += 1
+        types = {name: by_type.get(t, 0) for t, name in POST_TYPE_NAMES.items()}
+        return StoreStats(str(self.path), posts, types, channels, len(authors), tombstones, _disk_bytes(self.path))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._db.closed else "open"
+        return f"<{type(self).__name__} {str(self.path)!r} {state}>"
+
+
+def _name_key(public_key: bytes) -> bytes:
+    return user_view.property_key(public_key, "name")
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("utf-8", "replace")

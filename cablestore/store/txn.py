@@ -1,0 +1,217 @@
+"""A write transaction: buffered writes that commit as one LevelDB WriteBatch.
+
+Reads see the transaction's own writes first, so later posts in an
+``ingest_many`` batch see earlier ones.  "Latest" views are not updated post
+by post: posts only mark the groups they touch, and :meth:`Txn.settle`
+recomputes each touched group once from its candidates.  Ingest and delete
+share that one path, so no view logic is written twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from cablestore.views import latest_keys, needs_winner, rank
+
+from cablestore.wire.codec import decode_post
+from cablestore.keyspace.keys import next_prefix
+from cablestore.keyspace.records import Indexed, Tombstone
+
+POSTS = b"!post!"
+DELETED = b"!deleted!"
+_MISSING = object()
+WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
+
+
+class Txn:
+    def __init__(self, db, tomb_filter=None, winners=None):
+        self.db = db
+        # (view name, group) -> (rank, hash) of the committed latest candidate,
+        # or None for a group without one: a reverse seek saved per cached group.
+        self._winners = winners
+        self._settled: dict[tuple, tuple | None] = {}
+        # Answers "no tombstone names this hash" without a seek (see cablestore.store.tombfilter).
+        self._tomb_filter = tomb_filter
+        # One iterator, re-seeked for every scan: creating one per scan cost
+        # more than the scan.  It reads the DB as of now, which is right: the
+        # DB does not change until commit.
+        self._it = None
+        self.writes: dict[bytes, bytes | None] = {}
+        self.deleted: set[bytes] = set()  # post hashes removed in this txn
+        self.added: dict[bytes, object] = {}  # post hash -> Post stored in this txn
+        self._touched: dict[tuple, object] = {}  # (view name, group) -> view
+        self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
+        self._latest_keys: dict[tuple, set[bytes]] = {}
+        self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
+
+    # --- point reads and writes ----------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        value = self.writes.get(key, _MISSING)
+        return self.db.get(key) if value is _MISSING else value
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.writes[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.writes[key] = None
+
+    # --- tombstones (primary data) -------------------------------------
+    # --- scans through the shared iterator ----------------------------
+    def _iter(self):
+        if self._it is None:
+            self._it = self.db.iterator()
+        return self._it
+
+    def scan(self, prefix: bytes):
+        """``(key, value)`` pairs of the DB under ``prefix`` (not this txn's writes)."""
+        it = self._iter()
+        it.seek(prefix)
+        out = []
+        for key, value in it:
+            if not key.startswith(prefix):
+                break
+            out.append((key, value))
+        return out
+
+    def last_candidate(self, prefix: bytes) -> bytes | None:
+        """The greatest DB key under ``prefix`` whose post is not deleted in this txn."""
+        it = self._iter()
+        it.seek(next_prefix(prefix))
+        while True:
+            try:
+                key, _ = it.prev()
+            except StopIteration:
+                return None
+            if not key.startswith(prefix):
+                return None
+            if key[-32:] not in self.deleted:
+                return key
+
+    # --- tombstones (primary data) -------------------------------------
+    def tombstones(self, target: bytes) -> list[Tombstone]:
+        if self._tomb_filter is not None and target not in self._tombs and not self._tomb_filter.might_have(target):
+            return []
+        prefix = DELETED + target
+        found = {k[len(prefix) :]: v for k, v in self.scan(prefix)}
+        found.update(self._tombs.get(target, {}))
+        return [Tombstone.unpack(target, by, v) for by, v in sorted(found.items()) if v is not None]
+
+    def tombstones_by(self, by: bytes, targets) -> list[Tombstone]:
+        """The tombstones the post/delete ``by`` made for ``targets``."""
+        out = []
+        for target in dict.fromkeys(targets):
+            value = self.get(DELETED + target + by)
+            if value is not None:
+                out.append(Tombstone.unpack(target, by, value))
+        return out
+
+    def put_tombstone(self, tomb: Tombstone) -> None:
+        value = tomb.pack()
+        if self._tomb_filter is not None:
+            self._tomb_filter.add(tomb.target)
+        self._tombs[tomb.target][tomb.by] = value
+        self.put(DELETED + tomb.target + tomb.by, value)
+
+    def forget_tombstone(self, tomb: Tombstone) -> None:
+        self._tombs[tomb.target][tomb.by] = None
+        self.delete(DELETED + tomb.target + tomb.by)
+
+    # --- latest groups --------------------------------------------------
+    def touch(self, view, group: bytes) -> None:
+        self._touched[(view.NAME, group)] = view
+
+    def add_candidate(self, view, group: bytes, ip: Indexed) -> None:
+        self._added[(view.NAME, group)][ip.hash] = ip
+        self.touch(view, group)
+
+    def settle(self) -> None:
+        """Rewrite the latest entries of every touched group from its candidates."""
+        touched, self._touched = self._touched, {}
+        for (name, group), view in touched.items():
+            winner, winner_rank, exact = self._winner(name, group, view)
+            self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
+            self._write_latest(name, group, view, view.latest(group, winner))
+
+    def _stored_winner(self, name, group, view, cached_ok: bool = True) -> tuple | None:
+        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn."""
+        if self._winners is not None and cached_ok:
+            cached = self._winners.get((name, group), _MISSING)
+            if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
+                return cached
+        prefix = view.candidates(group)
+        key = self.last_candidate(prefix)
+        return None if key is None else (key[len(prefix) :], key[-32:])
+
+    def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
+        """``(winner, its rank, exact)``; not exact: a stand-in whose ``latest`` equals the winner's."""
+        best, best_rank = None, b""
+        for ip in self._added.get((name, group), {}).values():
+            if ip.hash in self.deleted:
+                continue
+            ip_rank = rank(view, group, ip)
+            if best is None or ip_rank > best_rank:
+                best, best_rank = ip, ip_rank
+        if best is not None and not needs_winner(view, group, best_rank):
+            # Whatever stored candidate outranks it, ``latest`` is empty: no seek
+            # (a new post's links to older posts).  The group's winner stays unknown.
+            return best, best_rank, False
+        stored = self._stored_winner(name, group, view)
+        if stored is not None and best is not None and stored[0] <= best_rank:
+            # The new candidate wins: the stored winner's bytes are not needed.  (A
+            # stale cached winner, removed under the store, only ranked lower.)
+            return best, best_rank, True
+        blob = None if stored is None else self.get(POSTS + stored[1])
+        if stored is not None and blob is None:
+            # The cache named a post the DB no longer holds (written under it:
+            # a repair, a recovery): forget it and read the DB.
+            self._winners.pop((name, group), None)
+            stored = self._stored_winner(name, group, view, cached_ok=False)
+            blob = None if stored is None else self.get(POSTS + stored[1])
+        if stored is not None and blob is not None and (best is None or stored[0] > best_rank):
+            best, best_rank = Indexed.of(blob, decode_post(blob), stored[1]), stored[0]
+        return best, best_rank, True
+
+    def _write_latest(self, name, group, view, entries) -> None:
+        # Blind writes: reading a value to skip rewriting it costs more than the write.
+        current = set(latest_keys(view, group, self))
+        current |= self._latest_keys.get((name, group), set())
+        fresh = dict(entries)
+        for key in current - fresh.keys():
+            self.delete(key)
+        for key, value in fresh.items():
+            self.put(key, value)
+        self._latest_keys[(name, group)] = set(fresh)
+
+    def latest_keys_written(self, name: str):
+        """Groups of view ``name`` settled in this txn (for overlaying scans)."""
+        return [g for (n, g) in self._latest_keys if n == name]
+
+    def committed(self):
+        """What this txn changed, for listeners (see :mod:`cablestore.store.events`)."""
+        from cablestore.store.events import Committed
+
+        added = tuple((h, p) for h, p in self.added.items() if h not in self.deleted)
+        removed = tuple(h for h in self.deleted if h not in self.added)
+        return Committed(added, removed)
+
+    # --- commit ---------------------------------------------------------
+    def commit(self, sync: bool = False) -> None:
+        self.settle()
+        if self._it is not None:
+            self._it.close()
+            self._it = None
+        if self.writes:
+            with self.db.write_batch(sync=sync) as wb:
+                for key, value in self.writes.items():
+                    if value is None:
+                        wb.delete(key)
+                    else:
+                        wb.put(key, value)
+        if self._winners is not None:  # only once the batch is written
+            if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
+                self._winners.clear()  # bounded memory; refilled as groups are touched again
+            for group, winner in self._settled.items():
+                if winner is _MISSING:
+                    self._winners.pop(group, None)  # settled without finding out who won
+                else:
+                    self._winners[group] = winner

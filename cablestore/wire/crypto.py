@@ -1,0 +1,143 @@
+"""Ed25519 signing and verification of Cable posts (through pynacl/libsodium)."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from nacl.signing import SigningKey
+
+from cablestore.wire.codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
+from cablestore.errors import PostFieldError, SignatureError
+
+_BODY_NAMES = {"channel", "text", "hashes", "info", "topic"}
+
+from nacl.bindings import crypto_sign_open
+from nacl.exceptions import BadSignatureError, CryptoError
+
+
+def _verify_detached(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    try:
+        crypto_sign_open(signature + message, public_key)
+        return True
+    except (BadSignatureError, CryptoError, ValueError, TypeError):
+        return False
+
+
+class Keypair:
+    """An Ed25519 keypair; ``Keypair.from_seed`` makes deterministic ones for tests."""
+
+    def __init__(self, signing_key: SigningKey | None = None) -> None:
+        self.signing_key = signing_key or SigningKey.generate()
+        self.public_key = bytes(self.signing_key.verify_key)
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> "Keypair":
+        """The keypair of a 32-byte Ed25519 seed (the same seed, the same keys)."""
+        return cls(SigningKey(seed))
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``message``."""
+        return self.signing_key.sign(message).signature
+
+    def __repr__(self) -> str:
+        # Never the secret key: reprs end up in logs and tracebacks.
+        return f"Keypair(public_key={self.public_key.hex()})"
+
+
+def verify_post(buf: bytes) -> bool:
+    """True when the signature covers every byte after it and matches the public key."""
+    if len(buf) < HEADER_FIXED:
+        return False
+    return _verify_detached(bytes(buf[:PUBLIC_KEY_SIZE]), bytes(buf[HEADER_FIXED:]), bytes(buf[PUBLIC_KEY_SIZE:HEADER_FIXED]))
+
+
+_CHUNK = 128
+
+
+def _verify_chunk(bufs) -> list[bool]:
+    return [verify_post(b) for b in bufs]
+
+
+def verify_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes for :func:`verify_many`; the caller shuts them down.
+
+    Spawned, not forked (forking a process that has LevelDB open is unsafe),
+    so a program run as a script needs the ``if __name__ == "__main__":`` guard.
+    """
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def verify_many(bufs: Sequence[bytes], pool: ProcessPoolExecutor | None = None) -> Iterator[bool]:
+    """Verify posts; return an iterator of results in order.
+
+    With a ``pool`` and enough posts, chunks are verified in its worker
+    processes (threads do not help: the GIL hand-off after every libsodium
+    call slows the indexing thread more than the parallel verify gains), and
+    the caller consumes results while later chunks are still verifying.
+    """
+    if pool is None or len(bufs) < 4 * _CHUNK:
+        return iter(_verify_chunk(bufs))
+    chunks = [bufs[i : i + _CHUNK] for i in range(0, len(bufs), _CHUNK)]
+    try:
+        results = pool.map(_verify_chunk, chunks)
+    except (OSError, RuntimeError, BrokenProcessPool):
+        return iter(_verify_chunk(bufs))
+    return _consume(results, chunks)
+
+
+def _consume(results, chunks):
+    done = 0
+    try:
+        for chunk_results in results:
+            done += 1
+            yield from chunk_results
+    except BrokenProcessPool:  # a worker died: finish the batch here
+        for chunk in chunks[done:]:
+            yield from _verify_chunk(chunk)
+
+
+def check_signature(buf: bytes) -> None:
+    """Raise :class:`SignatureError` unless :func:`verify_post` holds."""
+    if not verify_post(buf):
+        raise SignatureError("Ed25519 signature does not verify")
+
+
+def sign_post(post: Post, keypair: Keypair) -> bytes:
+    """Return the encoded post, authored and signed by ``keypair``.
+
+    The post's ``public_key`` and ``signature`` fields are replaced.
+    """
+    unsigned = dataclasses.replace(post, public_key=keypair.public_key, signature=bytes(64))
+    signature = keypair.sign(encode_body(unsigned))
+    return encode_post(dataclasses.replace(unsigned, signature=signature))
+
+
+def body_fields(body: dict) -> dict:
+    """Check a post body's field names; lists become the tuples a Post holds."""
+    unknown = set(body) - _BODY_NAMES
+    if unknown:
+        raise PostFieldError(f"no post field named {', '.join(sorted(unknown))}")
+    out = dict(body)
+    if isinstance(out.get("hashes"), list):
+        out["hashes"] = tuple(out["hashes"])
+    if isinstance(out.get("info"), list):
+        out["info"] = tuple(tuple(p) if isinstance(p, list) else p for p in out["info"])
+    return out
+
+
+def make_post(keypair: Keypair, post_type: int, timestamp: int, links: Iterable[bytes] = (), **body: Any) -> tuple[bytes, Post]:
+    """Build, sign and encode a post; return ``(bytes, decoded post)``.
+
+    A missing or mistyped field raises :class:`PostFieldError`, a value out
+    of the spec's limits :class:`LimitError` (both :class:`CableError`).
+    """
+    if isinstance(links, (bytes, str)) or not hasattr(links, "__iter__"):
+        raise PostFieldError(f"links must be a list of 32-byte hashes, got {type(links).__name__}")
+    draft = Post(keypair.public_key, bytes(64), tuple(links), post_type, timestamp, **body_fields(body))
+    buf = sign_post(draft, keypair)
+    return buf, decode_post(buf)
