@@ -76,7 +76,7 @@ class LocalCluster:
         log.close()
         self.procs.append(proc)
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         for d in ("logs", "pids", "work"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         try:
@@ -131,7 +131,7 @@ class LocalCluster:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

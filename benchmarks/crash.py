@@ -34,7 +34,7 @@ from pathlib import Path
 import blake3
 
 from cablestore import DELETE, Store, decode_post, post_hash
-from cablestore.authoring.workload import read_posts, write_posts, Workload
+from cablestore.authoring.workload import Workload, read_posts, write_posts
 
 NOW = 1_900_000_000_000
 

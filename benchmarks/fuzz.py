@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 from cablestore import decode_post, encode_post, verify_post
-from cablestore.errors import CableError
 from cablestore.authoring.workload import generate
+from cablestore.errors import CableError
 
 VECTORS = Path(__file__).resolve().parent.parent / "tests" / "data" / "cable-js-0.2.1.json"
 

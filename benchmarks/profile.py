@@ -122,7 +122,7 @@ def disk_families(out: Path, n: int, seed: int) -> None:
     posts = len(fams["!post!"])
     raw = sum(len(v) for _, v in fams["!post!"])
     print(f"{posts:,} posts, {raw / posts:.0f} B raw each; compacted store {on_disk / posts:.0f} B/post = {on_disk / raw:.2f}x raw")
-    print(f"| key family | keys | key+value B/post | alone, compacted B/post | × raw |\n|---|---|---|---|---|")
+    print("| key family | keys | key+value B/post | alone, compacted B/post | × raw |\n|---|---|---|---|---|")
     rows = []
     for name, pairs in fams.items():
         alone = out / "profile-family.ldb"

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 from cablestore import Store
-from cablestore.wire import messages as M
+from cablestore.authoring.workload import Workload, read_posts, write_posts
 from cablestore.peer.protocol import Node
 from cablestore.peer.transport import run_sync
-from cablestore.authoring.workload import Workload, read_posts, write_posts
+from cablestore.wire import messages as M
 
 
 def _posts(out: Path, n: int, seed: int) -> Path:

@@ -2,6 +2,8 @@
 
 __version__ = "0.1.0"
 
+from cablestore.errors import *  # noqa: E402,F401,F403
+from cablestore.errors import CableError  # noqa: E402
 from cablestore.wire.codec import (  # noqa: E402
     DELETE,
     INFO,
@@ -16,8 +18,6 @@ from cablestore.wire.codec import (  # noqa: E402
     post_hash,
 )
 from cablestore.wire.crypto import Keypair, make_post, sign_post, verify_post  # noqa: E402
-from cablestore.errors import *  # noqa: E402,F401,F403
-from cablestore.errors import CableError  # noqa: E402
 
 __all__ = [
     "CableError",

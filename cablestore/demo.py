@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cablestore.authoring.workload import Workload
 from cablestore.progress import Progress
 from cablestore.store.store import Store
-from cablestore.authoring.workload import Workload
 
 
 def run_demo(

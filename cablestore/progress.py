@@ -15,7 +15,7 @@ class Progress:
         self.enabled = not quiet and getattr(self.stream, "isatty", lambda: False)()
         self.label, self.total, self.count, self._drawn = "", None, 0, 0.0
 
-    def stage(self, label: str, total: int | None = None) -> "Progress":
+    def stage(self, label: str, total: int | None = None) -> Progress:
         """End the current line and start a stage counting to ``total`` (None: a plain counter)."""
         self._finish_line()
         self.label, self.total, self.count = label, total, 0

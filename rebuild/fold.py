@@ -83,7 +83,7 @@ class Fold:
         for (view_name, group), cand in best.items():
             self.add_entries(render(view_name, group, cand))
 
-    def merge(self, other: "Fold") -> "Fold":
+    def merge(self, other: Fold) -> Fold:
         for b, (s, n) in other.digests.items():
             d = self.digests.get(b)
             if d is None:
@@ -180,7 +180,7 @@ def _verified_ahead(posts, pool):
         batch = list(islice(it, VERIFY_BATCH))
         ahead = (batch, verify_many([b for _, b in batch], pool)) if batch else None
         if pending is not None:
-            for (h, blob), ok in zip(*pending):
+            for (h, blob), ok in zip(*pending, strict=False):
                 yield h, blob, ok
         if ahead is None:
             return

@@ -7,19 +7,18 @@ every derived key/value pair, computed by the view modules in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import zlib
+from dataclasses import dataclass
 
 import blake3
 
 from cablestore import views
-from cablestore.keyspace import reverse
-from cablestore.wire.codec import DELETE, decode_post, post_hash
-from cablestore.wire.crypto import verify_post
 from cablestore.errors import CableError, CorruptRecordError
+from cablestore.keyspace import reverse
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store.txn import DELETED, POSTS
+from cablestore.wire.codec import DELETE, decode_post, post_hash
+from cablestore.wire.crypto import verify_post
 
 META = b"!meta!"
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)

@@ -26,16 +26,15 @@ throughout, so no ingest interleaves.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import plyvel
 
 from cablestore import views
 from cablestore.keyspace import reverse
-from cablestore.store.gcpause import gc_paused
 from cablestore.keyspace.keys import next_prefix
 from cablestore.rebuild.recompute import (
     PRIMARY_PREFIXES,
@@ -46,6 +45,7 @@ from cablestore.rebuild.recompute import (
     tombstone_status,
     unpack_tombstone,
 )
+from cablestore.store.gcpause import gc_paused
 from cablestore.store.txn import DELETED, POSTS
 
 if TYPE_CHECKING:

@@ -158,8 +158,7 @@ class SnapshotSource:
                 yield tuple(rec)
 
     def live(self):
-        for key, value in self._records("live"):
-            yield key, value
+        yield from self._records("live")
 
     def close(self):
         pass

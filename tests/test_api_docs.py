@@ -14,7 +14,6 @@ import inspect
 from pathlib import Path
 
 import cablestore
-
 from cablestore.apidoc import public_modules
 
 
@@ -95,6 +94,6 @@ def test_the_reference_builds_a_page_per_public_module(tmp_path):
     assert index.is_file()
     pages = {p.relative_to(tmp_path / "api").with_suffix("").as_posix().replace("/", ".") for p in (tmp_path / "api").rglob("*.html")}
     assert set(public_modules()) <= pages
-    reading = (tmp_path / "api" / "cablestore" / "reading.html").read_text()
+    reading = (tmp_path / "api" / "cablestore" / "store" / "reading.html").read_text()
     assert "decoded, newest first" in reading  # a docstring, rendered
-    assert "reading.html#Reading.messages" in (tmp_path / "api" / "cablestore" / "store.html").read_text()  # inherited, linked
+    assert "reading.html#Reading.messages" in (tmp_path / "api" / "cablestore" / "store" / "store.html").read_text()  # inherited, linked

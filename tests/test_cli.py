@@ -10,8 +10,8 @@ import plyvel
 import pytest
 
 from cablestore import __version__
-from cablestore.cli import main
 from cablestore.authoring.workload import read_posts
+from cablestore.cli import main
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import stat
 import pytest
 
 from cablestore import Store, decode_post, verify_post
+from cablestore.authoring.keyfile import format_keyfile, parse_keyfile, read_keyfile, write_keyfile
 from cablestore.cli import main
 from cablestore.errors import KeyFileError
-from cablestore.authoring.keyfile import format_keyfile, parse_keyfile, read_keyfile, write_keyfile
 
 from .conftest import dump, keypair
 

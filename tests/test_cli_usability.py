@@ -10,9 +10,9 @@ import os
 import pytest
 
 from cablestore import Store, post_hash
+from cablestore.authoring.workload import generate, iter_posts, read_posts, write_posts
 from cablestore.cli import build_parser, main
 from cablestore.errors import PostsFileError
-from cablestore.authoring.workload import generate, iter_posts, read_posts, write_posts
 
 from .conftest import NOW
 

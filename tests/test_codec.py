@@ -42,8 +42,6 @@ from cablestore import (
     sign_post,
     verify_post,
 )
-from cablestore.wire import codec
-from cablestore.wire.codec import encode_varint, read_varint
 from cablestore.errors import (
     DecodeError,
     LimitError,
@@ -53,6 +51,8 @@ from cablestore.errors import (
     Utf8Error,
     VarintError,
 )
+from cablestore.wire import codec
+from cablestore.wire.codec import encode_varint, read_varint
 
 DATA = Path(__file__).parent / "data"
 VECTORS_FILE = DATA / "cable-js-0.2.1.json"
@@ -78,7 +78,7 @@ VECTOR_NAMES = ["text post", "delete post", "info post", "topic post", "join pos
 # --- helpers -----------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def vectors() -> dict:
     return json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
 
@@ -87,7 +87,7 @@ def vector_bytes(name: str) -> bytes:
     return bytes.fromhex(vectors()[name + " binary"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fixture_records() -> tuple[bytes, ...]:
     data = (FIXTURE_DIR / "posts.bin").read_bytes()
     records = []
@@ -103,7 +103,7 @@ def fixture_records() -> tuple[bytes, ...]:
     return tuple(records)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fixture_rows() -> tuple[dict, ...]:
     with (FIXTURE_DIR / "posts.jsonl").open(encoding="utf-8") as fh:
         return tuple(json.loads(line) for line in fh if line.strip())

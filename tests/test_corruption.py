@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from cablestore import Store
+from cablestore.authoring.workload import generate
 from cablestore.cli import main
 from cablestore.errors import StoreCorruptError, StoreNotFoundError
 from cablestore.store.recovery import recover
-from cablestore.authoring.workload import generate
 
 NOW = 1_900_000_000_000
 ROOT = Path(__file__).resolve().parent.parent

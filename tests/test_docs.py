@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from cablestore import Store
+from cablestore.authoring.author import Author
+from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
 from cablestore.peer.sync import write_cursor
-from cablestore.authoring.workload import generate, read_posts
-
-from cablestore.authoring.author import Author
 
 from .conftest import NOW, keypair, stop
 

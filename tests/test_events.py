@@ -1,8 +1,8 @@
 """Store.subscribe: listeners hear every commit that adds or removes posts, after it lands."""
 
-from cablestore import DELETE, JOIN, TEXT, Store
-from cablestore.store.store import LOCAL
+from cablestore import DELETE, JOIN, TEXT
 from cablestore.errors import StoreError
+from cablestore.store.store import LOCAL
 
 from .conftest import NOW, dump, post
 

@@ -38,8 +38,8 @@ from pathlib import Path
 import pytest
 
 from cablestore import Store
-from cablestore.errors import DeletedPostError
 from cablestore.authoring.workload import read_posts
+from cablestore.errors import DeletedPostError
 
 FIXTURE = Path(__file__).parent / "data" / "cablejs-0.2.1-s7-2000"
 NOW = 1_700_200_000_000  # later than every post, so none is "from the future"
@@ -408,7 +408,7 @@ def hexes(hashes) -> list[str]:
 def test_fixture_files_agree():
     assert len(BUFS) == len(META) == SUMMARY["generated"] == 2000
     assert [m["idx"] for m in META] == list(range(len(META)))
-    for buf, m in zip(BUFS, META):
+    for buf, m in zip(BUFS, META, strict=False):
         assert hashlib.blake2b(buf, digest_size=32).hexdigest() == m["hash"]
         assert buf[:32].hex() == m["author"]
     assert Counter(m["type"] for m in META) == Counter(SUMMARY["byType"])
@@ -487,7 +487,7 @@ def test_time_range_start_inclusive_end_exclusive_limit_newest(channel, view):
     a, b = ts[len(ts) // 3], ts[2 * len(ts) // 3]
     window = view.channel_time_range(channel, b, a)
     window_ts = [BY_HASH[x]["timestamp"] for x in window]
-    assert window == [x for x, t in zip(everything, ts) if b <= t < a]
+    assert window == [x for x, t in zip(everything, ts, strict=False) if b <= t < a]
     assert b in window_ts  # start is inclusive
     assert a not in window_ts  # end is exclusive
     assert view.channel_time_range(channel, b, a, 3) == window[:3]  # limit keeps the newest
@@ -547,13 +547,13 @@ def test_author_posts(user, view, oracle):
 
 
 def test_get_every_hash(store, oracle):
-    for m, buf in zip(META, BUFS):
+    for m, buf in zip(META, BUFS, strict=False):
         want = buf if m["hash"] in oracle.stored else None
         assert store.get(m["hash"]) == want, m["idx"]
         assert store.get(bytes.fromhex(m["hash"])) == want, m["idx"]
     assert len(oracle.stored) == len(META) - SUMMARY["deletedPosts"]
     assert store.get_many([m["hash"] for m in META]) == [
-        buf if m["hash"] in oracle.stored else None for m, buf in zip(META, BUFS)
+        buf if m["hash"] in oracle.stored else None for m, buf in zip(META, BUFS, strict=False)
     ]
 
 
@@ -607,7 +607,7 @@ def test_reingesting_every_post_changes_nothing(built, oracle, tmp_path):
             again.ingest(buf)
         before = list(again.items())
         assert before == list(built.store.items())
-        for m, buf in zip(META, BUFS):
+        for m, buf in zip(META, BUFS, strict=False):
             if m["hash"] in back:
                 continue
             if m["hash"] in oracle.stored:
@@ -616,7 +616,7 @@ def test_reingesting_every_post_changes_nothing(built, oracle, tmp_path):
                 with pytest.raises(DeletedPostError):
                     again.ingest(buf)
         assert list(again.items()) == before
-        results = again.ingest_many([buf for m, buf in zip(META, BUFS) if m["hash"] not in back])
+        results = again.ingest_many([buf for m, buf in zip(META, BUFS, strict=False) if m["hash"] not in back])
         offered = [m for m in META if m["hash"] not in back]
         assert [r.ok for r in results] == [m["hash"] in oracle.stored for m in offered]
         assert all(isinstance(r.error, DeletedPostError) for r in results if not r.ok)
@@ -687,7 +687,8 @@ def test_channel_with_bang_does_not_leak(store, view, oracle):
     news, bang = view.channel_time_range("news"), view.channel_time_range("news!2024")
     assert news == oracle.channel_time_range("news") != []
     assert bang == oracle.channel_time_range("news!2024") != []
-    texts = lambda xs: {x for x in xs if BY_HASH[x]["type"] == "post/text"}
+    def texts(xs):
+        return {x for x in xs if BY_HASH[x]["type"] == "post/text"}
     assert texts(news) and texts(bang) and not texts(news) & texts(bang)
     # a post/delete is in both only when it deleted something of both (a post/info of a member of both)
     for x in set(news) & set(bang):

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cablestore import DELETE, INFO, JOIN, TEXT, TOPIC, Store, post_hash
-from cablestore.wire.codec import encode_varint
+from cablestore.authoring.workload import generate
 from cablestore.errors import (
     CableError,
     DeletedPostError,
@@ -23,7 +23,7 @@ from cablestore.errors import (
     Utf8Error,
 )
 from cablestore.store.store import WEEK_MS
-from cablestore.authoring.workload import generate
+from cablestore.wire.codec import encode_varint
 
 from .conftest import NOW, dump, post
 

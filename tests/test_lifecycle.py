@@ -14,6 +14,7 @@ import plyvel
 import pytest
 
 from cablestore import Store
+from cablestore.authoring.workload import Workload, write_posts
 from cablestore.cli import main
 from cablestore.errors import (
     CableError,
@@ -23,7 +24,6 @@ from cablestore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from cablestore.authoring.workload import Workload, write_posts
 
 from .conftest import NOW
 

@@ -8,10 +8,10 @@ import shutil
 import pytest
 
 from cablestore import DELETE, JOIN, TEXT, Store, decode_post, post_hash
+from cablestore.authoring.workload import generate, read_posts
 from cablestore.keyspace.keys import canonical_channel
 from cablestore.rebuild import check
 from cablestore.views.links import LINKABLE
-from cablestore.authoring.workload import generate, read_posts
 
 from .conftest import NOW, dump, post
 

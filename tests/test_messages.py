@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cablestore.wire import messages as M
 from cablestore.errors import (
     CableError,
     FramingError,
@@ -27,6 +26,7 @@ from cablestore.errors import (
     TtlError,
     UnknownMessageTypeError,
 )
+from cablestore.wire import messages as M
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "cable-js-0.2.1.json").read_text())
 MESSAGE_VECTORS = [k for k in VECTORS if not k.endswith("binary") and ("request" in k or "response" in k)]

@@ -7,11 +7,11 @@ import threading
 import pytest
 
 from cablestore import DELETE, JOIN, TEXT, TOPIC, Store, post_hash
-from cablestore.wire import messages as M
+from cablestore.authoring.workload import generate
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
 from cablestore.peer.protocol import Concluded, Node, Refused
 from cablestore.peer.sync import Sync, cursor_key, read_cursor
-from cablestore.authoring.workload import generate
+from cablestore.wire import messages as M
 
 from .conftest import keypair, post
 from .peer_helpers import WALL, answers, link, pump, responses

@@ -7,8 +7,6 @@ import logging
 import pytest
 
 from cablestore import TEXT, Store, post_hash
-from cablestore.wire import messages as M
-from cablestore.wire.codec import encode_varint
 from cablestore.errors import (
     DuplicateRequestError,
     LimitError,
@@ -20,6 +18,8 @@ from cablestore.errors import (
     UnsolicitedPostError,
 )
 from cablestore.peer.protocol import Node, Refused
+from cablestore.wire import messages as M
+from cablestore.wire.codec import encode_varint
 
 from .conftest import keypair, post
 from .peer_helpers import WALL, responses

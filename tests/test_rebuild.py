@@ -10,9 +10,9 @@ import shutil
 import pytest
 
 from cablestore import TEXT, Store, post_hash
+from cablestore.authoring.workload import generate
 from cablestore.rebuild import check, export, rebuild
 from cablestore.rebuild.recompute import view_of
-from cablestore.authoring.workload import generate
 
 from .conftest import NOW, dump, post
 
@@ -333,7 +333,7 @@ def test_a_tombstone_contradicting_the_stored_post_is_a_fault(damaged, request):
 def test_a_damaged_tombstone_that_still_decodes_is_a_fault_not_a_crash_or_a_wrong_view(damaged, request, field):
     import msgpack
 
-    original = dump(damaged)
+    dump(damaged)
     key, tomb = _tombstone_of(damaged, TEXT)
     fields = msgpack.unpackb(damaged.db.get(key))
     if field == "channel_type":

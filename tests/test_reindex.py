@@ -6,10 +6,10 @@ import random
 from pathlib import Path
 
 from cablestore import Store
-from cablestore.cli import main
-from cablestore.rebuild.reindex import reindex
-from cablestore.rebuild.recompute import is_primary
 from cablestore.authoring.workload import Workload, read_posts
+from cablestore.cli import main
+from cablestore.rebuild.recompute import is_primary
+from cablestore.rebuild.reindex import reindex
 
 from .conftest import NOW, dump
 
@@ -125,9 +125,9 @@ def test_bulk_heads_from_the_reverse_range_equal_the_heads_ingest_settled(tmp_pa
 def test_bulk_heads_of_hand_made_reverse_ranges(alice):
     """A post linked by another, one linked by nothing, a linker of an unknown hash, a non-linkable post."""
     from cablestore.keyspace import reverse
-    from cablestore.wire.codec import INFO, TEXT
     from cablestore.keyspace.records import Indexed
     from cablestore.views import links
+    from cablestore.wire.codec import INFO, TEXT
 
     from .conftest import post
 
@@ -178,9 +178,9 @@ def test_reindex_leaves_garbage_collection_as_it_found_it(tmp_path):
 
 def test_candidates_carry_a_blob_only_where_latest_can_use_the_post(alice):
     """A linker's candidate in its target's links group needs no bytes: a linker is never a head."""
-    from cablestore.wire.codec import TEXT, decode_post
-    from cablestore.rebuild.recompute import recompute_post, render
     from cablestore.keyspace.records import Indexed
+    from cablestore.rebuild.recompute import recompute_post, render
+    from cablestore.wire.codec import TEXT, decode_post
 
     from .conftest import post
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post, views
+from cablestore.authoring.workload import generate, read_posts
 from cablestore.keyspace import reverse
 from cablestore.keyspace.records import Indexed
-from cablestore.authoring.workload import generate, read_posts
 
 from .conftest import NOW
 

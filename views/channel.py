@@ -12,8 +12,8 @@ such post is a candidate; the latest topic is the newest post/topic.
 Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
 """
 
-from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 from cablestore.keyspace.keys import escape, next_prefix, unescape
+from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 
 from . import state
 

@@ -8,8 +8,8 @@ author belonged to).
     !chat!<channel><mono> -> ''
 """
 
-from cablestore.wire.codec import DELETE, TEXT
 from cablestore.keyspace.keys import channel_key, escape
+from cablestore.wire.codec import DELETE, TEXT
 
 NAME = "chat"
 PREFIX = b"!chat!"

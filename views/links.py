@@ -24,10 +24,10 @@ their 37-byte prefix.
 
 from msgpack import UnpackException
 
-from cablestore.wire.codec import CHANNEL_TYPES
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.keyspace.reverse import PREFIX as REV
 from cablestore.keyspace.reverse import channel_of, stand_in
+from cablestore.wire.codec import CHANNEL_TYPES
 
 from . import channel as channel_view
 

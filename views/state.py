@@ -8,8 +8,8 @@ the ``!user`` view.)
     !state!<channel>t<mono>         -> ''   post/topic
 """
 
-from cablestore.wire.codec import JOIN, LEAVE, TOPIC
 from cablestore.keyspace.keys import channel_key, escape
+from cablestore.wire.codec import JOIN, LEAVE, TOPIC
 
 NAME = "state"
 PREFIX = b"!state!"

@@ -12,8 +12,8 @@ Groups: ``<pubkey>`` (the properties) and ``h<pubkey>`` (the hash, one
 point read for channel state); both rank the user's ``p`` run.
 """
 
-from cablestore.wire.codec import INFO
 from cablestore.keyspace.keys import escape
+from cablestore.wire.codec import INFO
 
 NAME = "user"
 PREFIX = b"!user!"

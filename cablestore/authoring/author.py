@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from cablestore import views
-from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, Post, decode_post, encode_post, post_hash
-from cablestore.wire.crypto import Keypair, body_fields, make_post
 from cablestore.errors import NotYourPostError, PostFieldError, QueryError, StoreError
 from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
 from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
 from cablestore.store.txn import POSTS
+from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, Post, decode_post, encode_post, post_hash
+from cablestore.wire.crypto import Keypair, body_fields, make_post
 
 CLOCK = b"!local!clock!"
 # Authoring is at human speed: one lock for the process keeps two threads
@@ -218,7 +218,7 @@ def post_with_keyfile(store_path: str | os.PathLike, key_path: str | os.PathLike
     if names is not None:
         if len(args) != len(names):
             raise PostFieldError(f"{kind} takes {' '.join(n.upper() for n in names)}")
-        body = dict(zip(names, args))
+        body = dict(zip(names, args, strict=False))
         if kind == "name":
             body = {"info": [("name", body["name"])]}
         _checked_draft(keypair.public_key, post_type, body)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from cablestore.wire.crypto import Keypair
 from cablestore.errors import KeyFileError
+from cablestore.wire.crypto import Keypair
 
 FORMAT_LINE = "cablestore-keypair 1"
 MAX_SIZE = 4096  # a key file is ~200 bytes; refuse to read anything large

@@ -12,15 +12,15 @@ Files use the fixture format: records of ``[u32 big-endian length][post]``.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import struct
-import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from cablestore.errors import PostsFileError
 from cablestore.wire.codec import DELETE, HEADER_FIXED, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from cablestore.wire.crypto import Keypair, make_post
-from cablestore.errors import PostsFileError
 
 START_TS = 1_700_000_000_000
 WORDS = (

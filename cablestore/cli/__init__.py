@@ -9,7 +9,6 @@ Exit status: 0 success (or consistent), 1 differences found or remaining,
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import contextlib
 import json
 import logging
@@ -18,6 +17,7 @@ import shlex
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from cablestore import __version__
 
@@ -36,8 +36,8 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    from cablestore.progress import Progress
     from cablestore.authoring.workload import Workload, write_posts
+    from cablestore.progress import Progress
 
     progress = Progress(quiet=args.quiet).stage("generate + sign", args.posts)
 
@@ -54,9 +54,9 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_ingest(args) -> int:
+    from cablestore.authoring.workload import read_posts
     from cablestore.progress import Progress
     from cablestore.store.store import Store
-    from cablestore.authoring.workload import read_posts
 
     bufs = [buf for path in args.files for buf in read_posts(path)]
     progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))

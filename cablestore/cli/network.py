@@ -7,8 +7,8 @@ import json
 
 
 def _cmd_serve(args) -> int:
-    from cablestore.store.store import Store
     from cablestore.peer.transport import run_server
+    from cablestore.store.store import Store
 
     def ready(host, port):
         if not args.quiet:
@@ -28,8 +28,8 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_sync(args) -> int:
-    from cablestore.progress import Progress
     from cablestore.peer.transport import sync_path
+    from cablestore.progress import Progress
 
     progress = Progress(quiet=args.quiet or args.json).stage("sync: posts ingested")
     summary = asyncio.run(sync_path(args.store, args.connect, channels=args.channel or None, live=args.live, progress=progress, timeout=args.timeout))

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import blake3
 import msgpack
 
-from cablestore.wire.codec import CHANNEL_TYPES, Post, decode_post, post_hash, slot_setters
 from cablestore.errors import CorruptRecordError
 from cablestore.keyspace.keys import canonical_channel, mono
+from cablestore.wire.codec import CHANNEL_TYPES, Post, decode_post, post_hash, slot_setters
 
 
 def _tag(target: bytes, by: bytes, fields: list) -> bytes:
@@ -56,7 +56,7 @@ class Tombstone:
         return msgpack.packb(fields + [_tag(self.target, self.by, fields)])
 
     @classmethod
-    def unpack(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
+    def unpack(cls, target: bytes, by: bytes, value: bytes) -> Tombstone:
         """Decode a stored tombstone; a damaged one raises :class:`CorruptRecordError`.
 
         Every field is type-checked and the record carries a tag over its
@@ -71,7 +71,7 @@ class Tombstone:
             ) from exc
 
     @classmethod
-    def _parse(cls, target: bytes, by: bytes, value: bytes) -> "Tombstone":
+    def _parse(cls, target: bytes, by: bytes, value: bytes) -> Tombstone:
         record = msgpack.unpackb(value)
         if not isinstance(record, list) or len(record) != 6:
             raise ValueError("not a 6-field record")
@@ -89,11 +89,11 @@ class Tombstone:
             raise ValueError("tag does not match the record")
         return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
 
-    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: "Iterable[str]") -> "Tombstone":
+    def with_target(self, author: bytes, post_type: int, timestamp: int, channels: Iterable[str]) -> Tombstone:
         """This tombstone, completed with what its target turned out to be."""
         return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
 
-    def with_channels(self, channels: "Iterable[str]") -> "Tombstone":
+    def with_channels(self, channels: Iterable[str]) -> Tombstone:
         """This tombstone with more channels its target is known to have been in."""
         merged = tuple(sorted(set(self.channels) | set(channels)))
         return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, merged)
@@ -124,7 +124,7 @@ class Indexed:
     tombstones: tuple[Tombstone, ...] = ()
 
     @classmethod
-    def of(cls, buf: bytes, post: Post | None = None, h: bytes | None = None, tombstones: Iterable[Tombstone] = ()) -> "Indexed":
+    def of(cls, buf: bytes, post: Post | None = None, h: bytes | None = None, tombstones: Iterable[Tombstone] = ()) -> Indexed:
         """Index the post ``buf`` (decoded and hashed unless ``post`` and ``h`` are given)."""
         post = post if post is not None else decode_post(buf)
         h = h if h is not None else post_hash(buf)

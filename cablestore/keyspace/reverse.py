@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import msgpack
 
-from cablestore.wire.codec import CHANNEL_TYPES, DELETE, Post
 from cablestore.keyspace.keys import mono
 from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.wire.codec import CHANNEL_TYPES, DELETE, Post
 
 PREFIX = b"!rev!"
 

@@ -28,10 +28,10 @@ import logging
 import os
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
-from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from cablestore.errors import (
     CableError,
     DuplicateRequestError,
@@ -41,6 +41,7 @@ from cablestore.errors import (
     UnsolicitedPostError,
 )
 from cablestore.keyspace.keys import canonical_channel, channel_key, next_prefix
+from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from cablestore.wire.messages import (
     DEFAULT_LIMITS,
     DEPLOYED,
@@ -71,7 +72,7 @@ POST_REQUESTS_IN_FLIGHT = 4  # per connection; more wait in a queue, so none tim
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
 
 
-def channel_state_answer(store: "Store", channel: str) -> list[bytes]:
+def channel_state_answer(store: Store, channel: str) -> list[bytes]:
     """The hashes answering a channel state request.
 
     ``Store.channel_state`` (latest topic, latest join/leave and post/info of
@@ -157,7 +158,7 @@ class _Inbound:
     """A request a remote peer sent us: answered locally and maybe forwarded."""
 
     req_id: bytes
-    origin: "Connection"
+    origin: Connection
     request: object
     started: int
     live: bool = False
@@ -174,7 +175,7 @@ class _Outbound:
     """A request this peer sent on ``conn``."""
 
     req_id: bytes
-    conn: "Connection"
+    conn: Connection
     request: object
     started: int
     job: Job
@@ -194,7 +195,7 @@ class Node:
 
     def __init__(
         self,
-        store: "Store",
+        store: Store,
         *,
         framing: Framing = DEPLOYED,
         limits: Limits = DEFAULT_LIMITS,
@@ -232,7 +233,7 @@ class Node:
         for h in hashes:
             self._listed.pop(h, None)
 
-    def connect(self, name: str = "peer") -> "Connection":
+    def connect(self, name: str = "peer") -> Connection:
         """A new connection to a remote peer called ``name`` (for logs and sync cursors)."""
         with self.lock:
             conn = Connection(self, name)

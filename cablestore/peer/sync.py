@@ -12,11 +12,12 @@ sync asks only for ``[cursor, ...)``.  A channel is synced by one
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from cablestore.wire.codec import decode_post
 from cablestore.keyspace.keys import canonical_channel, channel_key
 from cablestore.peer.protocol import Connection, Job
+from cablestore.wire.codec import decode_post
 
 if TYPE_CHECKING:
     from cablestore.store.store import Store
@@ -31,13 +32,13 @@ def cursor_key(peer: str, channel: str) -> bytes:
     return CURSOR + hashlib.blake2b(peer.encode("utf-8"), digest_size=32).digest() + channel_key(channel)
 
 
-def read_cursor(store: "Store", peer: str, channel: str) -> int | None:
+def read_cursor(store: Store, peer: str, channel: str) -> int | None:
     """The stored cursor (ms), or None if this channel was never synced from ``peer``."""
     value = store.db.get(cursor_key(peer, channel))
     return None if value is None else int.from_bytes(value, "big")
 
 
-def write_cursor(store: "Store", peer: str, channel: str, timestamp: int) -> None:
+def write_cursor(store: Store, peer: str, channel: str, timestamp: int) -> None:
     """Store the cursor; it never moves backwards."""
     old = read_cursor(store, peer, channel)
     if old is None or timestamp > old:

@@ -15,7 +15,8 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import TransportError
 from cablestore.peer.protocol import Connection, Node
@@ -120,7 +121,7 @@ class PeerServer:
         self._server = None
         self._tasks: set[asyncio.Task] = set()
 
-    async def start(self) -> "PeerServer":
+    async def start(self) -> PeerServer:
         """Listen; raises :class:`TransportError` if the address cannot be bound."""
         self.wire = Wire(self.node)
         try:
@@ -169,7 +170,7 @@ async def open_connection(host: str, port: int) -> tuple[asyncio.StreamReader, a
         raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
 
 
-async def sync_path(path: "str | os.PathLike", address: str, **kw: Any) -> dict:
+async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     """:func:`run_sync` into the store at ``path``, created if missing, once ``address`` has answered.
 
     The connection is made first, so a peer that cannot be reached (or a bad
@@ -188,7 +189,7 @@ async def sync_path(path: "str | os.PathLike", address: str, **kw: Any) -> dict:
 
 
 async def run_server(
-    store: "Store", address: str, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None
+    store: Store, address: str, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None
 ) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return counts."""
     host, port = parse_address(address)
@@ -213,13 +214,13 @@ async def run_server(
 
 
 async def run_sync(
-    store: "Store",
+    store: Store,
     address: str,
     *,
     channels: Iterable[str] | None = None,
     live: bool = False,
     window: tuple[int, int] | None = None,
-    progress: "Progress | None" = None,
+    progress: Progress | None = None,
     timeout: float = 600.0,
     stop: asyncio.Event | None = None,
     streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None,

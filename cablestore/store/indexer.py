@@ -24,13 +24,13 @@ rules make that so:
 from __future__ import annotations
 
 from cablestore import views
-from cablestore.keyspace import reverse
-from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
+from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import canonical_channel, escape, unescape
-from cablestore.views.channel import channel_names
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store.txn import DELETED, POSTS, Txn
+from cablestore.views.channel import channel_names
+from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
 
 def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:

@@ -24,7 +24,6 @@ import plyvel
 from cablestore.errors import StoreClosedError
 from cablestore.store.opening import translate
 
-
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 

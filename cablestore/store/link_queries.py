@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from cablestore.views import links as view
-
-from cablestore.wire.codec import decode_post
 from cablestore.errors import QueryError
 from cablestore.keyspace.keys import HashLike, as_hash
 from cablestore.store.txn import POSTS
+from cablestore.views import links as view
+from cablestore.wire.codec import decode_post
 
 
 class LinkQueries:

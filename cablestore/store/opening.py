@@ -34,7 +34,6 @@ from pathlib import Path
 
 import plyvel
 
-from . import leveldb_files
 from cablestore.errors import (
     DiskFullError,
     NotAStoreError,
@@ -45,6 +44,8 @@ from cablestore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+
+from . import leveldb_files
 
 FORMAT_KEY = b"!meta!format"
 FORMAT = b"cablestore-1"

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
 
-from cablestore.views import author, channel, chat, state, user
-
-from cablestore.wire.codec import POST_TYPE_NAMES
 from cablestore.errors import CorruptRecordError, QueryError
+from cablestore.keyspace.keys import MONO_SIZE, TS_SIZE, HashLike, as_hash, channel_key, next_prefix, unescape
+from cablestore.keyspace.records import Tombstone
 from cablestore.store.inflight import guarded
 from cablestore.store.link_queries import LinkQueries
-from cablestore.keyspace.keys import HashLike, MONO_SIZE, TS_SIZE, as_hash, channel_key, next_prefix, unescape
-from cablestore.keyspace.records import Tombstone
 from cablestore.store.txn import DELETED, POSTS
+from cablestore.views import author, channel, chat, state, user
+from cablestore.wire.codec import POST_TYPE_NAMES
 
 U64_MAX = (1 << 64) - 1
 

@@ -12,17 +12,16 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cablestore.keyspace.keys import as_hash, canonical_channel
+from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import author as author_view
 from cablestore.views import user as user_view
-
-from cablestore.wire.codec import DELETE, POST_TYPE_NAMES, Post, decode_post
-from cablestore.keyspace.keys import as_hash, canonical_channel
 from cablestore.views.channel import channel_names
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.wire.codec import DELETE, POST_TYPE_NAMES, Post, decode_post
 
 __all__ = ["Reading", "StoreStats", "StoredPost"]
 
@@ -49,7 +48,7 @@ class StoredPost:
     deleted: tuple[bytes, ...] = ()
 
     @classmethod
-    def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> "StoredPost":
+    def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> StoredPost:
         """Decode ``buf`` (stored under hash ``h``) into a StoredPost."""
         p = post if post is not None else decode_post(buf)
         return cls(h, p.post_type, p.public_key, p.timestamp, p.links, bytes(buf), author_name,
@@ -63,7 +62,7 @@ class StoredPost:
     @property
     def time(self) -> datetime:
         """The claimed timestamp as an aware UTC datetime (milliseconds kept)."""
-        return datetime.fromtimestamp(self.timestamp / 1000, tz=timezone.utc)
+        return datetime.fromtimestamp(self.timestamp / 1000, tz=UTC)
 
     @property
     def who(self) -> str:

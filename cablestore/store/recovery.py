@@ -36,12 +36,12 @@ from pathlib import Path
 
 import plyvel
 
-from cablestore.keyspace import reverse
-from cablestore.store import leveldb_files, opening
-from cablestore.wire.codec import DELETE, decode_post, post_hash
 from cablestore.errors import CableError, StoreError, StoreLockedError
+from cablestore.keyspace import reverse
 from cablestore.progress import Progress
+from cablestore.store import leveldb_files, opening
 from cablestore.store.txn import DELETED, POSTS
+from cablestore.wire.codec import DELETE, decode_post, post_hash
 
 _POST_KEY_LEN = len(POSTS) + 32
 # In a WriteBatch a record is: tag (1 put, 0 delete), varint key length, key[, varint value length, value].

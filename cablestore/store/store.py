@@ -21,12 +21,6 @@ from typing import TYPE_CHECKING, Any
 import plyvel
 
 from cablestore import views
-from cablestore.store import indexer, opening
-from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
-from cablestore.wire.crypto import check_signature, verify_many, verify_pool
-from cablestore.store.events import Committed, Listeners
-from cablestore.store.gcpause import gc_paused
-from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
 from cablestore.errors import (
     CableError,
     FutureTimestampError,
@@ -36,10 +30,16 @@ from cablestore.errors import (
     StoreError,
 )
 from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key
+from cablestore.store import indexer, opening
+from cablestore.store.events import Committed, Listeners
+from cablestore.store.gcpause import gc_paused
+from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.tombfilter import TombstoneFilter
 from cablestore.store.txn import POSTS, Txn
+from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
+from cablestore.wire.crypto import check_signature, verify_many, verify_pool
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.rebuild import Report

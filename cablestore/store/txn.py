@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from cablestore.views import latest_keys, needs_winner, rank
-
-from cablestore.wire.codec import decode_post
 from cablestore.keyspace.keys import next_prefix
 from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.views import latest_keys, needs_winner, rank
+from cablestore.wire.codec import decode_post
 
 POSTS = b"!post!"
 DELETED = b"!deleted!"

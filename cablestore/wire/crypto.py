@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from nacl.signing import SigningKey
 
-from cablestore.wire.codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
 from cablestore.errors import PostFieldError, SignatureError
+from cablestore.wire.codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
 
 _BODY_NAMES = {"channel", "text", "hashes", "info", "topic"}
 
@@ -36,7 +36,7 @@ class Keypair:
         self.public_key = bytes(self.signing_key.verify_key)
 
     @classmethod
-    def from_seed(cls, seed: bytes) -> "Keypair":
+    def from_seed(cls, seed: bytes) -> Keypair:
         """The keypair of a 32-byte Ed25519 seed (the same seed, the same keys)."""
         return cls(SigningKey(seed))
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
-from cablestore.wire.codec import CHANNEL_CODEPOINTS, HASH_SIZE, _str, encode_varint, read_varint
 from cablestore.errors import (
     CableError,
     DecodeError,
@@ -38,6 +37,7 @@ from cablestore.errors import (
     TtlError,
     UnknownMessageTypeError,
 )
+from cablestore.wire.codec import CHANNEL_CODEPOINTS, HASH_SIZE, _str, encode_varint, read_varint
 
 HASH_RESPONSE, POST_RESPONSE, POST_REQUEST, CANCEL_REQUEST = 0, 1, 2, 3
 TIME_RANGE_REQUEST, CHANNEL_STATE_REQUEST, CHANNEL_LIST_REQUEST = 4, 5, 6
@@ -428,7 +428,7 @@ class Decoder:
         """Bytes held for an incomplete message."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[Union[AnyMessage, CableError]]:
+    def feed(self, data: bytes) -> list[AnyMessage | CableError]:
         """Buffer ``data``; return the messages (or per-message errors) it completed."""
         if self.broken is not None:
             return []
