@@ -27,6 +27,7 @@ from cablestore import Store
 from cablestore.authoring.workload import Workload, read_posts, write_posts
 from cablestore.peer.protocol import Node
 from cablestore.peer.transport import run_sync
+from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 
 
@@ -93,7 +94,7 @@ def time_range_latency(work: Path, requests: int = 2000, seed: int = 5) -> dict:
     with Store(work / "full", create=False) as store:
         channels = store.channel_list()
         conn = Node(store).connect("bench")
-        decoder = M.Decoder()
+        decoder = D.Decoder()
         samples = []
         for i in range(requests):
             channel = rng.choice(channels)

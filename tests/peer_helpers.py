@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cablestore.wire.messages import Decoder
+from cablestore.wire.decoding import Decoder
 
 WALL = time.time_ns() // 1_000_000
 

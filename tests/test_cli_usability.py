@@ -158,7 +158,7 @@ def test_no_numeric_option_takes_an_unchecked_number():
 
 
 def test_positive_float_refuses_zero_negative_and_infinity():
-    from cablestore.cli import positive_float
+    from cablestore.cli.args import positive_float
 
     assert positive_float("2.5") == 2.5
     for bad in ("0", "-1", "inf", "nan", "x"):

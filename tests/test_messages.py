@@ -26,6 +26,7 @@ from cablestore.errors import (
     TtlError,
     UnknownMessageTypeError,
 )
+from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "cable-js-0.2.1.json").read_text())
@@ -47,8 +48,8 @@ def test_vectors_byte_exact(vectors, name):
     wire = bytes.fromhex(vectors[name + " binary"])
     m = M.messages_from_json(vectors[name])
     assert M.encode(m) == wire
-    assert M.decode(wire) == m
-    assert M.Decoder().feed(wire + wire) == [m, m]
+    assert D.decode(wire) == m
+    assert D.Decoder().feed(wire + wire) == [m, m]
 
 
 def test_moderation_state_request_layout():
@@ -56,18 +57,18 @@ def test_moderation_state_request_layout():
     body = bytes([8]) + bytes(4) + m.req_id + b"\x03" + b"\x04myco\x09bike_life\x00" + b"\x01" + bytes([0xD2, 0x09])
     wire = bytes([len(body)]) + body
     assert M.encode(m) == wire
-    assert M.decode(wire) == m
+    assert D.decode(wire) == m
 
 
 def test_draft8_framing_has_no_circuit_or_ttl_and_an_8_byte_req_id():
     m = M.TimeRangeRequest(b"12345678", "qigong", 0, 2033, 21)
     wire = M.encode(m, M.DRAFT8)
     assert wire == bytes.fromhex("14" "04" + b"12345678".hex() + "067169676f6e6700f10f15")
-    assert M.decode(wire, M.DRAFT8) == m
+    assert D.decode(wire, M.DRAFT8) == m
     with pytest.raises(LimitError):
         M.encode(m)  # an 8-byte req_id does not fit the deployed framing
     cancel = M.CancelRequest(b"12345678", cancel_id=b"abcdefgh")
-    assert M.decode(M.encode(cancel, M.DRAFT8), M.DRAFT8) == cancel
+    assert D.decode(M.encode(cancel, M.DRAFT8), M.DRAFT8) == cancel
 
 
 # --- property tests ------------------------------------------------------------------
@@ -99,13 +100,13 @@ def messages(req=req4, with_ttl=True):
 @settings(max_examples=400, deadline=None)
 @given(messages())
 def test_round_trip_deployed(m):
-    assert M.decode(M.encode(m)) == m
+    assert D.decode(M.encode(m)) == m
 
 
 @settings(max_examples=200, deadline=None)
 @given(messages(st.binary(min_size=8, max_size=8), with_ttl=False))
 def test_round_trip_draft8(m):
-    assert M.decode(M.encode(m, M.DRAFT8), M.DRAFT8) == m
+    assert D.decode(M.encode(m, M.DRAFT8), M.DRAFT8) == m
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,7 +114,7 @@ def test_round_trip_draft8(m):
 def test_stream_split_anywhere(ms, data):
     wire = b"".join(M.encode(m) for m in ms)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=8)))
-    decoder, out, last = M.Decoder(), [], 0
+    decoder, out, last = D.Decoder(), [], 0
     for cut in [*cuts, len(wire)]:
         out += decoder.feed(wire[last:cut])
         last = cut
@@ -126,10 +127,10 @@ def test_stream_split_anywhere(ms, data):
 def test_arbitrary_bytes_raise_only_cable_errors(buf):
     for framing in (M.DEPLOYED, M.DRAFT8):
         try:
-            M.decode(buf, framing)
+            D.decode(buf, framing)
         except CableError:
             pass
-        for item in M.Decoder(framing).feed(buf):
+        for item in D.Decoder(framing).feed(buf):
             assert isinstance(item, (M.Message, CableError))
 
 
@@ -139,7 +140,7 @@ def test_mutated_messages_raise_only_cable_errors(m, at, value):
     wire = bytearray(M.encode(m))
     wire[at % len(wire)] = value
     try:
-        M.decode(bytes(wire))
+        D.decode(bytes(wire))
     except CableError:
         pass
 
@@ -159,14 +160,14 @@ HEAD = bytes(4) + b"RQID"
 def test_hash_response_naming_a_million_hashes_is_refused_before_allocating():
     wire = frame(b"\x00" + HEAD + bytes([0xC0, 0x84, 0x3D]) + bytes(64))  # 1_000_000 hashes, 2 present
     with pytest.raises(LimitError):
-        M.decode(wire)
+        D.decode(wire)
     small = M.Limits(max_hashes=10**7)
     with pytest.raises(MessageError, match="ends inside"):
-        M.decode(wire, limits=small)
+        D.decode(wire, limits=small)
 
 
 def test_oversized_message_is_a_framing_error_before_buffering():
-    decoder = M.Decoder(limits=M.Limits(max_message=1000))
+    decoder = D.Decoder(limits=M.Limits(max_message=1000))
     (err,) = decoder.feed(bytes([0xE9, 0x07]))  # msg_len 1001: nothing more needed to refuse
     assert isinstance(err, MessageTooLargeError)
     assert decoder.broken is err and decoder.buffered == 0
@@ -175,7 +176,7 @@ def test_oversized_message_is_a_framing_error_before_buffering():
 
 def test_truncated_message_waits_then_decodes():
     wire = bytes.fromhex(VECTORS["hash response binary"])
-    decoder = M.Decoder()
+    decoder = D.Decoder()
     assert decoder.feed(wire[:-1]) == []
     assert decoder.buffered == len(wire) - 1
     assert len(decoder.feed(wire[-1:])) == 1
@@ -183,14 +184,14 @@ def test_truncated_message_waits_then_decodes():
 
 def test_truncated_body_inside_its_frame_is_a_message_error():
     with pytest.raises(MessageError):
-        M.decode(frame(b"\x00" + HEAD + b"\x02" + bytes(40)))
+        D.decode(frame(b"\x00" + HEAD + b"\x02" + bytes(40)))
 
 
 def test_unknown_type_is_skipped_and_the_stream_goes_on():
     good = bytes.fromhex(VECTORS["cancel request binary"])
-    items = M.Decoder().feed(frame(b"\x2a" + HEAD + b"whatever") + good)
+    items = D.Decoder().feed(frame(b"\x2a" + HEAD + b"whatever") + good)
     assert isinstance(items[0], UnknownMessageTypeError)
-    assert items[1] == M.decode(good)
+    assert items[1] == D.decode(good)
 
 
 @pytest.mark.parametrize(
@@ -207,12 +208,12 @@ def test_unknown_type_is_skipped_and_the_stream_goes_on():
 )
 def test_field_limits(payload, error):
     with pytest.raises(error):
-        M.decode(frame(payload))
+        D.decode(frame(payload))
 
 
 def test_msg_len_zero_and_overlong_varint_break_the_stream():
-    assert isinstance(M.Decoder().feed(b"\x00")[0], FramingError)
-    assert isinstance(M.Decoder().feed(b"\xff" * 11)[0], FramingError)
+    assert isinstance(D.Decoder().feed(b"\x00")[0], FramingError)
+    assert isinstance(D.Decoder().feed(b"\xff" * 11)[0], FramingError)
 
 
 def test_encode_refuses_what_decode_refuses():
@@ -227,5 +228,5 @@ def test_encode_refuses_what_decode_refuses():
 def test_decoder_returns_limit_errors_and_goes_on():
     good = bytes.fromhex(VECTORS["cancel request binary"])
     million = frame(b"\x00" + HEAD + bytes([0xC0, 0x84, 0x3D]) + bytes(64))
-    items = M.Decoder().feed(million + good)
-    assert isinstance(items[0], LimitError) and items[1] == M.decode(good)
+    items = D.Decoder().feed(million + good)
+    assert isinstance(items[0], LimitError) and items[1] == D.decode(good)

@@ -11,6 +11,7 @@ from cablestore.authoring.workload import generate
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
 from cablestore.peer.protocol import Concluded, Node, Refused
 from cablestore.peer.sync import Sync, cursor_key, read_cursor
+from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 
 from .conftest import keypair, post
@@ -307,7 +308,7 @@ def test_draft8_framing_end_to_end(chat, stores):
     a, b = link(Node(s, framing=M.DRAFT8), Node(empty, framing=M.DRAFT8))
     sync = Sync(b, "draft8-peer")
     sync.poll(WALL)
-    (first,) = M.Decoder(M.DRAFT8).feed(b._out)
+    (first,) = D.Decoder(M.DRAFT8).feed(b._out)
     assert len(first.req_id) == 8
     pump((a, b), polls=[sync])
     assert sync.summary()["complete"] and answers(empty) == answers(s)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
-
-def _print_json(data) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+from cablestore.cli.args import print_json
 
 
 def _cmd_keygen(args) -> int:
     from cablestore.authoring.keyfile import write_keyfile
 
     keypair = write_keyfile(args.keyfile)
-    _print_json({"public_key": keypair.public_key.hex(), "keyfile": args.keyfile}) if args.json else print(keypair.public_key.hex())
+    print_json({"public_key": keypair.public_key.hex(), "keyfile": args.keyfile}) if args.json else print(keypair.public_key.hex())
     return 0
 
 
@@ -23,7 +19,7 @@ def _cmd_post(args) -> int:
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
     buf = post_with_keyfile(args.store, args.key, args.kind, values)
     post = describe(buf)
-    _print_json(post) if args.json else print(post["hash"])
+    print_json(post) if args.json else print(post["hash"])
     return 0
 
 
@@ -32,7 +28,7 @@ def _cmd_heads(args) -> int:
 
     heads = [h.hex() for h in read_heads(args.store, args.channel)]
     if args.json:
-        _print_json({"channel": args.channel, "heads": heads})
+        print_json({"channel": args.channel, "heads": heads})
     for h in [] if args.json else heads:
         print(h)
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from cablestore.cli.args import positive_float, print_json
+
 
 def _cmd_serve(args) -> int:
     from cablestore.peer.transport import run_server
@@ -35,7 +37,7 @@ def _cmd_sync(args) -> int:
     summary = asyncio.run(sync_path(args.store, args.connect, channels=args.channel or None, live=args.live, progress=progress, timeout=args.timeout))
     progress.done()
     if args.json:
-        print(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False))
+        print_json(summary)
     else:
         state = "complete" if summary["complete"] else "INCOMPLETE"
         print(
@@ -47,7 +49,6 @@ def _cmd_sync(args) -> int:
 
 def register(sub) -> None:
     """Add ``serve`` and ``sync`` to the ``cablestore`` subcommands."""
-    from cablestore.cli import positive_float
 
     p = sub.add_parser("serve", help="answer Cable peers over TCP from a store (Ctrl-C stops)")
     p.add_argument("store", help="the store directory (must exist)")

@@ -9,15 +9,14 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from nacl.bindings import crypto_sign_open
+from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey
 
 from cablestore.errors import PostFieldError, SignatureError
 from cablestore.wire.codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
 
 _BODY_NAMES = {"channel", "text", "hashes", "info", "topic"}
-
-from nacl.bindings import crypto_sign_open
-from nacl.exceptions import BadSignatureError, CryptoError
 
 
 def _verify_detached(public_key: bytes, message: bytes, signature: bytes) -> bool:

@@ -8,27 +8,10 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from pathlib import Path
 
-from cablestore.cli import int_at_least
-from cablestore.errors import QueryError, StoreError
+from cablestore.cli.args import int_at_least, open_existing
+from cablestore.errors import QueryError
 from cablestore.keyspace.keys import canonical_channel
-
-
-def open_existing(path: str):
-    """Open the store at ``path`` without creating anything; refuse a path that holds none."""
-    from cablestore.store.store import Store
-
-    p = Path(path)
-    if not p.exists():
-        raise StoreError(f"{path} does not exist")
-    if not p.is_dir():
-        raise StoreError(f"{path} is a file, not a store directory")
-    if not any(p.iterdir()):
-        raise StoreError(f"{path} is an empty directory, not a store")
-    if not (p / "CURRENT").is_file():
-        raise StoreError(f"{path} is not a LevelDB store (no CURRENT file)")
-    return Store(p, create=False)
 
 
 def _cmd_show(args) -> int:

@@ -1,0 +1,99 @@
+"""Commands that make posts and put them in a store: ``demo``, ``generate``, ``ingest``."""
+
+from __future__ import annotations
+
+from cablestore.cli.args import add_output_flags, positive_int, print_json
+
+
+def _cmd_demo(args) -> int:
+    from cablestore.demo import run_demo
+
+    report = run_demo(args.dir, posts=args.posts, seed=args.seed, quiet=args.quiet or args.json, engine=args.engine)
+    if args.json:
+        print_json(report)
+    return 0 if report["ok"] else 1
+
+
+def _cmd_generate(args) -> int:
+    from cablestore.authoring.workload import Workload, write_posts
+    from cablestore.progress import Progress
+
+    progress = Progress(quiet=args.quiet).stage("generate + sign", args.posts)
+
+    def counted():
+        for buf in Workload(args.seed, args.posts):
+            progress.advance()
+            yield buf
+
+    n = write_posts(args.out, counted())
+    progress.done()
+    summary = {"posts": n, "seed": args.seed, "out": str(args.out)}
+    print_json(summary) if args.json else print(f"wrote {n} posts (seed {args.seed}) to {args.out}")
+    return 0
+
+
+def _cmd_ingest(args) -> int:
+    from cablestore.authoring.workload import read_posts
+    from cablestore.progress import Progress
+    from cablestore.store.store import Store
+
+    bufs = [buf for path in args.files for buf in read_posts(path)]
+    progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))
+    refused: dict[str, int] = {}
+    new = 0
+    with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers) as store:
+        for i in range(0, len(bufs), args.batch):
+            for r in store.ingest_many(bufs[i : i + args.batch]):
+                if r.ok:
+                    new += r.new
+                else:
+                    refused[type(r.error).__name__] = refused.get(type(r.error).__name__, 0) + 1
+            progress.advance(len(bufs[i : i + args.batch]))
+    progress.done()
+    accepted = len(bufs) - sum(refused.values())
+    summary = {"read": len(bufs), "accepted": accepted, "new": new, "already_stored": accepted - new, "refused": refused}
+    print_json(summary) if args.json else print(format_ingest(summary, args))
+    return 0
+
+
+def format_ingest(summary: dict, args) -> str:
+    """The ingest summary as lines: new, already stored, refused by reason."""
+    files = len(args.files)
+    lines = [
+        f"read {summary['read']} posts from {files} file{'s' if files != 1 else ''} into {args.store}",
+        f"  new:            {summary['new']}",
+        f"  already stored: {summary['already_stored']}",
+        f"  refused:        {sum(summary['refused'].values())}",
+    ]
+    lines += [f"    {reason}: {n}" for reason, n in sorted(summary["refused"].items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "\n".join(lines)
+
+
+
+def register(sub) -> None:
+    """Add ``demo``, ``generate`` and ``ingest`` to the ``cablestore`` parser's subparsers."""
+    p = sub.add_parser("demo", help="build a sample store, show its answers, verify it on Spark")
+    p.add_argument("--dir", default=None, help="where to build the store (default: a temporary directory)")
+    p.add_argument("--posts", type=positive_int, default=2000, help="posts to generate (default: 2000)")
+    p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
+    p.add_argument("--engine", choices=("spark", "local"), default="spark", help="rebuild engine (default: spark)")
+    add_output_flags(p)
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
+    p.add_argument("--seed", type=int, default=1, help="workload seed: the same seed gives the same bytes (default: 1)")
+    p.add_argument("--posts", type=positive_int, default=1000, help="posts to generate (default: 1000)")
+    p.add_argument("out", help="output file ([u32 big-endian length][post] records)")
+    add_output_flags(p)
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("ingest", help="ingest posts files into a store (created if missing)")
+    p.add_argument("store", help="the store directory (created if missing)")
+    p.add_argument("files", nargs="+", help="posts files ([u32 big-endian length][post] records)")
+    p.add_argument("--batch", type=positive_int, default=1000, help="posts per WriteBatch (default: 1000)")
+    p.add_argument("--sync", action="store_true", help="sync every batch to disk")
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help="processes verifying signatures (default: 1, in this process; 2 or more: worker processes)")
+    p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
+    add_output_flags(p)
+    p.set_defaults(func=_cmd_ingest)

@@ -1,0 +1,168 @@
+"""Commands that verify and repair with the rebuild: ``export``, ``rebuild``, ``check``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import signal
+import sys
+import threading
+
+from cablestore.cli.args import add_output_flags, partitions_int, print_json
+
+
+def _cmd_export(args) -> int:
+    from cablestore.progress import Progress
+    from cablestore.rebuild import export
+    from cablestore.store.store import Store
+    from cablestore.store.txn import DELETED, POSTS
+
+    progress = Progress(quiet=args.quiet)
+    with Store(args.store, create=False) as store, store.in_flight():
+        total = None
+        if progress.enabled:  # a bar needs a total; count only when one is drawn
+            total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
+        manifest = export(store.db, args.dir, args.partitions, progress.stage("export posts and tombstones", total))
+    progress.done()
+    summary = {"dir": str(args.dir), **manifest["counts"], "partitions": manifest["partitions"]}
+    print_json(summary) if args.json else print(
+        f"exported {summary['posts']} posts, {summary['tombstones']} tombstones and {summary['live']} view entries "
+        f"to {args.dir} ({args.partitions} partitions)"
+    )
+    return 0
+
+
+def _cmd_rebuild(args) -> int:
+    from cablestore.progress import Progress
+    from cablestore.rebuild import rebuild
+
+    if args.store is None and args.snapshot is None:
+        print(f"cablestore {args.command}: give a STORE or --snapshot DIR", file=sys.stderr)
+        return 2
+    with terminate_as_interrupt():
+        report = rebuild(
+            args.store,
+            snapshot=args.snapshot,
+            repair=args.repair,
+            engine=args.engine,
+            master=args.master,
+            partitions=args.partitions,
+            check_signatures=not args.no_verify_signatures,
+            progress=Progress(quiet=args.quiet or args.json),
+            spark_log=args.spark_log,
+        )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(format_report(report, args))
+    return 0 if report.consistent else 1
+
+
+ENGINE_DEFAULTS = {"rebuild": "spark", "check": "local"}
+
+
+def repair_hint(args) -> str:
+    """The command that repairs what ``args`` (a rebuild or check) found, with the same engine."""
+    if args.store is None:
+        return f"verify the store itself, then repair it: `cablestore {args.command} STORE --repair`"
+    parts = ["cablestore", args.command, shlex.quote(str(args.store))]
+    if args.engine != ENGINE_DEFAULTS.get(args.command):
+        parts += ["--engine", args.engine]
+    if args.master:
+        parts += ["--master", shlex.quote(args.master)]
+    return f"run `{' '.join(parts + ['--repair'])}` to fix them"
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM unwinds like Ctrl-C (temporary snapshot removed, exit 130), during a rebuild only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    # py4j logs an interrupted call through the root logger, which would print a traceback.
+    root = logging.getLogger()
+    quiet = logging.NullHandler() if not root.handlers else None
+    if quiet:
+        root.addHandler(quiet)
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if quiet:
+            root.removeHandler(quiet)
+
+
+def format_report(report, args) -> str:
+    """A rebuild or check report as the lines ``cablestore rebuild`` / ``check`` print."""
+    data = report.to_dict()
+    mode = "repair" if args.repair else "verify"
+    lines = [
+        f"cablestore {args.command} --{mode}: {args.store or args.snapshot} ({data['engine']} engine, {data['partitions']} partitions)",
+        f"  primary data: {data['posts']} posts, {data['tombstones']} tombstones",
+    ]
+    if data["repaired"]:
+        r = data["repaired"]
+        lines.append(
+            f"  repaired: removed {r['removed_records']} deleted posts, quarantined {r.get('quarantined', 0)} faulty records, "
+            f"deleted {r['deleted']} and wrote {r['written']} view entries"
+        )
+    lines.append(f"  {'view':<10}{'live':>10}{'recomputed':>12}{'missing':>9}{'extra':>7}{'different':>11}")
+    for name, v in data["views"].items():
+        lines.append(f"  {name:<10}{v['live']:>10}{v['recomputed']:>12}{v['missing']:>9}{v['extra']:>7}{v['different']:>11}")
+        for kind, keys in v["examples"].items():
+            lines += [f"      {kind}: {k}" for k in keys]
+    faults = {k: v for k, v in data["faults"].items() if v}
+    if faults:
+        for kind, items in faults.items():
+            lines.append(f"  fault {kind}: {len(items)}")
+            lines += [f"      {f['hash']} {f['detail']}" for f in items[:5]]
+    else:
+        lines.append("  primary-data faults: none")
+    if report.consistent:
+        lines.append("  result: consistent")
+    elif args.repair:
+        lines.append("  result: DIFFERENCES REMAIN after repair")
+    else:
+        lines.append(f"  result: DIFFERENCES FOUND; {repair_hint(args)}")
+    return "\n".join(lines)
+
+
+
+def register(sub) -> None:
+    """Add ``export``, ``rebuild`` and ``check`` to the ``cablestore`` parser's subparsers."""
+    p = sub.add_parser("export", help="write a snapshot a Spark cluster can read")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("dir", help="the snapshot directory to write (must not hold a snapshot)")
+    p.add_argument("--partitions", type=partitions_int, default=16, help="partitions by hash prefix, 1-256 (default: 16)")
+    add_output_flags(p)
+    p.set_defaults(func=_cmd_export)
+
+    for name, engine, text in (
+        ("rebuild", "spark", "recompute every view to verify (default) or repair a store"),
+        ("check", "local", "the same as rebuild, with the in-process engine by default"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("store", nargs="?", help="the store directory (optional with --snapshot)")
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--verify", action="store_true", help="report differences, change nothing (default)")
+        mode.add_argument("--repair", action="store_true", help="make the views equal to the recomputation, then verify")
+        p.add_argument("--engine", choices=("spark", "local"), default=engine,
+                       help=f"spark (a PySpark job) or local (in-process) (default: {engine})")
+        p.add_argument("--master", default=None, help="Spark master (default: local[*], or spark-submit's); Spark engine only")
+        p.add_argument(
+            "--spark-log",
+            default=None,
+            metavar="FILE",
+            help="keep Spark's own output (Java/log4j) in FILE (default: a temporary file, named only if the run fails)",
+        )
+        p.add_argument("--snapshot", default=None, help="read an exported snapshot instead of exporting one")
+        p.add_argument("--partitions", type=partitions_int, default=16, help="partitions / digest buckets, 1-256 (default: 16)")
+        p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
+        add_output_flags(p)
+        p.set_defaults(func=_cmd_rebuild)
