@@ -1,13 +1,29 @@
-"""Keep the documentation true: KEYSPACE.md's table and the README's commands."""
+"""Keep the documentation true: KEYSPACE.md's table, the README's commands and examples, and docs/*.md.
+
+Conventions the tests below rely on (CONTRIBUTING.md repeats them):
+
+- a ```console block is a real session: every ``$ cablestore ...`` line runs,
+  in order, in an empty directory, and its output must have the shape shown
+  (the README's Commands section, and every console block of docs/*.md, one
+  session per file);
+- every other block (```sh, ```text, ...) is shown, not run: each
+  ``cablestore`` and ``python -m`` command in it, and in inline code, must
+  name a subcommand or module that exists, with flags that exist;
+- module paths (``cablestore/store/indexer.py``), dotted names
+  (``cablestore.peer.transport.run_server``) and relative links must resolve.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import io
 import re
 import shlex
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -23,6 +39,9 @@ from .conftest import NOW, keypair, stop
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
 ESCAPED = {"ch", "key"}
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+# What describes the project as it is now (CHANGELOG.md names old paths on purpose).
+CURRENT = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS]
 
 
 def _keyspace_rows() -> list[str]:
@@ -79,6 +98,9 @@ def test_every_key_matches_exactly_one_documented_row(populated):
     assert all(used.values()), [row for row, n in used.items() if not n]
 
 
+# --- console sessions ---------------------------------------------------------
+
+
 def _readme_commands() -> list[list[str]]:
     """Every ``cablestore`` command in the README: sh blocks and ``$ `` lines of console blocks."""
     text = (ROOT / "README.md").read_text()
@@ -93,18 +115,25 @@ def _readme_commands() -> list[list[str]]:
     return commands
 
 
-def _session() -> list[tuple[list[str], list[str]]]:
-    """The Commands section's console blocks: (argv, documented output lines), in order."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+def _console_steps(text: str) -> list[tuple[list[str], list[str]]]:
+    """The console blocks of ``text``: (argv after ``cablestore``, documented output lines), in order."""
     steps: list[tuple[list[str], list[str]]] = []
-    for block in re.findall(r"```console\n(.*?)```", section, re.S):
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
         for line in block.splitlines():
             if line.startswith("$ cablestore "):
                 steps.append((shlex.split(line[2:])[1:], []))
             else:
+                assert not line.startswith("$ "), f"a console block runs only `$ cablestore` lines: {line!r}"
+                assert steps, f"a console block must start with a `$ cablestore` line: {line!r}"
                 steps[-1][1].append(line)
     return steps
+
+
+def _session() -> list[tuple[list[str], list[str]]]:
+    """The README's Commands section's console blocks: (argv, documented output lines), in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    return _console_steps(section)
 
 
 def _shape(line: str) -> str:
@@ -122,6 +151,10 @@ def _shape_pattern(documented: list[str]) -> str:
         else:
             parts.append(re.escape(_shape(line)) + r"\n")
     return "".join(parts)
+
+
+def _subcommands() -> dict:
+    return build_parser()._subparsers._group_actions[0].choices
 
 
 def test_readme_shows_every_command_and_each_parses():
@@ -147,14 +180,13 @@ def test_shape_matching_can_fail():
     assert re.fullmatch(_shape_pattern(['{"hash": …']), _shaped('{"hash": "ab12", "x": 3}'))
 
 
-def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypatch):
-    """sqlite-utils style: the Commands section is a real session; run it and compare."""
-    monkeypatch.chdir(tmp_path)
+def _run_session(steps: list[tuple[list[str], list[str]]], cwd: Path) -> None:
+    """Run each step with ``main`` in ``cwd`` (``&``: a background process) and compare shapes."""
     background = []  # `$ cablestore serve ... &`: a real process, stopped (and checked) at the end
     try:
-        for argv, documented in _session():
+        for argv, documented in steps:
             if argv[-1] == "&":
-                background.append(_start(argv[:-1], documented, tmp_path))
+                background.append(_start(argv[:-1], documented, cwd))
                 continue
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -167,6 +199,12 @@ def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypat
             assert stop(proc) == 0
 
 
+def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypatch):
+    """sqlite-utils style: the Commands section is a real session; run it and compare."""
+    monkeypatch.chdir(tmp_path)
+    _run_session(_session(), tmp_path)
+
+
 def _start(argv: list[str], documented: list[str], cwd: Path) -> subprocess.Popen:
     """Start a background command; its first lines must be the documented ones."""
     proc = subprocess.Popen([sys.executable, "-m", "cablestore", *argv], cwd=cwd, stdout=subprocess.PIPE, text=True)
@@ -175,12 +213,55 @@ def _start(argv: list[str], documented: list[str], cwd: Path) -> subprocess.Pope
     return proc
 
 
+DOC_SESSIONS = [doc for doc in DOCS if "```console\n" in doc.read_text()]
+
+
+def test_docs_have_a_session_and_no_stray_commands_in_it():
+    assert DOC_SESSIONS, "docs/operations.md's maintenance session should run"
+    for doc in DOC_SESSIONS:
+        steps = _console_steps(doc.read_text())
+        assert steps and all(argv for argv, _ in steps), doc.name
+
+
+@pytest.mark.parametrize("doc", DOC_SESSIONS, ids=lambda d: d.name)
+def test_docs_console_sessions_run_and_print_what_they_show(doc, tmp_path, monkeypatch):
+    """Each docs/*.md file's console blocks, one session per file, run like the README's."""
+    monkeypatch.chdir(tmp_path)
+    _run_session(_console_steps(doc.read_text()), tmp_path)
+
+
+# --- the README's Quick start and library tour ---------------------------------
+
+
 def test_quick_start_has_two_commands_and_ci_runs_the_test_one():
     text = (ROOT / "README.md").read_text()
     quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"```sh\n(.*?)\n```", quick, re.S)
     assert commands == ["pip install -e . && python -m cablestore demo", "pip install -e '.[test]' && python -m pytest"]
-    assert commands[1] in (ROOT / ".ci/run").read_text()
+    assert _runs_in_order(commands[1], (ROOT / ".ci/run").read_text())
+
+
+def _runs_in_order(command: str, script: str) -> bool:
+    """``a && b`` is in a ``set -e`` script: as one line, or as its steps on lines of their own, in order."""
+    if command in script:
+        return True
+    lines = [line.strip() for line in script.splitlines()]
+    if not any(re.match(r"set -\w*e", line) for line in lines):
+        return False
+    at = 0
+    for step in command.split(" && "):
+        if step.strip() not in lines[at:]:
+            return False
+        at = lines.index(step.strip(), at) + 1
+    return True
+
+
+def test_ci_order_check_can_fail():
+    script = "set -euo pipefail\npip install -e '.[test]'\nruff check .\npython -m pytest\n"
+    assert _runs_in_order("pip install -e '.[test]' && python -m pytest", script)
+    assert not _runs_in_order("python -m pytest && pip install -e '.[test]'", script)
+    assert not _runs_in_order("pip install -e '.[test]' && python -m pytest", script.replace("set -euo pipefail", ""))
+    assert not _runs_in_order("pip install -e '.[test]' && python -m pytest -x", script)
 
 
 def test_readme_library_example_runs(tmp_path, monkeypatch, capsys):
@@ -190,3 +271,256 @@ def test_readme_library_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out.split()[-1] == "hi"
     assert (tmp_path / "peer.ldb" / "CURRENT").exists()
+
+
+def test_readme_library_tour_runs_in_order_and_syncs_over_tcp(tmp_path, monkeypatch, capsys):
+    """Every python block of "Using the library" (writing posts, serving and syncing over TCP), in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Using the library\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) >= 3
+    assert any("run_server" in b and "sync_path" in b for b in blocks)
+    monkeypatch.chdir(tmp_path)
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"README.md (library tour, block {i + 1})", "exec"), {})
+    out = capsys.readouterr().out
+    m = re.search(r"^(\d+) posts synced, complete: True$", out, re.M)
+    assert m and int(m.group(1)) > 0, out
+    with Store(tmp_path / "copy.ldb") as copy, Store(tmp_path / "peer.ldb") as source:
+        assert copy.channel_list() == source.channel_list() == ["general"]
+        assert copy.channel_time_range("general") == source.channel_time_range("general")
+        assert copy.topic("general") == source.topic("general") == "cable chat"
+
+
+# --- shown, not run: commands, flags, paths, names and links must exist ---------
+
+
+def _fences(text: str) -> list[tuple[str, str]]:
+    """(info string, body) of every fenced block."""
+    return re.findall(r"^```([\w-]*)\n(.*?)^```", text, re.S | re.M)
+
+
+def _prose(text: str) -> str:
+    return re.sub(r"^```[\w-]*\n.*?^```", "", text, flags=re.S | re.M)
+
+
+def _split_shell(line: str) -> list[list[str]]:
+    """One shell line into its simple commands, leading ``NAME=value`` assignments dropped."""
+    line = re.sub(r"(^|\s)#.*$", "", line).strip()
+    commands = []
+    for part in re.split(r"\s(?:&&|\|\||;|\|)\s", line):
+        try:
+            argv = shlex.split(part)
+        except ValueError:
+            continue
+        while argv and re.match(r"^[A-Z_][A-Z0-9_]*=", argv[0]):
+            argv = argv[1:]
+        if argv and argv[-1] == "&":
+            argv = argv[:-1]
+        if argv:
+            commands.append(argv)
+    return commands
+
+
+def _block_commands(info: str, body: str) -> list[list[str]]:
+    """Commands of one fenced block: every line of a shell block, the ``$ `` lines of any other."""
+    if info == "python":
+        return []
+    commands = []
+    for line in body.replace("\\\n", " ").splitlines():
+        if info in ("sh", "bash", "shell"):
+            commands += _split_shell(line[2:] if line.startswith("$ ") else line)
+        elif line.startswith("$ "):
+            commands += _split_shell(line[2:])
+    return commands
+
+
+def _inline_commands(text: str) -> list[list[str]]:
+    spans = [m.group(2).replace("\n", " ") for m in re.finditer(r"(`+)(.+?)\1", _prose(text), re.S)]
+    return [argv for span in spans if re.match(r"(cablestore|python3? -m) ", span.strip()) for argv in _split_shell(span)]
+
+
+def _documented(kind: str) -> list[tuple[str, list[str]]]:
+    """(file, argv) for every command shown in blocks (``kind='block'``) or inline code."""
+    found = []
+    for path in CURRENT:
+        text = path.read_text()
+        if kind == "block":
+            commands = [argv for info, body in _fences(text) for argv in _block_commands(info, body)]
+        else:
+            commands = _inline_commands(text)
+        found += [(path.name, argv) for argv in commands]
+    return found
+
+
+def _cablestore_argv(argv: list[str]) -> list[str] | None:
+    """The arguments after ``cablestore`` / ``python -m cablestore``, or None for other commands."""
+    if argv[0] == "cablestore":
+        return argv[1:]
+    if argv[0] in ("python", "python3") and argv[1:3] == ["-m", "cablestore"]:
+        return argv[3:]
+    return None
+
+
+def _flags(argv: list[str]) -> list[str]:
+    return [a.strip("[]").split("=")[0] for a in argv if re.match(r"^\[?--?[A-Za-z]", a)]
+
+
+def _check_cablestore(where: str, args: list[str], parse: bool) -> None:
+    subcommands = _subcommands()
+    if not args or args[0].isupper():  # `cablestore COMMAND --help`: a placeholder
+        return
+    assert args[0] in subcommands, f"{where}: `cablestore {args[0]}` is not a subcommand"
+    known = set(subcommands[args[0]]._option_string_actions)
+    for flag in _flags(args[1:]):
+        assert flag in known, f"{where}: `cablestore {args[0]}` has no {flag}"
+    if parse:
+        try:
+            build_parser().parse_args(args)
+        except SystemExit:
+            pytest.fail(f"{where}: `cablestore {shlex.join(args)}` does not parse")
+
+
+@cache
+def _module_help(module: str, cwd: str) -> str:
+    """``python -m MODULE --help``, run from an empty directory (a module without argparse writes nothing here)."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=cwd, capture_output=True, text=True, timeout=120, env=_env()
+    )
+    return done.stdout + done.stderr
+
+
+def _env() -> dict:
+    import os
+
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _markers() -> set[str]:
+    text = (ROOT / "setup.cfg").read_text().split("markers =", 1)[1]
+    return set(re.findall(r"^\s+(\w+):", text, re.M))
+
+
+def _check_module(where: str, argv: list[str], help_dir: Path) -> None:
+    module = argv[2]
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    assert importlib.util.find_spec(module) is not None, f"{where}: no module {module}"
+    flags = _flags(argv[3:])
+    if module == "pytest" and "-m" in argv[3:]:
+        expression = argv[3:][argv[3:].index("-m") + 1]
+        for word in re.findall(r"\w+", expression):
+            assert word in {"and", "or", "not"} | _markers(), f"{where}: no pytest marker {word!r} in setup.cfg"
+    if flags:
+        shown = _module_help(module, str(help_dir))
+        assert "usage:" in shown, f"{where}: `python -m {module} --help` printed no usage"
+        for flag in flags:
+            assert re.search(r"(?<![\w-])" + re.escape(flag) + r"(?![\w-])", shown), f"{where}: `python -m {module}` has no {flag}"
+
+
+def _check_command(where: str, argv: list[str], parse: bool, help_dir: Path) -> bool:
+    """Check one documented command; True if it was one we know how to check."""
+    args = _cablestore_argv(argv)
+    if args is not None:
+        _check_cablestore(where, args, parse)
+        return True
+    if argv[0] in ("python", "python3") and len(argv) > 2 and argv[1] == "-m":
+        _check_module(where, argv, help_dir)
+        return True
+    return False
+
+
+def test_commands_shown_in_blocks_exist_with_their_flags(tmp_path_factory):
+    """sh/text blocks are shown, not run: each cablestore command parses, each ``python -m`` module and flag exists."""
+    help_dir = tmp_path_factory.mktemp("help")
+    checked = [argv for name, argv in _documented("block") if _check_command(name, argv, parse=True, help_dir=help_dir)]
+    modules = {argv[2] for argv in checked if _cablestore_argv(argv) is None}
+    assert {"benchmarks", "benchmarks.profile", "pytest"} <= modules  # docs/performance.md, CONTRIBUTING.md
+
+
+def test_commands_named_inline_exist_with_their_flags(tmp_path_factory):
+    help_dir = tmp_path_factory.mktemp("help")
+    checked = [argv for name, argv in _documented("inline") if _check_command(name, argv, parse=False, help_dir=help_dir)]
+    assert len(checked) >= 10
+
+
+def test_check_of_commands_can_fail(tmp_path):
+    with pytest.raises(AssertionError):
+        _check_command("x", ["cablestore", "frobnicate"], parse=False, help_dir=tmp_path)
+    with pytest.raises(AssertionError):
+        _check_command("x", ["cablestore", "sync", "copy.ldb", "--no-such-flag"], parse=False, help_dir=tmp_path)
+    with pytest.raises(pytest.fail.Exception):
+        _check_command("x", ["cablestore", "sync", "copy.ldb"], parse=True, help_dir=tmp_path)  # --connect is required
+    with pytest.raises(AssertionError):
+        _check_command("x", ["python", "-m", "benchmarks.no_such_module"], parse=False, help_dir=tmp_path)
+    with pytest.raises(AssertionError):
+        _check_command("x", ["python", "-m", "benchmarks.fuzz", "--no-such-flag", "3"], parse=False, help_dir=tmp_path)
+    with pytest.raises(AssertionError):
+        _check_command("x", ["python", "-m", "pytest", "-m", "not fast"], parse=False, help_dir=tmp_path)
+    assert _split_shell("A=1 B=2 cablestore x  # c && y") == [["cablestore", "x"]]
+    assert _split_shell("pip install -e . && python -m cablestore demo") == [["pip", "install", "-e", "."], ["python", "-m", "cablestore", "demo"]]
+
+
+def _resolves(dotted: str) -> bool:
+    """``cablestore.a.b.name``: a module, or an attribute of the longest module prefix."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            continue
+        if i == len(parts):
+            return True
+        if parts[i - 1] == "__main__":
+            return False
+        obj = importlib.import_module(name)
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+PATH_RE = re.compile(r"(?<![\w./-])((?:cablestore|rebuild|views|benchmarks|tests|interop|docs|\.ci)/[\w./-]*\w)")
+
+
+def test_module_paths_and_names_in_the_docs_exist():
+    """After the layout moves: every file path and every ``cablestore.x.y`` name the docs give resolves."""
+    missing = []
+    for path in CURRENT:
+        for code in re.findall(r"`([^`\n]+)`", _prose(path.read_text())):  # inline code: diagrams may abbreviate
+            for name in PATH_RE.findall(code):
+                if not name.startswith("docs/api") and not (ROOT / name).exists():
+                    missing.append((path.name, name))
+            for dotted in re.findall(r"(?<![\w./])(cablestore(?:\.\w+)+)", code):
+                if not _resolves(dotted):
+                    missing.append((path.name, dotted))
+    assert not missing
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[`*_]", "", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", _prose(path.read_text()), re.M)}
+
+
+def test_relative_links_and_anchors_resolve():
+    broken = []
+    for path in [*CURRENT, ROOT / "CHANGELOG.md"]:
+        for target, anchor in re.findall(r"\]\(([^)\s#]*)(?:#([^)\s]+))?\)", _prose(path.read_text())):
+            if re.match(r"\w+:", target):
+                continue  # https:, mailto:
+            dest = (path.parent / target).resolve() if target else path
+            if not dest.exists():
+                broken.append((path.name, target))
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append((path.name, f"{target}#{anchor}"))
+    assert not broken
