@@ -37,13 +37,13 @@ from cablestore import Store
 from cablestore.rebuild.reindex import reindex
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 shutil.copytree(sys.argv[2], sys.argv[3])
-with Store(sys.argv[3], now=lambda: %d) as s:
+with Store(sys.argv[3], now=lambda: {NOW}) as s:
     t = time.perf_counter()
     r = reindex(s)
     wall = time.perf_counter() - t
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 print(json.dumps({"seconds": wall, "posts_per_s": r.posts / wall, "phases": {k: round(v, 2) for k, v in r.seconds.items()}}))
-""" % NOW
+""".replace("{NOW}", str(NOW))
 
 _INGEST = _PRELUDE + r"""
 from nacl.signing import VerifyKey
@@ -56,7 +56,7 @@ for b in bufs:
 out = {"raw_verify_per_s": len(bufs) / (time.perf_counter() - t)}
 for name, verify in (("verified", True), ("trusted", False)):
     shutil.rmtree(sys.argv[3], ignore_errors=True)
-    with Store(sys.argv[3], verify_signatures=verify, now=lambda: %d) as s:
+    with Store(sys.argv[3], verify_signatures=verify, now=lambda: {NOW}) as s:
         t = time.perf_counter()
         for i in range(0, len(bufs), 1000):
             s.ingest_many(bufs[i : i + 1000])
@@ -64,7 +64,7 @@ for name, verify in (("verified", True), ("trusted", False)):
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 out["verified_over_raw"] = out["verified_per_s"] / out["raw_verify_per_s"]
 print(json.dumps(out))
-""" % NOW
+""".replace("{NOW}", str(NOW))
 
 
 def extract(base: str, into: Path) -> Path:

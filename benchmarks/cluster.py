@@ -200,7 +200,10 @@ def main(argv=None) -> int:
         spark_report, spark_s = rebuild_json(["--snapshot", str(snap), "--master", cluster.master], cluster.env)
     local_report, local_s = rebuild_json(["--snapshot", str(snap), "--engine", "local"], cluster.env)
     same = spark_report == local_report
-    print(f"{args.posts:,} posts, {args.partitions} partitions: cluster of {args.workers} workers {spark_s:.1f} s, in-process {local_s:.1f} s; reports {'identical' if same else 'DIFFER'}")
+    print(
+        f"{args.posts:,} posts, {args.partitions} partitions: cluster of {args.workers} workers {spark_s:.1f} s, "
+        f"in-process {local_s:.1f} s; reports {'identical' if same else 'DIFFER'}"
+    )
     if not args.out:
         shutil.rmtree(base, ignore_errors=True)
     return 0 if same else 1

@@ -70,7 +70,7 @@ def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int) 
                 spark.sparkContext.parallelize([0], 1).count()  # executors' Python started before timing
                 report, wall, _ = timed(lambda: check(s, engine="spark", partitions=partitions))
                 assert report.consistent, report.to_dict()
-                _, job, _ = timed(lambda: engine.run(snap, spark=spark))
+                _, job, _ = timed(lambda spark=spark: engine.run(snap, spark=spark))
                 result[master] = {"seconds": wall, "job_seconds": job}
             finally:
                 spark.stop()
@@ -82,9 +82,14 @@ def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int) 
 
 
 def markdown(results: list[dict], command: str) -> str:
-    lines = ["| posts | local, one process | local, signatures in a worker | export | Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| posts | local, one process | local, signatures in a worker | export | Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        sp = lambda m: f"{r[m]['seconds']:.1f} s ({r[m]['job_seconds']:.1f} s)" if m in r else "-"  # noqa: E731
+        def sp(m, r=r):
+            return f"{r[m]['seconds']:.1f} s ({r[m]['job_seconds']:.1f} s)" if m in r else "-"
+
         ratio = f"{r['speedup_2_over_1']:.2f}x ({r['job_speedup_2_over_1']:.2f}x)" if "speedup_2_over_1" in r else "-"
         worker = f"{r['local_1_worker']['seconds']:.1f} s" if "local_1_worker" in r else "-"
         lines.append(f"| {r['posts']:,} | {r['local']['seconds']:.1f} s | {worker} | {r['export_seconds']:.1f} s | {sp('local[1]')} | {sp('local[2]')} | {ratio} |")

@@ -1,6 +1,89 @@
-"""cablestore: an embeddable LevelDB store for Cable posts and their views."""
+"""cablestore: an embeddable LevelDB store for Cable posts and their views.
+
+The names a program needs are here: :class:`Store` (open a store, ingest,
+query, read, check), :class:`Keypair` and :func:`make_post` (sign posts),
+:func:`decode_post`, :func:`encode_post` and :func:`post_hash` (the codec),
+and the post type numbers.  Serving and syncing over TCP are in
+:mod:`cablestore.peer.transport` (:func:`cablestore.peer.transport.run_server`,
+:func:`cablestore.peer.transport.sync_path`); writing posts as the local
+user in :mod:`cablestore.authoring.author`; the rebuild in
+:mod:`cablestore.rebuild`.
+
+Every refusal raises a subclass of :class:`CableError` and leaves the store
+unchanged; no exception of another library crosses the API.  The classes,
+all importable from ``cablestore`` (defined in :mod:`cablestore.errors`):
+
+- ``CableError`` (Exception)
+- ``DecodeError`` (CableError)
+- ``TruncatedError`` (DecodeError)
+- ``TrailingBytesError`` (DecodeError)
+- ``VarintError`` (DecodeError)
+- ``Utf8Error`` (DecodeError)
+- ``UnknownPostTypeError`` (DecodeError)
+- ``LimitError`` (CableError)
+- ``SignatureError`` (CableError)
+- ``FutureTimestampError`` (CableError)
+- ``UnauthorizedDeleteError`` (CableError)
+- ``DeletedPostError`` (CableError)
+- ``StoreError`` (CableError)
+- ``StoreLockedError`` (StoreError)
+- ``CorruptRecordError`` (StoreError)
+- ``StoreClosedError`` (StoreError)
+- ``NotFoundError`` (CableError)
+- ``RebuildError`` (CableError)
+- ``QueryError`` (CableError)
+- ``MessageError`` (CableError)
+- ``FramingError`` (MessageError)
+- ``MessageTooLargeError`` (FramingError)
+- ``UnknownMessageTypeError`` (MessageError)
+- ``TtlError`` (MessageError)
+- ``PeerError`` (CableError)
+- ``UnknownRequestError`` (PeerError)
+- ``DuplicateRequestError`` (PeerError)
+- ``UnsolicitedPostError`` (PeerError)
+- ``RequestTableFullError`` (PeerError)
+- ``TransportError`` (CableError)
+- ``SparkUnavailableError`` (RebuildError)
+- ``SparkMasterUnreachableError`` (SparkUnavailableError)
+- ``PostFieldError`` (CableError)
+- ``NotYourPostError`` (UnauthorizedDeleteError)
+- ``KeyFileError`` (CableError)
+- ``PostsFileError`` (CableError)
+- ``StoreNotFoundError`` (StoreError)
+- ``NotAStoreError`` (StoreError)
+- ``StoreCorruptError`` (StoreError)
+- ``StoreIOError`` (StoreError)
+- ``DiskFullError`` (StoreIOError)
+"""
 
 __version__ = "0.1.0"
+
+# In a checkout, views/ and rebuild/ sit beside this package and an install
+# maps them in as cablestore.views and cablestore.rebuild (setup.cfg).  When
+# this package is imported from the checkout itself (a script or
+# ``python -m benchmarks`` run from the repository root, which puts the root
+# first on sys.path) with a non-editable install, nothing maps them: a finder
+# that knows just those two names does, after every other finder.
+import importlib.util as _util  # noqa: E402
+import sys as _sys  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
+
+_CHECKOUT = _Path(__file__).resolve().parent.parent
+
+
+class _CheckoutFinder:
+    """Finds ``cablestore.views`` and ``cablestore.rebuild`` in the checkout's views/ and rebuild/."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):  # noqa: ANN001, ANN205 - the importlib protocol
+        if name not in ("cablestore.views", "cablestore.rebuild"):
+            return None
+        init = _CHECKOUT / name.split(".")[1] / "__init__.py"
+        return _util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+
+
+if not (_Path(__file__).resolve().parent / "views").is_dir() and (_CHECKOUT / "views" / "__init__.py").is_file() and (_CHECKOUT / "setup.cfg").is_file():
+    _sys.meta_path.append(_CheckoutFinder)
 
 from cablestore.errors import *  # noqa: E402,F401,F403
 from cablestore.errors import CableError  # noqa: E402

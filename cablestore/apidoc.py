@@ -13,6 +13,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from cablestore.errors import CableError
+
 # The machinery behind the public API: the write transaction, the view
 # modules (one shared shape, documented in KEYSPACE.md), the rebuild's
 # engines, and the command line (described by ``--help``).
@@ -24,6 +26,7 @@ INTERNAL_PREFIXES = (
     "cablestore.views",
     "cablestore.rebuild.",
 )
+PUBLIC_EXCEPTIONS = ("cablestore.rebuild.reindex",)  # under an internal prefix, but public
 
 
 def public_modules() -> list[str]:
@@ -35,7 +38,7 @@ def public_modules() -> list[str]:
     names = {"cablestore", "cablestore.rebuild"}
     for pkg in (cablestore, cablestore.views, cablestore.rebuild):
         names.update(m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."))
-    return sorted(n for n in names if not n.startswith(INTERNAL_PREFIXES))
+    return sorted(n for n in names if n in PUBLIC_EXCEPTIONS or not n.startswith(INTERNAL_PREFIXES))
 
 
 def build(out: str | os.PathLike = "docs/api") -> Path:
@@ -43,13 +46,26 @@ def build(out: str | os.PathLike = "docs/api") -> Path:
     try:
         import pdoc
     except ImportError as exc:
-        from cablestore.errors import CableError
-
         raise CableError("pdoc is not installed: pip install -e '.[docs]'") from exc
     out = Path(out)
     pdoc.pdoc(*public_modules(), output_directory=out)
     return out / "index.html"
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cablestore.apidoc [DIR]``: build the reference, print its index page."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cablestore.apidoc", description="Write the HTML API reference with pdoc.")
+    parser.add_argument("dir", nargs="?", default="docs/api", help="output directory (default: docs/api)")
+    args = parser.parse_args(argv)
+    try:
+        print(build(args.dir))
+    except CableError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(build(sys.argv[1] if len(sys.argv) > 1 else "docs/api"))
+    sys.exit(main())

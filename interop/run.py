@@ -103,7 +103,10 @@ def serve_direction(tmp: Path) -> dict:
     """cable-core.js serves; cablestore syncs live and must receive the post written meanwhile."""
     node = _node("serve", "0", seconds=12)
     port = _port(node)
-    sync = subprocess.Popen([PY, "-m", "cablestore", "sync", str(tmp / "synced"), "--connect", f"127.0.0.1:{port}", "--live", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sync = subprocess.Popen(
+        [PY, "-m", "cablestore", "sync", str(tmp / "synced"), "--connect", f"127.0.0.1:{port}", "--live", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
     try:
         out, err = sync.communicate(timeout=9)
     except subprocess.TimeoutExpired:
@@ -112,7 +115,8 @@ def serve_direction(tmp: Path) -> dict:
     node_out, node_err = node.communicate(timeout=30)
     with Store(tmp / "synced") as store:
         late = [h for h in store.channel_time_range("interop") if decode_post(store.get(h)).text == "written while you were listening"]
-        return {"sync_exit": sync.returncode, "summary": json.loads(out) if out.strip() else err.strip(), "live_post_received": bool(late), "rows": compare(store, _node_snapshot(node_out))}
+        summary = json.loads(out) if out.strip() else err.strip()
+        return {"sync_exit": sync.returncode, "summary": summary, "live_post_received": bool(late), "rows": compare(store, _node_snapshot(node_out))}
 
 
 def pull_direction(tmp: Path) -> dict:

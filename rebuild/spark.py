@@ -3,7 +3,7 @@
 Runs locally by default (``local[*]``), on any master given with
 ``--master``, or under ``spark-submit`` (whose master then wins).
 
-What the executors need (see README, "Running on a cluster"):
+What the executors need (see docs/operations.md, "Running on a cluster"):
 
 * a Python with cablestore installed.  On ``local`` masters they run the
   driver's own interpreter (``sys.executable``), so a virtualenv works without
@@ -28,6 +28,12 @@ import threading
 from contextlib import contextmanager
 
 from cablestore.errors import CableError, RebuildError, SparkMasterUnreachableError, SparkUnavailableError
+
+from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
+from .local import known_faults, result_of
+from .recompute import newer, partition_of
+from .result import EngineResult
+from .snapshot import iter_segment, load_manifest
 
 CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark itself gives up after 60 with a stopped context
 _log = {"path": None, "keep": False}
@@ -242,12 +248,6 @@ def _python_exec() -> str:
     return getattr(sc, "pythonExec", None) or "python3"
 
 
-from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
-from .local import known_faults, result_of
-from .recompute import newer, partition_of
-from .result import EngineResult
-from .snapshot import iter_segment, load_manifest
-
 
 def _files(manifest: dict, kind: str) -> list:
     """``(name, blake3)`` of the segments of one kind, in partition order."""
@@ -346,9 +346,9 @@ def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=
         raise
     folds.unpersist()
     rec, liv = Fold(parts, wanted), Fold(parts, wanted)
-    for r, l in collected:
-        rec.merge(r)
-        liv.merge(l)
+    for recomputed, live in collected:
+        rec.merge(recomputed)
+        liv.merge(live)
     return rec, liv
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import cablestore
@@ -97,3 +98,49 @@ def test_the_reference_builds_a_page_per_public_module(tmp_path):
     reading = (tmp_path / "api" / "cablestore" / "store" / "reading.html").read_text()
     assert "decoded, newest first" in reading  # a docstring, rendered
     assert "reading.html#Reading.messages" in (tmp_path / "api" / "cablestore" / "store" / "store.html").read_text()  # inherited, linked
+
+
+ROLE = re.compile(r":(?:class|func|mod|meth|attr|data|exc):`(~?)([\w.]+)`")
+
+
+def _resolves(target: str) -> bool:
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_every_cross_reference_in_a_public_docstring_resolves():
+    """pdoc links ``:class:`cablestore.X``` when X exists; a ``~`` or a stale name renders literally."""
+    bad = []
+    for name, module, objs in _all():
+        docs = [(name, module.__doc__ or "")] + [(q, inspect.getdoc(o) or "") for q, o in objs]
+        for where, doc in docs:
+            for tilde, target in ROLE.findall(doc):
+                if tilde or (target.startswith("cablestore") and not _resolves(target)):
+                    bad.append(f"{where}: {tilde}{target}")
+    assert bad == []
+
+
+def test_a_stale_reference_is_caught():
+    assert _resolves("cablestore.peer.protocol.Connection")
+    assert not _resolves("cablestore.peer.Connection")
+
+
+def test_the_reference_command_takes_help_as_a_flag_not_a_directory(tmp_path):
+    """``python -m cablestore.apidoc --help`` once wrote the reference into a folder named ``--help``."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "cablestore.apidoc", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "usage:" in proc.stdout
+    assert list(tmp_path.iterdir()) == []

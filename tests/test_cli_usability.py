@@ -232,7 +232,7 @@ def test_ingest_summary_separates_new_already_stored_and_refused_by_reason(tmp_p
     assert "{" not in "\n".join(lines)
     assert main(["ingest", store, str(tmp_path / "b.bin"), "--quiet", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    # (a post whose deleting post/delete was itself deleted may come back as new: see the README's deletes)
+    # (a post whose deleting post/delete was itself deleted may come back as new: see docs/design.md on deletes)
     assert data["new"] + data["already_stored"] + sum(data["refused"].values()) == data["read"] == 152
     assert data["accepted"] == data["new"] + data["already_stored"] and data["refused"]["SignatureError"] == 1
 

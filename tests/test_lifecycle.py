@@ -176,7 +176,7 @@ def close_race(directory: str, rounds: int) -> None:
         store.ingest_many(posts[:100])
         failures, ended = [], []
 
-        def reader():
+        def reader(store=store, failures=failures, ended=ended):
             try:
                 while True:
                     store.channel_time_range("general", limit=20)
@@ -192,7 +192,7 @@ def close_race(directory: str, rounds: int) -> None:
             except BaseException as exc:  # noqa: BLE001 - what this test hunts for
                 failures.append(repr(exc))
 
-        def writer():
+        def writer(store=store, failures=failures, ended=ended):
             try:
                 for i in range(100, 400, 10):
                     store.ingest_many(posts[i : i + 10])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cablestore import DELETE, TEXT, Store, post_hash
+from cablestore import DELETE, TEXT, CableError, Store, post_hash
 from cablestore.errors import QueryError
 
 from .conftest import keypair, post
@@ -49,7 +49,7 @@ def test_a_listing_and_the_late_target_add_up(store):
     text = post(alice, TEXT, T0, channel="general", text="late")
     d = store.ingest(_delete(alice, [text]))
     store.learn_listing("listed", [d])
-    with pytest.raises(Exception):
+    with pytest.raises(CableError):
         store.ingest(text)  # deleted by its author: refused, but the tombstone learns its channel
     assert store.channel_time_range("general") == [d]
     assert store.channel_time_range("listed") == [d]

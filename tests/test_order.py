@@ -3,7 +3,7 @@
 Regression tests for the two reproduced cases, then a property test over
 permutations of workloads with deletes, deletes of deletes, several deletes
 of one post, pre-emptive and unauthorized deletes.  The documented cases
-where order matters (README "Arrival order") are exactly the ones the
+where order matters (docs/design.md "Arrival order") are exactly the ones the
 property test re-offers the posts for.
 """
 

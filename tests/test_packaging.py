@@ -34,3 +34,24 @@ def test_editable_install_imports_from_the_checkout():
     code = "import cablestore.views as v, cablestore.rebuild as r; print(v.__file__); print(r.__file__)"
     out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(ROOT / "views" / "__init__.py"), str(ROOT / "rebuild" / "__init__.py")]
+
+
+NON_EDITABLE = "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+
+
+def test_running_from_the_checkout_root_finds_views_and_rebuild_without_the_editable_mapping():
+    """``python -m benchmarks`` from the root with a non-editable install: the checkout's cablestore/ comes first on sys.path."""
+    code = NON_EDITABLE + "import cablestore.views as v, cablestore.rebuild as r, cablestore; print(cablestore.__file__); print(v.__file__); print(r.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(ROOT / "cablestore" / "__init__.py"), str(ROOT / "views" / "__init__.py"), str(ROOT / "rebuild" / "__init__.py")]
+
+
+def test_benchmarks_and_interop_start_from_the_root_without_the_editable_mapping():
+    for module in ("benchmarks", "cablestore"):
+        code = NON_EDITABLE + f"import runpy; sys.argv = ['{module}', '--help']; runpy.run_module('{module}', run_name='__main__')"
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "usage:" in proc.stdout
+    code = NON_EDITABLE + "import runpy; sys.argv = ['interop/run.py', '--help']; sys.path.insert(0, 'interop'); runpy.run_path('interop/run.py', run_name='__main__')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -211,11 +211,11 @@ def test_topic_tie_broken_by_higher_hash(store, alice, bob):
 
 def test_membership_flow_and_rederivation(store, alice):
     j = post(alice, JOIN, 1000, channel="general")
-    l = post(alice, LEAVE, 2000, channel="general")
+    leave = post(alice, LEAVE, 2000, channel="general")
     j2 = post(alice, JOIN, 3000, channel="general")
     store.ingest(j)
     assert store.members("general") == [alice.public_key]
-    store.ingest(l)
+    store.ingest(leave)
     assert store.members("general") == []
     assert store.channel_list() == ["general"]  # an ex-member keeps the channel known
     store.ingest(j2)
@@ -223,8 +223,8 @@ def test_membership_flow_and_rederivation(store, alice):
     assert store.channel_state("general") == [H(j2)]
     store.ingest(delete(alice, 4000, j2))
     assert store.members("general") == []  # back to the leave
-    assert store.channel_state("general") == [H(l)]
-    store.ingest(delete(alice, 4001, l))
+    assert store.channel_state("general") == [H(leave)]
+    store.ingest(delete(alice, 4001, leave))
     assert store.members("general") == [alice.public_key]  # back to the first join
     assert store.channel_state("general", historic=True) == [H(j)]
 

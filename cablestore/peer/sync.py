@@ -1,7 +1,7 @@
 """Syncing with one remote peer: channel list, then each channel's history and state.
 
 :class:`Sync` is sans-I/O like :mod:`cablestore.peer`: it issues requests on
-a :class:`~cablestore.peer.Connection` and advances each time the transport
+a :class:`cablestore.peer.protocol.Connection` and advances each time the transport
 calls :meth:`Sync.poll`.  It keeps a cursor per remote peer and channel under
 ``!local!sync!`` (see KEYSPACE.md): the timestamp of the newest post of the
 last complete history fetch, less ``margin`` ms for clock skew, so a repeated

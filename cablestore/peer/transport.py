@@ -1,8 +1,8 @@
 """asyncio TCP for :mod:`cablestore.peer`: Cable messages back to back on a socket.
 
-:class:`PeerServer` listens and keeps one :class:`~cablestore.peer.Connection`
+:class:`PeerServer` listens and keeps one :class:`cablestore.peer.protocol.Connection`
 per accepted socket; :func:`connect` dials out.  Both share a
-:class:`~cablestore.peer.Node`, so requests are forwarded between all of its
+:class:`cablestore.peer.protocol.Node`, so requests are forwarded between all of its
 connections and live pushes reach every socket.  :func:`serve` and
 :func:`sync` are what ``cablestore serve`` / ``cablestore sync`` run.
 """

@@ -1,9 +1,9 @@
-"""The LevelDB store: opening (:mod:`~cablestore.store.opening`), one atomic
-write per ingest (:mod:`~cablestore.store.txn`,
-:mod:`~cablestore.store.indexer`), the queries a peer answers from
-(:mod:`~cablestore.store.queries`), decoded reading
-(:mod:`~cablestore.store.reading`), recovery of a damaged directory
-(:mod:`~cablestore.store.recovery`), and :class:`Store`, which holds them
+"""The LevelDB store: opening (:mod:`cablestore.store.opening`), one atomic
+write per ingest (:mod:`cablestore.store.txn`,
+:mod:`cablestore.store.indexer`), the queries a peer answers from
+(:mod:`cablestore.store.queries`), decoded reading
+(:mod:`cablestore.store.reading`), recovery of a damaged directory
+(:mod:`cablestore.store.recovery`), and :class:`Store`, which holds them
 together.
 """
 

@@ -1,7 +1,7 @@
 """Applying posts to a write transaction: view entries, delete cascades, tombstones.
 
 The final store is a function of the set of posts it was offered, whatever
-their arrival order, except in the cases README "Arrival order" lists.  Three
+their arrival order, except in the cases docs/design.md "Arrival order" lists.  Three
 rules make that so:
 
 * What a tombstone knows about its target (author, type, timestamp,
@@ -18,7 +18,7 @@ rules make that so:
 * Channels of a deleted post/delete are those of its targets, as known.
   A target this store never held is known only from a peer that listed the
   delete in a channel's time range: :func:`learn_listing` records that
-  channel on the tombstones that know nothing else (README "Peers").
+  channel on the tombstones that know nothing else (docs/design.md).
 """
 
 from __future__ import annotations

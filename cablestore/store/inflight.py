@@ -114,7 +114,10 @@ class Gate:
         try:
             yield
         except BaseException as exc:
-            raise self.failure(exc, path)
+            new = self.failure(exc, path)
+            if new is exc:
+                raise
+            raise new from exc
         finally:
             self.leave()
 
@@ -156,7 +159,10 @@ def guarded(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except BaseException as exc:
-            raise gate.failure(exc, self.path)
+            new = gate.failure(exc, self.path)
+            if new is exc:
+                raise
+            raise new from exc
         finally:
             gate.leave()
 

@@ -212,7 +212,7 @@ def _make_dirs(path: Path) -> None:
 # in each of their posts, a head's hash in the post linking to it), and a
 # compacted store takes 0.4x the raw post bytes less.  The price: a point
 # read that misses the block cache decompresses 32 KB, ~45 µs instead of
-# ~12 µs (README "Scale": disk).  Only new tables use it: a store written
+# ~12 µs (docs/performance.md, "Scale": disk).  Only new tables use it: a store written
 # with another size opens and reads as before.
 BLOCK_SIZE = 32 << 10
 

@@ -12,10 +12,12 @@ from itertools import islice
 from cablestore.errors import CorruptRecordError, QueryError
 from cablestore.keyspace.keys import MONO_SIZE, TS_SIZE, HashLike, as_hash, channel_key, next_prefix, unescape
 from cablestore.keyspace.records import Tombstone
+from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.inflight import guarded
 from cablestore.store.link_queries import LinkQueries
 from cablestore.store.txn import DELETED, POSTS
-from cablestore.views import author, channel, chat, state, user
+from cablestore.views import author, chat, state, user
+from cablestore.views import channel as channel_view
 from cablestore.wire.codec import POST_TYPE_NAMES
 
 U64_MAX = (1 << 64) - 1
@@ -37,9 +39,9 @@ class Queries(LinkQueries):
 
     # --- posts ------------------------------------------------------------
     @guarded
-    def get(self, h: HashLike) -> bytes | None:
-        """The post's bytes, or None if it is not stored."""
-        return self.db.get(POSTS + as_hash(h))
+    def get(self, h: HashLike, default: bytes | None = None) -> bytes | None:
+        """The post's bytes (``h``: a hash as bytes or hex), or ``default`` if it is not stored (as plyvel's ``get``)."""
+        return self.db.get(POSTS + as_hash(h), default)
 
     @guarded
     def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
@@ -71,23 +73,24 @@ class Queries(LinkQueries):
         return _tombstones(self.db, as_hash(h))
 
     @guarded
-    def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[bytes]) -> list[Tombstone]:
-        """The tombstones the post/delete ``delete_hash`` left for ``targets``."""
+    def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[HashLike]) -> list[Tombstone]:
+        """The tombstones the post/delete ``delete_hash`` left for ``targets`` (hashes as bytes or hex)."""
         by = as_hash(delete_hash)
         with self.db.snapshot() as snap:
-            found = [(t, snap.get(DELETED + t + by)) for t in dict.fromkeys(targets)]
+            found = [(t, snap.get(DELETED + t + by)) for t in dict.fromkeys(as_hash(x) for x in targets)]
         return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
 
     # --- channel time range -------------------------------------------------
     @guarded
-    def channel_time_range(self, name: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
+    @renamed_keyword("name", "channel")
+    def channel_time_range(self, channel: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
         """Hashes of post/text and post/delete in ``[start, end)``, newest first.
 
         ``end=0`` means no upper bound (the spec's "keep the request open"
         case, answered with everything known now); ``limit=0`` means all.
         """
         start, end, limit = _count(start, "start"), _count(end, "end"), _count(limit, "limit")
-        prefix = chat.channel_prefix(name)
+        prefix = chat.channel_prefix(channel)
         lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
         hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
         it = self.db.iterator(start=lo, stop=hi, reverse=True, include_value=False)
@@ -96,13 +99,14 @@ class Queries(LinkQueries):
 
     # --- channel state ------------------------------------------------------
     @guarded
-    def channel_state(self, name: str, historic: bool = False) -> list[bytes]:
+    @renamed_keyword("name", "channel")
+    def channel_state(self, channel: str, historic: bool = False) -> list[bytes]:
         """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
 
         Latest topic, latest join/leave of each member, latest post/info of
         each member and ex-member; ``historic=True`` gives every one of them.
         """
-        ch = channel_key(name)
+        ch = channel_key(channel)
         with self.db.snapshot() as snap, snap.iterator(include_value=False) as it:
             people = self._member_keys(snap, ch)
             if historic:
@@ -123,18 +127,20 @@ class Queries(LinkQueries):
 
     @staticmethod
     def _member_keys(snap, ch: bytes, current_only: bool = False) -> list[bytes]:
-        prefix = channel.PREFIX + ch + b"m"
+        prefix = channel_view.PREFIX + ch + b"m"
         return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
 
     @guarded
-    def members(self, name: str) -> list[bytes]:
+    @renamed_keyword("name", "channel")
+    def members(self, channel: str) -> list[bytes]:
         """Public keys of the channel's current members, ascending."""
-        return self._member_keys(self.db, channel_key(name), current_only=True)
+        return self._member_keys(self.db, channel_key(channel), current_only=True)
 
     @guarded
-    def topic(self, name: str) -> str:
+    @renamed_keyword("name", "channel")
+    def topic(self, channel: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
-        key = channel.PREFIX + channel_key(name) + b"t"
+        key = channel_view.PREFIX + channel_key(channel) + b"t"
         value = self.db.get(key)
         return _text(key, value) if value else ""
 
@@ -143,7 +149,7 @@ class Queries(LinkQueries):
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
         with self.db.snapshot() as snap:
-            names = channel.channel_names(snap)
+            names = channel_view.channel_names(snap)
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------

@@ -78,7 +78,10 @@ class Store(Reading, Queries):
     ...     h = store.ingest(post_bytes)
     ...     store.channel_time_range("general", 0, 0, limit=50)
 
-    ``now``: a callable returning the current time in ms (for tests).
+    ``path``: the store's directory; ``create=False`` refuses a path that
+    holds no store (:class:`cablestore.errors.StoreNotFoundError`) instead
+    of creating one.  ``now``: a callable returning the current time in ms
+    (for tests).
     ``sync``: write every batch with LevelDB's sync flag (durable against
     power loss, not only process crashes).  ``verify_signatures=False`` is
     for re-indexing posts already verified once.  ``verify_workers=N`` lets

@@ -2,12 +2,12 @@
 them (:class:`Decoder`), in either framing of :mod:`cablestore.wire.messages`.
 
 Every limit is checked before anything is allocated for it: the message
-length against :attr:`~cablestore.wire.messages.Limits.max_message`, hash
-counts against :attr:`~cablestore.wire.messages.Limits.max_hashes` and the
+length against :attr:`cablestore.wire.messages.Limits.max_message`, hash
+counts against :attr:`cablestore.wire.messages.Limits.max_hashes` and the
 bytes left, post lengths against
-:attr:`~cablestore.wire.messages.Limits.max_post`.  Errors are
-:class:`~cablestore.errors.MessageError` (drop the message) or its subclass
-:class:`~cablestore.errors.FramingError` (the stream is lost: close the
+:attr:`cablestore.wire.messages.Limits.max_post`.  Errors are
+:class:`cablestore.errors.MessageError` (drop the message) or its subclass
+:class:`cablestore.errors.FramingError` (the stream is lost: close the
 connection).
 """
 

@@ -17,8 +17,8 @@ list request, 7 channel list response, 8 moderation state request.
 Every limit is checked before anything is allocated for it: the message
 length against :attr:`Limits.max_message`, hash counts against
 :attr:`Limits.max_hashes` and the bytes left, post lengths against
-:attr:`Limits.max_post`.  Errors are :class:`~cablestore.errors.MessageError`
-(drop the message) or its subclass :class:`~cablestore.errors.FramingError`
+:attr:`Limits.max_post`.  Errors are :class:`cablestore.errors.MessageError`
+(drop the message) or its subclass :class:`cablestore.errors.FramingError`
 (the stream is lost: close the connection).
 """
 
@@ -221,6 +221,7 @@ def _channel(name: str) -> bytes:
 
 
 def check_channel(name: str) -> None:
+    """Refuse (:class:`cablestore.errors.LimitError`) a channel name that is not a string of 1-64 codepoints."""
     lo, hi = CHANNEL_CODEPOINTS
     if not isinstance(name, str) or not lo <= len(name) <= hi:
         raise LimitError(f"channel name must be {lo}-{hi} codepoints")

@@ -1,6 +1,6 @@
 """Entry point for ``spark-submit``: the ``rebuild`` command, with spark-submit's master.
 
-    spark-submit --master yarn "$(python -c 'import cablestore.rebuild.job as j; print(j.__file__)')" \
+    spark-submit --master yarn "$(python -c 'import cablestore.cli.spark_job as j; print(j.__file__)')" \
         --snapshot /shared/snap
 """
 
