@@ -1,9 +1,12 @@
-"""A long fuzz run of the decoder: mutated vectors, mutated generated posts, random bytes.
+"""A long fuzz run of the decoders: mutated vectors (posts 0-9, messages 0-8), mutated generated posts, random bytes.
 
     python -m benchmarks.fuzz --inputs 1000000
 
 Every input must either decode to a post that re-encodes to exactly the same
-bytes, or raise a CableError subclass; ``verify_post`` must never raise.
+bytes, or raise a CableError subclass; ``verify_post`` must never raise.  One
+input in five is a mutated wire message (the moderation state request
+among them), which must decode to a message that re-encodes to the same
+bytes or raise a CableError.
 Anything else is printed (hex) and makes the exit status 1.  The test suite
 runs the same checks with hypothesis (tests/test_codec.py, test_hostile.py).
 """
@@ -21,14 +24,43 @@ from pathlib import Path
 from cablestore import decode_post, encode_post, verify_post
 from cablestore.authoring.workload import generate
 from cablestore.errors import CableError
+from cablestore.wire.decoding import decode
+from cablestore.wire.messages import encode
 
-VECTORS = Path(__file__).resolve().parent.parent / "tests" / "data" / "cable-js-0.2.1.json"
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+VECTORS = [DATA / "cable-js-0.2.1.json", DATA / "cable-js-0.2.1-moderation.json", DATA / "cable-js-0.2.1-generated.json"]
+
+
+def _binaries() -> dict[str, bytes]:
+    out = {}
+    for path in VECTORS:
+        out.update({k: bytes.fromhex(v) for k, v in json.loads(path.read_text()).items() if k.endswith(" binary")})
+    return out
 
 
 def seeds() -> list[bytes]:
-    data = json.loads(VECTORS.read_text())
-    out = [bytes.fromhex(v) for k, v in data.items() if k.endswith("post binary")]
-    return out + generate(seed=99, posts=300)
+    """Posts: every post vector (types 0-9) and 300 generated posts."""
+    posts = [v for k, v in _binaries().items() if "post" in k and "request" not in k and "response" not in k]
+    return posts + generate(seed=99, posts=300)
+
+
+def message_seeds() -> list[bytes]:
+    """Messages: every message vector (types 0-8)."""
+    return [v for k, v in _binaries().items() if "request" in k or "response" in k]
+
+
+def check_message(buf: bytes, outcomes: Counter) -> str | None:
+    try:
+        m = decode(buf)
+    except CableError as exc:
+        outcomes["message " + type(exc).__name__] += 1
+        return None
+    except Exception as exc:  # noqa: BLE001 - this is what we hunt for
+        return f"message: {type(exc).__name__}: {exc}"
+    if encode(m) != buf:
+        return "message decoded but re-encodes differently"
+    outcomes[f"message type {m.msg_type}"] += 1
+    return None
 
 
 def mutate(buf: bytes, rng: random.Random) -> bytes:
@@ -70,16 +102,17 @@ def check_one(buf: bytes, outcomes: Counter) -> str | None:
 
 def run(inputs: int, seed: int = 1) -> dict:
     rng = random.Random(seed)
-    corpus = seeds()
+    corpus, messages = seeds(), message_seeds()
     outcomes: Counter = Counter()
     failures = []
     start = time.perf_counter()
     for n in range(inputs):
-        if n % 10 == 9:
-            buf = rng.randbytes(rng.randrange(0, 300))
+        if n % 5 == 4:
+            buf = mutate(rng.choice(messages), rng)
+            problem = check_message(buf, outcomes)
         else:
-            buf = mutate(rng.choice(corpus), rng)
-        problem = check_one(buf, outcomes)
+            buf = rng.randbytes(rng.randrange(0, 300)) if n % 10 == 8 else mutate(rng.choice(corpus), rng)
+            problem = check_one(buf, outcomes)
         if problem:
             failures.append({"input": buf.hex(), "problem": problem})
     return {

@@ -506,7 +506,7 @@ def test_trailing_bytes_after_info_terminator():
         decode_post(raw_post(INFO, info_body(("name", "x")) + b"\x00"))
 
 
-@pytest.mark.parametrize("post_type", [6, 7, 127, 128, 255, 256, 2**32, U64_MAX])
+@pytest.mark.parametrize("post_type", [10, 11, 127, 128, 255, 256, 2**32, U64_MAX])
 def test_unknown_post_type_refused(post_type):
     with pytest.raises(UnknownPostTypeError):
         decode_post(raw_post(post_type, vstr("general")))
@@ -521,7 +521,7 @@ def test_unknown_post_type_256_wire_bytes():
 
 def test_encode_unknown_post_type_refused():
     with pytest.raises(UnknownPostTypeError):
-        encode_post(Post(bytes(32), bytes(64), (), 6, 0, channel="general"))
+        encode_post(Post(bytes(32), bytes(64), (), 10, 0, channel="general"))
 
 
 BAD_UTF8 = [

@@ -136,7 +136,7 @@ def test_invalid_utf8(seeded, alice):
 
 
 def test_unknown_post_types(seeded, alice):
-    for t in (6, 255, 256, 2**40):
+    for t in (10, 255, 256, 2**40):
         refuses(seeded, signed(alice, t, 2000, _string(b"general")), UnknownPostTypeError)
 
 

@@ -312,7 +312,7 @@ def test_refused_inputs_change_nothing(store, alice):
         (other_key, SignatureError),
         (good[:-1], TruncatedError),
         (text(alice, NOW + WEEK_MS), FutureTimestampError),
-        (good[:96] + b"\x00\x07" + good[98:], UnknownPostTypeError),
+        (good[:96] + b"\x00\x0a" + good[98:], UnknownPostTypeError),
     ]
     before = dump(store)
     for buf, exc in cases:

@@ -17,7 +17,7 @@ def test_a_channel_name_that_is_no_text_is_a_query_error(store, name):
             query(name)
 
 
-@pytest.mark.parametrize("post_type", [300, -1, 6, "text", 1.0])
+@pytest.mark.parametrize("post_type", [300, -1, 10, "text", 1.0])
 def test_author_posts_with_a_bad_type_is_a_query_error(store, alice, post_type):
     with pytest.raises(QueryError):
         store.author_posts(alice.public_key, post_type)

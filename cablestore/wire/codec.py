@@ -6,6 +6,13 @@ result re-encodes to exactly the input bytes, so a post's hash and signature
 stay meaningful after a round trip.  That is why non-minimal varints are
 refused even though LEB128 readers usually accept them.
 
+Post types 6-9 are the moderation posts of ``moderation.md`` (1.0-draft8):
+``post/role``, ``post/moderation``, ``post/block`` and ``post/unblock``, each
+a moderation header (``reason``, ``privacy``) and a body.  They are decoded
+as strictly as the others; cable.js 0.2.1 is laxer (it accepts unknown
+``action`` values, trailing bytes, any flag value, and limits ``reason`` in
+bytes rather than codepoints): such posts are refused here.
+
 ``post/info`` uses the deployed form (cable.js 0.2.1 and the Rust crate):
 key/value pairs terminated by a zero key length.  Spec draft8 instead prefixes
 a ``num_keypairs`` count; such a post does not parse as the deployed form
@@ -24,8 +31,47 @@ from cablestore.errors import (
     TrailingBytesError,
     TruncatedError,
     UnknownPostTypeError,
-    Utf8Error,
-    VarintError,
+)
+from cablestore.wire.fields import (  # noqa: F401 - re-exported: the codec's public names
+    CHANNEL_CODEPOINTS,
+    HASH_SIZE,
+    HEADER_FIXED,
+    INFO_KEY_CODEPOINTS,
+    MAX_INFO_VALUE_BYTES,
+    MAX_TEXT_BYTES,
+    MAX_TOPIC_CODEPOINTS,
+    NAME_CODEPOINTS,
+    PUBLIC_KEY_SIZE,
+    SIGNATURE_SIZE,
+    U64_MAX,
+    check_codepoints,
+    encode_str,
+    encode_varint,
+    read_hashes,
+    read_str,
+    read_varint,
+)
+from cablestore.wire.moderation import (  # noqa: F401 - re-exported
+    ACTION_NAMES,
+    ADMIN,
+    BLOCK,
+    DROP_CHANNEL,
+    DROP_POST,
+    HIDE_POST,
+    HIDE_USER,
+    MOD,
+    MODERATION,
+    MODERATION_TYPES,
+    ROLE,
+    ROLE_NAMES,
+    UNBLOCK,
+    UNDROP_CHANNEL,
+    UNDROP_POST,
+    UNHIDE_POST,
+    UNHIDE_USER,
+    USER,
+    encode_moderation,
+    read_moderation,
 )
 
 TEXT, DELETE, INFO, TOPIC, JOIN, LEAVE = range(6)
@@ -36,22 +82,13 @@ POST_TYPE_NAMES = {
     TOPIC: "post/topic",
     JOIN: "post/join",
     LEAVE: "post/leave",
+    ROLE: "post/role",
+    MODERATION: "post/moderation",
+    BLOCK: "post/block",
+    UNBLOCK: "post/unblock",
 }
 CHANNEL_TYPES = frozenset({TEXT, TOPIC, JOIN, LEAVE})
 
-PUBLIC_KEY_SIZE = 32
-SIGNATURE_SIZE = 64
-HASH_SIZE = 32
-HEADER_FIXED = PUBLIC_KEY_SIZE + SIGNATURE_SIZE
-U64_MAX = (1 << 64) - 1
-
-# Limits from the spec (see shared DESIGN notes); codepoints unless stated.
-MAX_TEXT_BYTES = 4096
-CHANNEL_CODEPOINTS = (1, 64)
-MAX_TOPIC_CODEPOINTS = 512
-INFO_KEY_CODEPOINTS = (1, 128)
-MAX_INFO_VALUE_BYTES = 4096
-NAME_CODEPOINTS = (1, 32)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -59,6 +96,12 @@ class Post:
     """A decoded Cable post.  Body fields not used by its type are ``None``.
 
     ``info`` is a tuple of ``(key, value)`` string pairs in wire order.
+    Moderation posts (types 6-9) carry ``reason`` and ``privacy``, and:
+    ``post/role`` ``channel`` (``""``: the whole cabal), ``recipients`` (one
+    public key) and ``role``; ``post/moderation`` ``channel``,
+    ``recipients`` (public keys or post hashes; none for channel actions)
+    and ``action``; ``post/block`` ``recipients``, ``drop`` and ``notify``;
+    ``post/unblock`` ``recipients`` and ``undrop``.
     """
 
     public_key: bytes
@@ -71,6 +114,14 @@ class Post:
     hashes: tuple[bytes, ...] | None = None
     info: tuple[tuple[str, str], ...] | None = None
     topic: str | None = None
+    reason: str | None = None
+    privacy: int | None = None
+    recipients: tuple[bytes, ...] | None = None
+    role: int | None = None
+    action: int | None = None
+    drop: int | None = None
+    notify: int | None = None
+    undrop: int | None = None
 
     @property
     def type_name(self) -> str:
@@ -88,6 +139,14 @@ class Post:
             fields.append(f"info={dict(self.info)!r}")
         if self.hashes is not None:
             fields.append(f"deletes=[{', '.join(h.hex()[:12] for h in self.hashes)}]")
+        if self.recipients is not None:
+            fields.append(f"recipients=[{', '.join(h.hex()[:12] for h in self.recipients)}]")
+        for name in ("role", "action", "drop", "notify", "undrop", "privacy"):
+            value = getattr(self, name)
+            if value:
+                fields.append(f"{name}={value}")
+        if self.reason:
+            fields.append(f"reason={self.reason!r}")
         if self.links:
             fields.append(f"links={len(self.links)}")
         return f"Post({', '.join(fields)})"
@@ -101,103 +160,28 @@ class Post:
         return found
 
 
-# --- varints -------------------------------------------------------------
-
-
-def encode_varint(n: int) -> bytes:
-    """``n`` (0 to 2**64 - 1) as a minimal unsigned LEB128 varint."""
-    if n < 0 or n > U64_MAX:
-        raise LimitError(f"varint out of range: {n}")
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Read an unsigned LEB128 varint at ``pos``; return ``(value, new_pos)``."""
-    end = len(buf)
-    if pos >= end:
-        raise TruncatedError("varint runs past the end of the buffer")
-    b = buf[pos]
-    if b < 0x80:  # the common one-byte case
-        return b, pos + 1
-    result = 0
-    shift = 0
-    start = pos
-    while True:
-        if pos >= end:
-            raise TruncatedError("varint runs past the end of the buffer")
-        if pos - start >= 10:
-            raise VarintError("varint longer than 10 bytes")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    if b == 0:
-        raise VarintError("non-minimal varint encoding")
-    if result > U64_MAX:
-        raise VarintError("varint overflows u64")
-    return result, pos
-
-
 # --- decoding ------------------------------------------------------------
 
 
-def _read_str(buf: bytes, pos: int, what: str) -> tuple[str, int, int]:
-    """Return ``(string, byte_length, new_pos)`` for a length-prefixed UTF-8 string."""
-    if pos < len(buf) and buf[pos] < 0x80:  # a one-byte length, read inline (hot)
-        n = buf[pos]
-        pos += 1
-    else:
-        n, pos = read_varint(buf, pos)
-    end = pos + n
-    if end > len(buf):
-        raise TruncatedError(f"{what}: declared length {n} exceeds the buffer")
-    try:
-        return buf[pos:end].decode("utf-8"), n, end
-    except UnicodeDecodeError as exc:
-        raise Utf8Error(f"{what} is not valid UTF-8") from exc
-
-
-def _read_hashes(buf: bytes, pos: int, what: str) -> tuple[tuple[bytes, ...], int]:
-    count, pos = read_varint(buf, pos)
-    # Checked before slicing so a huge count never allocates anything.
-    if count * HASH_SIZE > len(buf) - pos:
-        raise TruncatedError(f"{what}: {count} hashes exceed the buffer")
-    hashes = tuple(buf[pos + i * HASH_SIZE : pos + (i + 1) * HASH_SIZE] for i in range(count))
-    return hashes, pos + count * HASH_SIZE
-
-
-def _check_codepoints(value: str, bounds: tuple[int, int], what: str) -> None:
-    lo, hi = bounds
-    if not lo <= len(value) <= hi:
-        raise LimitError(f"{what} must be {lo}-{hi} codepoints, got {len(value)}")
-
-
 def _read_channel(buf: bytes, pos: int) -> tuple[str, int]:
-    channel, _, pos = _read_str(buf, pos, "channel")
+    channel, _, pos = read_str(buf, pos, "channel")
     if not CHANNEL_CODEPOINTS[0] <= len(channel) <= CHANNEL_CODEPOINTS[1]:
-        _check_codepoints(channel, CHANNEL_CODEPOINTS, "channel name")  # raises
+        check_codepoints(channel, CHANNEL_CODEPOINTS, "channel name")  # raises
     return channel, pos
 
 
 def _read_info(buf: bytes, pos: int) -> tuple[tuple[tuple[str, str], ...], int]:
     pairs = []
     while True:
-        key, key_len, pos = _read_str(buf, pos, "info key")
+        key, key_len, pos = read_str(buf, pos, "info key")
         if key_len == 0:
             return tuple(pairs), pos
-        _check_codepoints(key, INFO_KEY_CODEPOINTS, "info key")
-        value, value_len, pos = _read_str(buf, pos, "info value")
+        check_codepoints(key, INFO_KEY_CODEPOINTS, "info key")
+        value, value_len, pos = read_str(buf, pos, "info value")
         if value_len > MAX_INFO_VALUE_BYTES:
             raise LimitError(f"info value is {value_len} bytes, limit {MAX_INFO_VALUE_BYTES}")
         if key == "name":
-            _check_codepoints(value, NAME_CODEPOINTS, "user name")
+            check_codepoints(value, NAME_CODEPOINTS, "user name")
         pairs.append((key, value))
 
 
@@ -217,7 +201,7 @@ def decode_post(buf: bytes) -> Post:
         links: tuple[bytes, ...] = (buf[HEADER_FIXED + 1 : HEADER_FIXED + 1 + HASH_SIZE],)
         pos = HEADER_FIXED + 1 + HASH_SIZE
     else:
-        links, pos = _read_hashes(buf, HEADER_FIXED, "links")
+        links, pos = read_hashes(buf, HEADER_FIXED, "links")
     if pos < n and buf[pos] < 0x80:
         post_type = buf[pos]
         pos += 1
@@ -229,22 +213,27 @@ def decode_post(buf: bytes) -> Post:
     channel = text = hashes = info = topic = None
     if post_type == TEXT:
         channel, pos = _read_channel(buf, pos)
-        text, text_len, pos = _read_str(buf, pos, "text")
+        text, text_len, pos = read_str(buf, pos, "text")
         if text_len > MAX_TEXT_BYTES:
             raise LimitError(f"text is {text_len} bytes, limit {MAX_TEXT_BYTES}")
     elif post_type == DELETE:
-        hashes, pos = _read_hashes(buf, pos, "deletions")
+        hashes, pos = read_hashes(buf, pos, "deletions")
         if not hashes:
             raise LimitError("post/delete must name at least one hash")
     elif post_type == INFO:
         info, pos = _read_info(buf, pos)
     elif post_type == TOPIC:
         channel, pos = _read_channel(buf, pos)
-        topic, _, pos = _read_str(buf, pos, "topic")
+        topic, _, pos = read_str(buf, pos, "topic")
         if len(topic) > MAX_TOPIC_CODEPOINTS:
             raise LimitError(f"topic exceeds {MAX_TOPIC_CODEPOINTS} codepoints")
-    else:  # JOIN, LEAVE
+    elif post_type <= LEAVE:  # JOIN, LEAVE
         channel, pos = _read_channel(buf, pos)
+    else:
+        fields, pos = read_moderation(buf, pos, post_type)
+        if pos != n:
+            raise TrailingBytesError(f"{n - pos} trailing bytes after the post")
+        return Post(buf[:PUBLIC_KEY_SIZE], buf[PUBLIC_KEY_SIZE:HEADER_FIXED], links, post_type, timestamp, **fields)
     if pos != n:
         raise TrailingBytesError(f"{n - pos} trailing bytes after the post")
     return _new_post(buf[:PUBLIC_KEY_SIZE], buf[PUBLIC_KEY_SIZE:HEADER_FIXED], links, post_type, timestamp, channel, text, hashes, info, topic)
@@ -261,13 +250,13 @@ def slot_setters(cls) -> tuple:
 
 
 _POST_SETTERS = slot_setters(Post)
-assert len(_POST_SETTERS) == 10
+assert len(_POST_SETTERS) == 18
 
 
 def _new_post(public_key, signature, links, post_type, timestamp, channel, text, hashes, info, topic) -> Post:
-    """``Post(...)`` with every field given, without the frozen ``__init__``'s cost (decoding is hot)."""
+    """``Post(...)`` of types 0-5, without the frozen ``__init__``'s cost (decoding is hot)."""
     post = object.__new__(Post)
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = _POST_SETTERS
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = _POST_SETTERS[:10]
     s0(post, public_key)
     s1(post, signature)
     s2(post, links)
@@ -278,18 +267,15 @@ def _new_post(public_key, signature, links, post_type, timestamp, channel, text,
     s7(post, hashes)
     s8(post, info)
     s9(post, topic)
+    for setter in _MODERATION_SETTERS:
+        setter(post, None)
     return post
 
 
+_MODERATION_SETTERS = _POST_SETTERS[10:]
+
+
 # --- encoding ------------------------------------------------------------
-
-
-def _str(value: str) -> bytes:
-    try:
-        raw = value.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates have no UTF-8 form
-        raise Utf8Error(f"string is not encodable as UTF-8: {exc}") from exc
-    return encode_varint(len(raw)) + raw
 
 
 _BODY_FIELDS = {
@@ -299,7 +285,13 @@ _BODY_FIELDS = {
     TOPIC: ("channel", "topic"),
     JOIN: ("channel",),
     LEAVE: ("channel",),
+    ROLE: ("reason", "privacy", "channel", "recipients", "role"),
+    MODERATION: ("reason", "privacy", "channel", "recipients", "action"),
+    BLOCK: ("reason", "privacy", "recipients", "drop", "notify"),
+    UNBLOCK: ("reason", "privacy", "recipients", "undrop"),
 }
+BODY_FIELD_NAMES = ("channel", "text", "hashes", "info", "topic", "reason", "privacy", "recipients", "role", "action", "drop", "notify", "undrop")
+_INT_FIELDS = frozenset({"privacy", "role", "action", "drop", "notify", "undrop"})
 
 
 def _is_u64(value) -> bool:
@@ -322,13 +314,16 @@ def check_fields(post: Post) -> None:
         value = getattr(post, name)
         if value is None:
             raise PostFieldError(f"{POST_TYPE_NAMES[t]} needs {name}=")
-        if name == "hashes":
-            _check_hash_list(value, "hashes")
+        if name in ("hashes", "recipients"):
+            _check_hash_list(value, name)
+        elif name in _INT_FIELDS:
+            if not _is_u64(value):
+                raise PostFieldError(f"{name} must be an integer, got {value!r}")
         elif name == "info":
             _check_info(value)
         elif not isinstance(value, str):
             raise PostFieldError(f"{name} must be a string, got {type(value).__name__}")
-    unused = [n for n in ("channel", "text", "hashes", "info", "topic") if n not in _BODY_FIELDS[t] and getattr(post, n) is not None]
+    unused = [n for n in BODY_FIELD_NAMES if n not in _BODY_FIELDS[t] and getattr(post, n) is not None]
     if unused:
         raise PostFieldError(f"{POST_TYPE_NAMES[t]} has no field {', '.join(unused)}")
 
@@ -355,17 +350,19 @@ def encode_body(post: Post) -> bytes:
     t = post.post_type
     parts = [encode_varint(len(post.links)), *post.links, encode_varint(t), encode_varint(post.timestamp)]
     if t == TEXT:
-        parts += [_str(post.channel), _str(post.text)]
+        parts += [encode_str(post.channel), encode_str(post.text)]
     elif t == DELETE:
         parts += [encode_varint(len(post.hashes)), *post.hashes]
     elif t == INFO:
         for key, value in post.info:
-            parts += [_str(key), _str(value)]
+            parts += [encode_str(key), encode_str(value)]
         parts.append(b"\x00")
     elif t == TOPIC:
-        parts += [_str(post.channel), _str(post.topic)]
+        parts += [encode_str(post.channel), encode_str(post.topic)]
+    elif t <= LEAVE:
+        parts.append(encode_str(post.channel))
     else:
-        parts.append(_str(post.channel))
+        parts += encode_moderation(post)
     return b"".join(parts)
 
 
@@ -375,7 +372,7 @@ def encode_post(post: Post) -> bytes:
         raise PostFieldError("public key and signature must be bytes")
     if len(post.public_key) != PUBLIC_KEY_SIZE or len(post.signature) != SIGNATURE_SIZE:
         raise LimitError("public key must be 32 bytes and signature 64 bytes")
-    if any(len(h) != HASH_SIZE for h in (*post.links, *(post.hashes or ()))):
+    if any(len(h) != HASH_SIZE for h in (*post.links, *(post.hashes or ()), *(post.recipients or ()))):
         raise LimitError("links and hashes must be 32 bytes each")
     buf = post.public_key + post.signature + encode_body(post)
     decode_post(buf)  # the same rules apply to what we write as to what we read

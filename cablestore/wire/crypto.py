@@ -14,9 +14,9 @@ from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey
 
 from cablestore.errors import PostFieldError, SignatureError
-from cablestore.wire.codec import HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
+from cablestore.wire.codec import BODY_FIELD_NAMES, HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
 
-_BODY_NAMES = {"channel", "text", "hashes", "info", "topic"}
+_BODY_NAMES = set(BODY_FIELD_NAMES)
 
 
 def _verify_detached(public_key: bytes, message: bytes, signature: bytes) -> bool:
@@ -122,8 +122,9 @@ def body_fields(body: dict) -> dict:
     if unknown:
         raise PostFieldError(f"no post field named {', '.join(sorted(unknown))}")
     out = dict(body)
-    if isinstance(out.get("hashes"), list):
-        out["hashes"] = tuple(out["hashes"])
+    for name in ("hashes", "recipients"):
+        if isinstance(out.get(name), list):
+            out[name] = tuple(out[name])
     if isinstance(out.get("info"), list):
         out["info"] = tuple(tuple(p) if isinstance(p, list) else p for p in out["info"])
     return out

@@ -32,7 +32,7 @@ from cablestore.errors import (
     TtlError,
     UnknownMessageTypeError,
 )
-from cablestore.wire.codec import CHANNEL_CODEPOINTS, HASH_SIZE, _str, encode_varint
+from cablestore.wire.fields import CHANNEL_CODEPOINTS, HASH_SIZE, encode_str, encode_varint
 
 HASH_RESPONSE, POST_RESPONSE, POST_REQUEST, CANCEL_REQUEST = 0, 1, 2, 3
 TIME_RANGE_REQUEST, CHANNEL_STATE_REQUEST, CHANNEL_LIST_REQUEST = 4, 5, 6
@@ -217,7 +217,7 @@ def _hashes(hashes) -> list[bytes]:
 
 def _channel(name: str) -> bytes:
     check_channel(name)
-    return _str(name)
+    return encode_str(name)
 
 
 def check_channel(name: str) -> None:
