@@ -77,8 +77,20 @@ class RebuildError(CableError):
     """The rebuild could not run (bad snapshot, missing Java, bad options)."""
 
 
-class QueryError(CableError, ValueError):
+class ArgumentError(CableError, TypeError, ValueError):
+    """A library call got an argument of the wrong type or out of range (``ingest("text")``, ``Store(p, cache_mb=-1)``).
+
+    A caller's mistake, raised before anything is read or written; it is a
+    ``TypeError`` and a ``ValueError`` too, so code that catches either keeps working.
+    """
+
+
+class QueryError(ArgumentError):
     """A query argument is invalid (negative limit, malformed hash, ...)."""
+
+
+class ChannelNotFoundError(QueryError):
+    """The store holds no channel of that name (the CLI's commands that show one channel say so instead of printing nothing)."""
 
 
 # --- wire messages and peers (cablestore.wire.messages, cablestore.peer) ---------
@@ -120,8 +132,24 @@ class UnsolicitedPostError(PeerError):
     """A post response carries a post this peer did not ask for."""
 
 
-class RequestTableFullError(PeerError):
-    """The table of live requests is full; the request is refused."""
+class ResourceLimitError(PeerError):
+    """A remote peer went over its share of a resource (see :mod:`cablestore.peer.limits`); only what it asked is refused."""
+
+
+class RequestTableFullError(ResourceLimitError):
+    """The table of live (or forwarded) requests is full for this peer; the request is refused."""
+
+
+class TooManyConnectionsError(ResourceLimitError):
+    """The peer holds ``max_connections`` connections already; a new one is closed at once."""
+
+
+class SlowPeerError(ResourceLimitError):
+    """A remote peer was closed: idle too long, too slow to send one message, or not reading its answers."""
+
+
+class PolicyError(CableError, ValueError):
+    """A resource policy (:class:`cablestore.peer.limits.PeerLimits`) is invalid: a limit out of range, or a memory budget too small."""
 
 
 class TransportError(CableError):
@@ -166,6 +194,10 @@ class NotAStoreError(StoreError):
     """The path holds something else: a file, a snapshot, another program's data."""
 
 
+class StoreExistsError(StoreError):
+    """Something is already at the path where a new store is to be built (``cablestore demo --dir``); nothing was changed."""
+
+
 class StoreCorruptError(StoreError):
     """LevelDB found damaged files (log, table, manifest); ``cablestore recover`` repairs them."""
 
@@ -176,3 +208,10 @@ class StoreIOError(StoreError):
 
 class DiskFullError(StoreIOError):
     """A write failed for lack of space (or a file size limit)."""
+
+
+# --- moderation (cablestore.moderation, cablestore.store.moderation_queries) ---
+
+
+class LocalUserError(StoreError):
+    """The store belongs to another local user than the one given, or the key given is not a public key."""

@@ -16,6 +16,7 @@ from itertools import islice
 
 import blake3
 
+from cablestore.moderation import RELEVANT_TYPES
 from cablestore.wire.crypto import verify_many
 
 from .recompute import (
@@ -26,6 +27,7 @@ from .recompute import (
     newer,
     recompute_post,
     render,
+    resolved_entries,
     tombstone_status,
     unpack_tombstone,
 )
@@ -34,7 +36,7 @@ from .recompute import (
 class Fold:
     """Digests, counts, faults and latest-group candidates of part of the data."""
 
-    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones")
+    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation")
 
     def __init__(self, parts: int, wanted: frozenset | None = None):
         self.parts = parts
@@ -45,6 +47,8 @@ class Fold:
         self.best: dict = {}  # (view name, group) -> candidate
         self.posts = 0
         self.tombstones = 0
+        # (hash, blob) of the posts the moderation state is resolved from: few, so carried whole.
+        self.moderation: list = []
 
     def add_entries(self, pairs) -> None:
         # The hot loop of both engines: entry_digest, view_of and bucket
@@ -73,6 +77,8 @@ class Fold:
             return
         entries, candidates = recompute_post(h, blob, post, made)
         self.add_entries(entries)
+        if post.post_type in RELEVANT_TYPES:
+            self.moderation.append((h, blob))
         best = self.best
         for group, cand in candidates:
             old = best.get(group)
@@ -82,6 +88,10 @@ class Fold:
         """Fold in the entries of every group's winning post."""
         for (view_name, group), cand in best.items():
             self.add_entries(render(view_name, group, cand))
+
+    def add_resolved(self, local_user: bytes | None) -> None:
+        """Fold in the resolved moderation entries, from every partition's moderation posts (after merging)."""
+        self.add_entries(resolved_entries(local_user, self.moderation))
 
     def merge(self, other: Fold) -> Fold:
         for b, (s, n) in other.digests.items():
@@ -98,6 +108,7 @@ class Fold:
             self.best[group] = cand if old is None else newer(old, cand)
         self.posts += other.posts
         self.tombstones += other.tombstones
+        self.moderation += other.moderation
         return self
 
     def counts(self) -> dict:

@@ -16,7 +16,7 @@ from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .result import EngineResult
 
 
-def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=frozenset(), progress=None, pool=None) -> tuple[Fold, Fold]:
+def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=frozenset(), progress=None, pool=None, local_user=None) -> tuple[Fold, Fold]:
     """``(recomputed, live)`` folds of a source (a StoreSource or SnapshotSource)."""
     rec = Fold(parts, wanted)
     tombs = parse_tombstones(source.tombstones(), rec)
@@ -25,6 +25,7 @@ def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=froze
     on_target, made_by = check_tombstones(tombs, by_blobs, rec)
     fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress, pool)
     rec.add_latest(rec.best)
+    rec.add_resolved(local_user)
     live = Fold(parts, wanted)
     live.add_entries(source.live())
     return rec, live
@@ -55,12 +56,12 @@ def default_verify_workers() -> int:
     return 1 if (os.cpu_count() or 1) > 1 else 0
 
 
-def run(source, partitions: int = 16, check_signatures: bool = True, progress=None, verify_workers: int | None = None) -> EngineResult:
+def run(source, partitions: int = 16, check_signatures: bool = True, progress=None, verify_workers: int | None = None, local_user=None) -> EngineResult:
     workers = default_verify_workers() if verify_workers is None else verify_workers
     # The pool starts its processes at the first batch big enough to use it.
     pool = verify_pool(workers) if check_signatures and workers > 0 else None
     try:
-        rec, live = one_pass(source, partitions, check_signatures, progress=progress, pool=pool)
+        rec, live = one_pass(source, partitions, check_signatures, progress=progress, pool=pool, local_user=local_user)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -68,7 +69,7 @@ def run(source, partitions: int = 16, check_signatures: bool = True, progress=No
     differing = frozenset(result.differing_buckets())
     found = ({}, {})
     if differing:
-        rec2, live2 = one_pass(source, partitions, False, differing, known_faults(rec.faults))
+        rec2, live2 = one_pass(source, partitions, False, differing, known_faults(rec.faults), local_user=local_user)
         found = (rec2.entries, live2.entries)
     result.fetch = lambda wanted: found
     return result

@@ -16,6 +16,7 @@ from cablestore import views
 from cablestore.errors import CableError, CorruptRecordError
 from cablestore.keyspace import reverse
 from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.moderation import resolve
 from cablestore.store.txn import DELETED, POSTS
 from cablestore.wire.codec import DELETE, decode_post, post_hash
 from cablestore.wire.crypto import verify_post
@@ -24,6 +25,7 @@ META = b"!meta!"
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)
 QUARANTINE = b"!quarantine!"  # records a repair set aside: `!quarantine!<original key>`
 PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE)
+LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves (cablestore.store.moderation_queries)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
@@ -145,6 +147,11 @@ def recompute_post(h: bytes, blob: bytes, post, made):
         for view, group, rank in views.ranked_groups(ip)
     ]
     return entries, candidates
+
+
+def resolved_entries(local_user: bytes | None, posts) -> list[tuple[bytes, bytes]]:
+    """The resolved moderation entries of ``(hash, blob)`` posts: what ``cablestore.store.resolving`` writes."""
+    return views.resolved_entries(resolve(local_user, [(h, decode_post(blob)) for h, blob in posts]))
 
 
 def newer(a, b):

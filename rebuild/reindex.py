@@ -36,6 +36,7 @@ import plyvel
 from cablestore import views
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import next_prefix
+from cablestore.moderation import resolve
 from cablestore.rebuild.recompute import (
     PRIMARY_PREFIXES,
     Fault,
@@ -46,6 +47,8 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
+from cablestore.store.moderation_queries import LOCAL_USER_KEY
+from cablestore.store.resolving import moderation_posts
 from cablestore.store.txn import DELETED, POSTS
 
 if TYPE_CHECKING:
@@ -152,9 +155,21 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("posts")
         _write_latest(db, writer, best, report)
         lap("latest")
+        report.written += _write_resolved(db, writer)
+        lap("moderation")
     if progress:
         progress.done()
     return report
+
+
+def _write_resolved(db, writer: _Writer) -> int:
+    """The resolved moderation entries, from the moderation posts just indexed (what a store's ingest writes)."""
+    posts = moderation_posts(lambda prefix: list(db.iterator(prefix=prefix)), lambda h: db.get(POSTS + h))
+    if not posts:
+        return 0
+    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts)))
+    writer.flush()
+    return written
 
 
 def _drop_derived(db, writer: _Writer, progress) -> int:

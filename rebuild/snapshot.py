@@ -27,7 +27,7 @@ import msgpack
 from cablestore.errors import RebuildError
 from cablestore.store.txn import DELETED, POSTS
 
-from .recompute import PRIMARY_PREFIXES, bucket, partition_of
+from .recompute import LOCAL_USER_KEY, PRIMARY_PREFIXES, bucket, partition_of
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -106,6 +106,9 @@ def export(db: Any, directory: str | os.PathLike, partitions: int = 16, progress
         "counts": counts,
         "files": {n: _file_info(out / n) for n in primary_names + live_names},
     }
+    local_user = db.get(LOCAL_USER_KEY)
+    if local_user is not None:  # whose moderation state the live views hold
+        manifest["local_user"] = local_user.hex()
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     os.replace(tmp, out / "manifest.json")
@@ -137,6 +140,11 @@ class SnapshotSource:
         self.directory = Path(directory)
         self.manifest = load_manifest(directory)
         self.partitions = self.manifest["partitions"]
+
+    def local_user(self) -> bytes | None:
+        """The store's local user, as the export recorded it (None: none, or an older snapshot)."""
+        found = self.manifest.get("local_user")
+        return bytes.fromhex(found) if found else None
 
     def _records(self, kind: str):
         for name, info in sorted(self.manifest["files"].items()):

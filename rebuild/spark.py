@@ -314,7 +314,7 @@ def _recompute_segment(directory: str, primary: list, live: list, check_signatur
     return one
 
 
-def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset()) -> tuple[Fold, Fold]:
+def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset(), local_user=None) -> tuple[Fold, Fold]:
     """``(recomputed, live)`` folds: every partition digests its own entries; only folds are collected.
 
     Shuffles carry tombstones only (to the partition of the delete that made
@@ -349,10 +349,11 @@ def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=
     for recomputed, live in collected:
         rec.merge(recomputed)
         liv.merge(live)
+    rec.add_resolved(local_user)  # from every partition's moderation posts, on the driver
     return rec, liv
 
 
-def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None) -> EngineResult:
+def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None, local_user=None) -> EngineResult:
     """Verify a snapshot directory on Spark; the entries of differing buckets are collected before returning."""
     directory = os.path.abspath(str(snapshot_dir))
     manifest = load_manifest(directory)
@@ -360,13 +361,15 @@ def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, 
     spark = spark or session(master, log=log)
     sc = spark.sparkContext
     with job_errors():
-        rec, live = one_pass(sc, directory, manifest, check_signatures)
+        if local_user is None and manifest.get("local_user"):
+            local_user = bytes.fromhex(manifest["local_user"])
+        rec, live = one_pass(sc, directory, manifest, check_signatures, local_user=local_user)
         result = result_of("spark", parts, rec, live)
         differing = frozenset(result.differing_buckets())
         found = ({}, {})
         if differing:
             # The snapshot may be a temporary directory, gone once this returns.
-            rec2, live2 = one_pass(sc, directory, manifest, False, differing, known_faults(rec.faults))
+            rec2, live2 = one_pass(sc, directory, manifest, False, differing, known_faults(rec.faults), local_user=local_user)
             found = (rec2.entries, live2.entries)
     result.fetch = lambda wanted: found
     return result

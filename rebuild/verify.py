@@ -19,7 +19,7 @@ from cablestore.errors import RebuildError
 from cablestore.store.txn import POSTS
 
 from . import local
-from .recompute import FAULT_KINDS, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, view_of
+from .recompute import FAULT_KINDS, LOCAL_USER_KEY, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, view_of
 from .snapshot import SnapshotSource, StoreSource, export
 
 if TYPE_CHECKING:
@@ -111,13 +111,16 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
     """
     if not isinstance(partitions, int) or not 1 <= partitions <= 256:  # a bucket is a hash byte
         raise RebuildError(f"partitions must be an integer from 1 to 256, got {partitions!r}")
+    local_user = db.get(LOCAL_USER_KEY) if db is not None else None
     if engine == "local":
         if db is not None and progress is not None and progress.enabled:  # a bar needs a total; count only then
             progress.total = sum(1 for _ in db.iterator(prefix=POSTS, include_value=False))
         source = SnapshotSource(snapshot) if snapshot else StoreSource(db)
         try:
             parts = source.partitions if snapshot else partitions
-            return local.run(source, parts, check_signatures, progress, verify_workers)
+            if local_user is None and snapshot:
+                local_user = source.local_user()
+            return local.run(source, parts, check_signatures, progress, verify_workers, local_user=local_user)
         finally:
             source.close()
     from . import spark
@@ -127,7 +130,7 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
         return spark.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
         export(db, tmp, partitions)
-        return spark.run(tmp, check_signatures, spark=session, progress=progress)
+        return spark.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
 
 
 def verify(

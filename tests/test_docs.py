@@ -35,6 +35,7 @@ from cablestore.cli import build_parser, main
 from cablestore.peer.sync import write_cursor
 
 from .conftest import NOW, keypair, stop
+from .moderation_helpers import URSULA, cabal
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
@@ -82,6 +83,8 @@ def populated(tmp_path_factory):
         s.ingest_many(generate(seed=3, posts=500))
         Author(s, keypair("docs"), now=lambda: NOW).text("general", "written here")  # the local clock
         write_cursor(s, "127.0.0.1:7000", "general", NOW)
+    with Store(path, now=lambda: NOW, local_user=URSULA.public_key) as s:  # a moderated cabal: every moderation row
+        assert all(r.ok for r in s.ingest_many(cabal()))
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s

@@ -8,10 +8,11 @@ from cablestore.keyspace import reverse
 from cablestore.keyspace.records import Indexed
 
 from .conftest import NOW
+from .moderation_helpers import cabal
 
 
 def test_reverse_keys_equal_view_entries_for_every_stored_post(tmp_path):
-    bufs = read_posts("tests/data/cablejs-0.2.1-s7-2000/posts.bin") + generate(seed=5, posts=800)
+    bufs = read_posts("tests/data/cablejs-0.2.1-s7-2000/posts.bin") + generate(seed=5, posts=800) + cabal()
     seen_types, seen_links = set(), False
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.ingest_many(bufs)

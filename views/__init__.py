@@ -36,6 +36,15 @@ also define:
     bulk reindex holds no candidate per group.  It must equal calling
     ``latest`` on each group's winner.
 
+Views whose state is resolved from a whole set of posts (``roles``,
+``actions``, ``blocks``: the moderation state) also define:
+
+``candidates_prefix()``
+    Where their posts' per-post entries are, so the store can find them all.
+``RESOLVED_PREFIXES``, ``resolved(state) -> list[(key, value)]``
+    The entries a :class:`cablestore.moderation.State` gives, and the prefixes
+    they live under (replaced as a whole when the state changes).
+
 The live store and the rebuild (local and Spark) call these functions and
 nothing else to know what a view holds.
 """
@@ -44,9 +53,12 @@ import msgpack
 
 from cablestore.keyspace import reverse
 
-from . import author, channel, chat, links, state, user
+from . import actions, author, blocks, channel, chat, links, roles, state, user
 
-VIEWS = (chat, state, author, user, channel, links)
+VIEWS = (chat, state, author, user, channel, links, roles, actions, blocks)
+# Views whose resolved entries are computed from the whole set of moderation posts
+# (``resolved(state)``, under ``RESOLVED_PREFIXES``), besides their per-post entries.
+RESOLVED = (roles, actions, blocks)
 BY_NAME = {v.NAME: v for v in VIEWS}
 
 
@@ -117,3 +129,11 @@ def reverse_keys_or_none(post_hash: bytes, value: bytes | None) -> list[bytes] |
         return reverse_keys(post_hash, value)
     except (ValueError, TypeError, AttributeError, IndexError, msgpack.UnpackException):
         return None
+
+
+def resolved_entries(state) -> list:
+    """Every resolved entry of a :class:`cablestore.moderation.State`, sorted by key."""
+    out = []
+    for view in RESOLVED:
+        out += view.resolved(state)
+    return sorted(out)

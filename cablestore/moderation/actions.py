@@ -49,6 +49,7 @@ class Action:
 
     @property
     def order(self) -> tuple[int, bytes]:
+        """Newest is greatest: timestamp, ties broken by the higher hash."""
         return (self.timestamp, self.hash)
 
     @property

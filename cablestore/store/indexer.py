@@ -150,6 +150,7 @@ def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
     txn.put(reverse.key(ip.hash), reverse.pack(ip))
     txn.deleted.discard(ip.hash)
     txn.added[ip.hash] = ip.post
+    txn.types.add(ip.post.post_type)
     for view, group in views.groups(ip):
         txn.add_candidate(view, group, ip)
 
@@ -167,6 +168,7 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
     txn.delete(POSTS + h)
     txn.deleted.add(h)
     txn.added.pop(h, None)
+    txn.types.add(post.post_type)
     for view, group in views.groups(ip):
         txn.touch(view, group)
         # What the post would write as its group's latest goes too: settle

@@ -16,14 +16,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cablestore.keyspace.keys import as_hash, canonical_channel
+from cablestore.keyspace.keys import as_hash, canonical_channel, escape
 from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import author as author_view
+from cablestore.views import channel as channel_view
+from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.views.channel import channel_names
 from cablestore.wire.codec import DELETE, POST_TYPE_NAMES, Post, decode_post
 
-__all__ = ["Reading", "StoreStats", "StoredPost"]
+__all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,25 @@ class StoreStats:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelSummary:
+    """One channel as ``cablestore channels`` lists it.
+
+    ``name`` is the canonical (casefolded) spelling, ``topic`` the current
+    topic (``""``: none), ``members`` the current members, ``messages`` the
+    post/text and post/delete its time range holds.
+    """
+
+    name: str
+    topic: str
+    members: int
+    messages: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as a JSON-ready dict."""
+        return {"name": self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
+
+
 def _count_keys(reader, prefix: bytes) -> int:
     with reader.iterator(prefix=prefix, include_value=False) as it:
         return sum(1 for _ in it)
@@ -224,6 +244,19 @@ class Reading:
         # Without this, ``if store:`` would call __len__ and scan every post.
         return True
 
+    def channels(self) -> list[ChannelSummary]:
+        """Every channel with its topic, member count and message count, ascending by name (one snapshot)."""
+        out = []
+        with self.db.snapshot() as snap:
+            for name in channel_view.channel_names(snap):
+                ch = escape(name)  # the name as its keys spell it
+                topic = snap.get(channel_view.PREFIX + ch + b"t")
+                with snap.iterator(prefix=channel_view.PREFIX + ch + b"m") as it:
+                    members = sum(1 for _, v in it if v == b"\x01")
+                messages = _count_keys(snap, chat_view.PREFIX + ch)
+                out.append(ChannelSummary(name, _text(topic) or "", members, messages))
+        return out
+
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""
         by_type: Counter[int] = Counter()
@@ -232,12 +265,13 @@ class Reading:
         with self.db.snapshot() as snap:
             posts = _count_keys(snap, POSTS)
             tombstones = _count_keys(snap, DELETED)
-            channels = len(channel_names(snap))
+            channels = len(channel_view.channel_names(snap))
             with snap.iterator(prefix=prefix, include_value=False) as it:
                 for key in it:
                     authors.add(key[len(prefix) : len(prefix) + 32])
                     by_type[key[len(prefix) + 32]] += 1
-        types = {name: by_type.get(t, 0) for t, name in POST_TYPE_NAMES.items()}
+        # Types 0-5 always (a chat store's shape); moderation types 6-9 when the store holds some.
+        types = {name: by_type.get(t, 0) for t, name in POST_TYPE_NAMES.items() if t < 6 or by_type.get(t)}
         return StoreStats(str(self.path), posts, types, channels, len(authors), tombstones, _disk_bytes(self.path))
 
     def __repr__(self) -> str:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import plyvel
@@ -30,12 +29,14 @@ from cablestore.errors import (
     StoreError,
 )
 from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key
-from cablestore.store import indexer, opening
+from cablestore.store import arguments, indexer, opening
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
+from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
+from cablestore.store.resolving import needed, refresh
 from cablestore.store.tombfilter import TombstoneFilter
 from cablestore.store.txn import POSTS, Txn
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
@@ -71,13 +72,16 @@ class IngestResult:
 
 
 @guard_public_methods
-class Store(Reading, Queries):
+class Store(Reading, Queries, ModerationQueries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
     ...     h = store.ingest(post_bytes)
     ...     store.channel_time_range("general", 0, 0, limit=50)
 
+    ``local_user``: the public key (bytes or hex) of whoever this store is
+    for, the root of moderation authority; kept in the store once given, and
+    a different one later raises :class:`cablestore.errors.LocalUserError`.
     ``path``: the store's directory; ``create=False`` refuses a path that
     holds no store (:class:`cablestore.errors.StoreNotFoundError`) instead
     of creating one.  ``now``: a callable returning the current time in ms
@@ -101,8 +105,10 @@ class Store(Reading, Queries):
         now: Callable[[], int] | None = None,
         cache_mb: int = 32,
         write_buffer_mb: int = 16,
+        local_user: HashLike | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.path = arguments.store_path(path)
+        arguments.check_options(verify_workers=verify_workers, now=now, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         self.sync = sync
         self.verify_signatures = verify_signatures
         self.verify_workers = verify_workers
@@ -115,6 +121,12 @@ class Store(Reading, Queries):
         self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         self._db, self._registered = opening.open_db(self.path, create=create, **self._sizes)
+        try:
+            self.local_user = adopt_local_user(self._db, local_user)
+        except BaseException:
+            self._db.close()
+            opening.release(self._registered)
+            raise
 
     # --- lifecycle ------------------------------------------------------
     def close(self) -> None:
@@ -183,7 +195,11 @@ class Store(Reading, Queries):
         if self._tomb_filter is None:
             self._tomb_filter = TombstoneFilter(self.db)
         self._tomb_filter.grow_if_full()
-        return Txn(self.db, self._tomb_filter, self._winners)
+        return Txn(self.db, self._tomb_filter, self._winners, finish=self._resolve_moderation)
+
+    def _resolve_moderation(self, txn: Txn) -> None:
+        if needed(txn.types):
+            refresh(txn, self.local_user)
 
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
@@ -208,7 +224,7 @@ class Store(Reading, Queries):
         in the same WriteBatch (an author's clock, a sync cursor), so they
         land with the post or not at all.
         """
-        buf = bytes(buf)
+        buf = arguments.post_bytes(buf)
         h, post = self.validate(buf, now)
         with self._write_lock:
             txn = self._txn()
@@ -234,8 +250,8 @@ class Store(Reading, Queries):
             return self._ingest_many(bufs, now)
 
     def _ingest_many(self, bufs: Iterable[bytes], now: int | None) -> list[IngestResult]:
+        bufs = arguments.post_list(bufs)
         now = self._now() if now is None else now
-        bufs = [bytes(b) for b in bufs]
         # Verification needs only the bytes: start it first, decode meanwhile.
         signatures = verify_many(bufs, self._pool()) if self.verify_signatures else None
         checked = []

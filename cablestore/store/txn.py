@@ -23,8 +23,13 @@ WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~
 
 
 class Txn:
-    def __init__(self, db, tomb_filter=None, winners=None):
+    def __init__(self, db, tomb_filter=None, winners=None, finish=None):
         self.db = db
+        # Called with this txn after the latest groups settle, before the batch
+        # is written, when it touched posts of a type in ``types`` it cares for
+        # (the moderation state: cablestore.store.resolving).
+        self._finish = finish
+        self.types: set[int] = set()  # post types added or removed in this txn
         # (view name, group) -> (rank, hash) of the committed latest candidate,
         # or None for a group without one: a reverse seek saved per cached group.
         self._winners = winners
@@ -60,6 +65,17 @@ class Txn:
         if self._it is None:
             self._it = self.db.iterator()
         return self._it
+
+    def current(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs under ``prefix`` as this txn would commit them, in key order."""
+        found = dict(self.scan(prefix))
+        for key, value in self.writes.items():
+            if key.startswith(prefix):
+                if value is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = value
+        return sorted(found.items())
 
     def scan(self, prefix: bytes):
         """``(key, value)`` pairs of the DB under ``prefix`` (not this txn's writes)."""
@@ -196,6 +212,8 @@ class Txn:
     # --- commit ---------------------------------------------------------
     def commit(self, sync: bool = False) -> None:
         self.settle()
+        if self._finish is not None and self.types:
+            self._finish(self)
         if self._it is not None:
             self._it.close()
             self._it = None

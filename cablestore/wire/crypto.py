@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -13,10 +11,12 @@ from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey
 
-from cablestore.errors import PostFieldError, SignatureError
+from cablestore.errors import ArgumentError, PostFieldError, SignatureError
 from cablestore.wire.codec import BODY_FIELD_NAMES, HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
+from cablestore.wire.workers import WorkerPool
 
 _BODY_NAMES = set(BODY_FIELD_NAMES)
+SEED_SIZE = 32  # an Ed25519 seed
 
 
 def _verify_detached(public_key: bytes, message: bytes, signature: bytes) -> bool:
@@ -36,8 +36,12 @@ class Keypair:
 
     @classmethod
     def from_seed(cls, seed: bytes) -> Keypair:
-        """The keypair of a 32-byte Ed25519 seed (the same seed, the same keys)."""
-        return cls(SigningKey(seed))
+        """The keypair of a 32-byte Ed25519 seed (the same seed, the same keys); anything else raises :class:`ArgumentError`."""
+        if not isinstance(seed, (bytes, bytearray, memoryview)):
+            raise ArgumentError(f"a seed is {SEED_SIZE} bytes, not {type(seed).__name__}")
+        if len(seed) != SEED_SIZE:
+            raise ArgumentError(f"a seed is {SEED_SIZE} bytes, got {len(seed)}")
+        return cls(SigningKey(bytes(seed)))
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of ``message``."""
@@ -62,16 +66,18 @@ def _verify_chunk(bufs) -> list[bool]:
     return [verify_post(b) for b in bufs]
 
 
-def verify_pool(workers: int) -> ProcessPoolExecutor:
+def verify_pool(workers: int) -> WorkerPool:
     """Worker processes for :func:`verify_many`; the caller shuts them down.
 
-    Spawned, not forked (forking a process that has LevelDB open is unsafe),
-    so a program run as a script needs the ``if __name__ == "__main__":`` guard.
+    New interpreters, not forks (forking a process that has LevelDB open is
+    unsafe), that never import the main script
+    (:class:`cablestore.wire.workers.WorkerPool`): a script without the
+    ``if __name__ == "__main__":`` guard is not run again in them.
     """
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    return WorkerPool(workers)
 
 
-def verify_many(bufs: Sequence[bytes], pool: ProcessPoolExecutor | None = None) -> Iterator[bool]:
+def verify_many(bufs: Sequence[bytes], pool: WorkerPool | None = None) -> Iterator[bool]:
     """Verify posts; return an iterator of results in order.
 
     With a ``pool`` and enough posts, chunks are verified in its worker

@@ -81,6 +81,7 @@ def read_str(buf: bytes, pos: int, what: str) -> tuple[str, int, int]:
 
 
 def read_hashes(buf: bytes, pos: int, what: str) -> tuple[tuple[bytes, ...], int]:
+    """A varint count and that many 32-byte hashes; return ``(hashes, new_pos)``."""
     count, pos = read_varint(buf, pos)
     # Checked before slicing so a huge count never allocates anything.
     if count * HASH_SIZE > len(buf) - pos:
@@ -90,6 +91,7 @@ def read_hashes(buf: bytes, pos: int, what: str) -> tuple[tuple[bytes, ...], int
 
 
 def check_codepoints(value: str, bounds: tuple[int, int], what: str) -> None:
+    """Refuse (:class:`cablestore.errors.LimitError`) a string whose codepoint count is outside ``bounds``."""
     lo, hi = bounds
     if not lo <= len(value) <= hi:
         raise LimitError(f"{what} must be {lo}-{hi} codepoints, got {len(value)}")

@@ -9,6 +9,8 @@ limits ``reason`` in bytes rather than codepoints; such posts are refused here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from cablestore.errors import LimitError, TruncatedError
 from cablestore.wire.fields import (
     CHANNEL_CODEPOINTS,
@@ -51,6 +53,7 @@ def _read_flag(buf: bytes, pos: int, what: str) -> tuple[int, int]:
 
 
 def read_recipients(buf: bytes, pos: int, bounds: tuple[int, int], what: str) -> tuple[tuple[bytes, ...], int]:
+    """A recipient count within ``bounds`` and that many 32-byte keys or hashes."""
     recipients, pos = read_hashes(buf, pos, what)
     lo, hi = bounds
     if not lo <= len(recipients) <= hi:
@@ -108,7 +111,7 @@ def read_context(buf: bytes, pos: int) -> tuple[str, int]:
     return channel, pos
 
 
-def encode_moderation(post) -> list[bytes]:
+def encode_moderation(post: Any) -> list[bytes]:
     """The moderation header and body of ``post`` (type 6-9), as byte strings to join."""
     t = post.post_type
     parts = [encode_str(post.reason), encode_varint(post.privacy)]

@@ -1,0 +1,168 @@
+"""Reading the moderation state: roles, hidden users and posts, drops, blocks, and moderation state requests.
+
+Mixed into :class:`cablestore.store.store.Store`.  The state is resolved for
+the store's *local user* (moderation.md §4.2.5: the root of authority), whose
+public key the store keeps under ``!local!user`` once given; a store without
+one applies no one's roles (everyone is a normal user) and no action, but
+still stores and serves moderation posts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from cablestore.errors import LocalUserError, QueryError
+from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, escape, mono_timestamp, unescape
+from cablestore.store.inflight import guarded
+from cablestore.store.resolving import refresh
+from cablestore.store.txn import Txn
+from cablestore.views import actions, blocks, roles
+from cablestore.wire.codec import ADMIN, MOD, decode_post
+
+LOCAL_USER_KEY = b"!local!user"
+ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
+
+
+def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
+    """The store's local user: the one kept, or ``given`` (kept from now on, the state resolved for it).
+
+    A ``given`` key that differs from the kept one raises :class:`LocalUserError`.
+    """
+    kept = db.get(LOCAL_USER_KEY)
+    if given is None:
+        return kept
+    try:
+        key = as_hash(given)
+    except (QueryError, ValueError, TypeError) as exc:
+        raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
+    if kept is not None:
+        if kept != key:
+            raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
+        return kept
+    txn = Txn(db)
+    txn.put(LOCAL_USER_KEY, key)
+    refresh(txn, key)  # the moderation state of the posts already held, for this user
+    txn.commit(sync=True)
+    return key
+
+
+def _channel_context(channel: str | None) -> str:
+    if channel is None or channel == "":
+        return ""
+    if not isinstance(channel, str):
+        raise QueryError(f"a channel name is a str, not {type(channel).__name__}")
+    return canonical_channel(channel)
+
+
+class ModerationQueries:
+    """The moderation state as the local user sees it (needs ``self.db`` and ``self._gate``)."""
+
+    local_user: bytes | None
+
+    def _table(self, snap, context_key: bytes, prefix_of, context: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The entries of ``context``, or of the cabal when ``context`` was never resolved on its own."""
+        if context and snap.get(context_key) is None:
+            context = ""
+        prefix = prefix_of(context)
+        return prefix, list(snap.iterator(prefix=prefix))
+
+    @guarded
+    def roles(self, channel: str | None = None) -> dict[bytes, str]:
+        """Public key -> ``"admin"`` or ``"mod"`` in ``channel`` (the cabal when None); normal users are left out.
+
+        The local user, admin everywhere, is included.
+        """
+        context = _channel_context(channel)
+        with self.db.snapshot() as snap:
+            prefix, rows = self._table(snap, roles.context_key(context), roles.role_prefix, context)
+        out = {key[len(prefix) :]: ROLE_WORDS[value[0]] for key, value in rows}
+        if self.local_user is not None:
+            out[self.local_user] = "admin"
+        return out
+
+    @guarded
+    def hidden_users(self, channel: str | None = None) -> dict[bytes, bytes]:
+        """Public key -> hash of the action hiding them, in ``channel`` (the cabal when None)."""
+        context = _channel_context(channel)
+        with self.db.snapshot() as snap:
+            prefix, rows = self._table(snap, actions.context_key(context), actions.hidden_users_prefix, context)
+        return {key[len(prefix) :]: value for key, value in rows}
+
+    def _by_hash(self, prefix: bytes) -> dict[bytes, bytes]:
+        return {key[len(prefix) :]: value for key, value in self.db.iterator(prefix=prefix)}
+
+    @guarded
+    def hidden_posts(self) -> dict[bytes, bytes]:
+        """Post hash -> hash of the action hiding it."""
+        return self._by_hash(actions.PREFIX + b"h")
+
+    @guarded
+    def dropped_posts(self) -> dict[bytes, bytes]:
+        """Post hash -> hash of the action dropping it."""
+        return self._by_hash(actions.PREFIX + b"d")
+
+    @guarded
+    def dropped_channels(self) -> dict[str, bytes]:
+        """Canonical channel name -> hash of the action dropping it."""
+        prefix = actions.PREFIX + b"x"
+        return {unescape(key, len(prefix))[0]: value for key, value in self.db.iterator(prefix=prefix)}
+
+    @guarded
+    def blocks(self) -> dict[bytes, dict]:
+        """Blocked public key -> ``{"by": block hash, "drop": 0/1, "notify": 0/1}``: the blocks in effect for the local user."""
+        return {pk: {"by": v[:32], "drop": v[32], "notify": v[33]} for pk, v in self._by_hash(blocks.PREFIX + b"b").items()}
+
+    @guarded
+    def unblocks(self) -> dict[bytes, dict]:
+        """Unblocked public key -> ``{"by": unblock hash, "undrop": 0/1}``: the unblocks in effect."""
+        return {pk: {"by": v[:32], "undrop": v[32]} for pk, v in self._by_hash(blocks.PREFIX + b"u").items()}
+
+    @guarded
+    def blocked_by(self) -> dict[bytes, bytes]:
+        """Public key of a user whose notified block names the local user -> that block's hash."""
+        return self._by_hash(blocks.PREFIX + b"n")
+
+    @guarded
+    def moderation_state(self, channels: Iterable[str] = (), oldest: int = 0) -> list[bytes]:
+        """The hashes answering a moderation state request (moderation.md §5.2.1.1), oldest first.
+
+        Every post/block and post/unblock (whatever ``oldest``); the relevant
+        roles and the relevant post/moderation for ``channels`` and for the
+        cabal with a timestamp at or after ``oldest`` (compared as numbers);
+        roles of users who opted out are not relevant, so never listed;
+        never a ``privacy=1`` post.
+        """
+        if isinstance(channels, (str, bytes)):
+            raise QueryError("channels is a list of channel names, not one string")
+        if isinstance(oldest, bool) or not isinstance(oldest, int) or oldest < 0:
+            raise QueryError(f"oldest is a timestamp in ms (0: all), not {oldest!r}")
+        contexts = sorted({""} | {_channel_context(c) for c in channels})
+        found: dict[bytes, int] = {}
+        with self.db.snapshot() as snap:
+            for key, _ in snap.iterator(prefix=blocks.candidates_prefix()):
+                found[key[-32:]] = mono_timestamp(key)
+            for context in contexts:
+                for view in (roles, actions):
+                    for key, _ in snap.iterator(prefix=view.PREFIX + b"v" + escape(context)):
+                        ts = mono_timestamp(key)
+                        if ts >= oldest:
+                            found[key[-32:]] = ts
+            public = [h for h in found if _is_public(snap.get(b"!post!" + h))]
+        return sorted(public, key=lambda h: (found[h], h))
+
+    @guarded
+    def moderation_posts(self) -> list[bytes]:
+        """Hashes of every stored post/role, post/moderation, post/block and post/unblock, oldest first."""
+        keys = []
+        for view in (roles, actions, blocks):
+            keys += [k for k, _ in self.db.iterator(prefix=view.candidates_prefix())]
+        return [k[-32:] for k in sorted(keys, key=lambda k: (k[-40:-32], k[-32:]))]
+
+
+def _is_public(blob: bytes | None) -> bool:
+    """A stored post that may leave the store: not ``privacy=1`` (moderation.md §4.5)."""
+    return blob is not None and decode_post(blob).privacy != 1
+
+
+__all__ = ["ModerationQueries", "adopt_local_user", "LOCAL_USER_KEY"]

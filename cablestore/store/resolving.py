@@ -1,0 +1,70 @@
+"""Keeping the resolved moderation views current, inside the write transaction that changed them.
+
+When a transaction adds or removes a post the moderation state is computed
+from (types 6-9, and post/info for ``accept-role``), :func:`refresh` reads
+every moderation post the store will hold once it commits, resolves the state
+with :func:`cablestore.moderation.resolve`, and writes the difference to the
+resolved entries of ``views.roles``, ``views.actions`` and ``views.blocks``
+in the same WriteBatch: a crash leaves the old state or the new one, never a
+mix, and the result depends only on the set of posts.
+
+Moderation posts are few next to chat, so the state is recomputed whole
+rather than patched: simple, and exactly what the rebuild computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cablestore import views
+from cablestore.moderation import RELEVANT_TYPES, resolve
+from cablestore.views import user
+from cablestore.wire.codec import decode_post
+
+POSTS = b"!post!"
+
+
+def needed(types: set[int]) -> bool:
+    """Whether a transaction that touched posts of these types can change the moderation state."""
+    return not RELEVANT_TYPES.isdisjoint(types)
+
+
+def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], bytes | None]) -> list:
+    """``(hash, post)`` of every moderation post and every post/info of a role recipient.
+
+    ``current(prefix)`` lists ``(key, value)`` under a prefix as the store
+    holds them (or will, once a transaction commits); ``read(hash)`` a post's bytes.
+    """
+    posts = []
+    for view in views.RESOLVED:
+        for key, _ in current(view.candidates_prefix()):
+            blob = read(key[-32:])
+            if blob is not None:
+                posts.append((key[-32:], decode_post(blob)))
+    recipients = {p.recipients[0] for _, p in posts if p.post_type == 6}
+    for pk in sorted(recipients):
+        for key, _ in current(user.posts_prefix(pk)):
+            blob = read(key[-32:])
+            if blob is not None:
+                posts.append((key[-32:], decode_post(blob)))
+    return posts
+
+
+def refresh(txn: Any, local: bytes | None) -> int:
+    """Rewrite the resolved entries for the state ``txn`` leaves; return how many keys changed."""
+    state = resolve(local, moderation_posts(txn.current, lambda h: txn.get(POSTS + h)))
+    fresh = dict(views.resolved_entries(state))
+    old = {}
+    for view in views.RESOLVED:
+        for prefix in view.RESOLVED_PREFIXES:
+            old.update(txn.current(prefix))
+    changed = 0
+    for key in old.keys() - fresh.keys():
+        txn.delete(key)
+        changed += 1
+    for key, value in fresh.items():
+        if old.get(key) != value:
+            txn.put(key, value)
+            changed += 1
+    return changed

@@ -1,0 +1,76 @@
+"""``!actions``: every post/moderation, and the actions in effect for the local user (moderation.md §4.4).
+
+    !actions!p<mono>              -> ''       every post/moderation
+    !actions!c<ctx>               -> ''       a context whose hidden users were resolved
+    !actions!u<ctx><pubkey>       -> <hash>   a hidden user in that context, and the action hiding them
+    !actions!h<post hash>         -> <hash>   a hidden post, and the action hiding it
+    !actions!d<post hash>         -> <hash>   a dropped post, and the action dropping it
+    !actions!x<channel>           -> <hash>   a dropped channel, and the action dropping it
+    !actions!v<ctx><mono>         -> ''       a relevant post/moderation (for moderation state requests)
+
+``<ctx>`` as in ``!roles``: a channel with no ``c`` entry has the cabal's
+hidden users.  All but the ``p`` entries are resolved from the set of posts by
+:mod:`cablestore.moderation`.
+"""
+
+from cablestore.keyspace.keys import escape, mono
+from cablestore.wire.codec import MODERATION
+
+NAME = "actions"
+PREFIX = b"!actions!"
+RESOLVED_PREFIXES = tuple(PREFIX + k for k in (b"c", b"u", b"h", b"d", b"x", b"v"))
+
+
+def entries(ip):
+    if ip.post.post_type == MODERATION:
+        return [(PREFIX + b"p" + ip.mono, b"")]
+    return []
+
+
+def groups(ip):
+    return []
+
+
+def candidates_prefix() -> bytes:
+    """Where every post/moderation has its ``p`` entry, oldest first."""
+    return PREFIX + b"p"
+
+
+def context_key(context: str) -> bytes:
+    return PREFIX + b"c" + escape(context)
+
+
+def hidden_users_prefix(context: str) -> bytes:
+    return PREFIX + b"u" + escape(context)
+
+
+def hidden_post_key(post_hash: bytes) -> bytes:
+    return PREFIX + b"h" + post_hash
+
+
+def dropped_post_key(post_hash: bytes) -> bytes:
+    return PREFIX + b"d" + post_hash
+
+
+def dropped_channel_key(channel: str) -> bytes:
+    return PREFIX + b"x" + escape(channel)
+
+
+def relevant_prefix(context: str) -> bytes:
+    return PREFIX + b"v" + escape(context)
+
+
+def resolved(state):
+    """The resolved entries of a :class:`cablestore.moderation.State`."""
+    fx = state.effects
+    out = []
+    for context, users in fx.hidden_users.items():
+        if context:  # the cabal needs no marker: it is where every other channel falls back to
+            out.append((context_key(context), b""))
+        out += [(hidden_users_prefix(context) + user, a.hash) for user, a in users.items()]
+    out += [(hidden_post_key(h), a.hash) for h, a in fx.hidden_posts.items()]
+    out += [(dropped_post_key(h), a.hash) for h, a in fx.dropped_posts.items()]
+    out += [(dropped_channel_key(c), a.hash) for c, a in fx.dropped_channels.items()]
+    posts = {(a.context, a.timestamp, a.hash) for a in fx.relevant if isinstance(a.action, int)}
+    out += [(relevant_prefix(c) + mono(ts, h), b"") for c, ts, h in posts]
+    return out

@@ -1,0 +1,40 @@
+"""``!blocks``: every post/block and post/unblock, and the blocks in effect for the local user (moderation.md §4.6).
+
+    !blocks!p<mono>               -> ''                          every post/block and post/unblock
+    !blocks!b<pubkey>             -> <hash><drop:u8><notify:u8>  a blocked user, and the block in effect
+    !blocks!u<pubkey>             -> <hash><undrop:u8>           an unblocked user, and the unblock in effect
+    !blocks!n<pubkey>             -> <hash>                      a user whose notified block names the local user
+
+All but the ``p`` entries are resolved from the set of posts by
+:mod:`cablestore.moderation`.
+"""
+
+from cablestore.wire.codec import BLOCK, UNBLOCK
+
+NAME = "blocks"
+PREFIX = b"!blocks!"
+RESOLVED_PREFIXES = (PREFIX + b"b", PREFIX + b"u", PREFIX + b"n")
+
+
+def entries(ip):
+    if ip.post.post_type in (BLOCK, UNBLOCK):
+        return [(PREFIX + b"p" + ip.mono, b"")]
+    return []
+
+
+def groups(ip):
+    return []
+
+
+def candidates_prefix() -> bytes:
+    """Where every post/block and post/unblock has its ``p`` entry, oldest first."""
+    return PREFIX + b"p"
+
+
+def resolved(state):
+    """The resolved entries of a :class:`cablestore.moderation.State`."""
+    fx = state.effects
+    out = [(PREFIX + b"b" + user, a.hash + bytes(a.flags)) for user, a in fx.blocked.items()]
+    out += [(PREFIX + b"u" + user, a.hash + bytes(a.flags)) for user, a in fx.unblocked.items()]
+    out += [(PREFIX + b"n" + blocker, a.hash) for blocker, a in fx.blocks_of_local.items()]
+    return out

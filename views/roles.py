@@ -1,0 +1,59 @@
+"""``!roles``: every post/role, and the roles in effect for the local user (moderation.md §4.2).
+
+    !roles!p<mono>                -> ''                      every post/role
+    !roles!c<ctx>                 -> ''                      a context whose roles were resolved
+    !roles!r<ctx><pubkey>         -> <role:u8><hash>         an admin (0) or mod (1) in that context,
+                                                             and the post/role that decided it
+    !roles!v<ctx><mono>           -> ''                      a relevant post/role (for moderation state requests)
+
+``<ctx>`` is the escaped canonical channel, or the escaped empty string for
+the whole cabal; a channel with no ``c`` entry has the cabal's roles.  The
+``p`` entries are per post; the others are resolved from all of them by
+:mod:`cablestore.moderation` (``resolved``), so they change only with the set
+of posts, never with their order.
+"""
+
+from cablestore.keyspace.keys import escape, mono
+from cablestore.wire.codec import ROLE
+
+NAME = "roles"
+PREFIX = b"!roles!"
+RESOLVED_PREFIXES = (PREFIX + b"c", PREFIX + b"r", PREFIX + b"v")
+
+
+def entries(ip):
+    if ip.post.post_type == ROLE:
+        return [(PREFIX + b"p" + ip.mono, b"")]
+    return []
+
+
+def groups(ip):
+    return []
+
+
+def candidates_prefix() -> bytes:
+    """Where every post/role has its ``p`` entry, oldest first."""
+    return PREFIX + b"p"
+
+
+def context_key(context: str) -> bytes:
+    return PREFIX + b"c" + escape(context)
+
+
+def role_prefix(context: str) -> bytes:
+    return PREFIX + b"r" + escape(context)
+
+
+def relevant_prefix(context: str) -> bytes:
+    return PREFIX + b"v" + escape(context)
+
+
+def resolved(state):
+    """The resolved entries of a :class:`cablestore.moderation.State`."""
+    out = []
+    for context, table in state.roles.roles.items():
+        if context:  # the cabal needs no marker: it is where every other channel falls back to
+            out.append((context_key(context), b""))
+        out += [(role_prefix(context) + user, bytes([role]) + h) for user, (role, h) in table.items()]
+    out += [(relevant_prefix(r.context) + mono(r.timestamp, r.hash), b"") for r in state.roles.relevant]
+    return out
