@@ -24,7 +24,8 @@ from cablestore.wire.crypto import verify_post
 META = b"!meta!"
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)
 QUARANTINE = b"!quarantine!"  # records a repair set aside: `!quarantine!<original key>`
-PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE)
+REFUSED = b"!refused!"  # who wrote a refused post/delete: kept for later ingest decisions, read by no view
+PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED)
 LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves (cablestore.store.moderation_queries)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX

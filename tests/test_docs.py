@@ -28,13 +28,13 @@ from pathlib import Path
 
 import pytest
 
-from cablestore import Store
+from cablestore import DELETE, Store
 from cablestore.authoring.author import Author
 from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
 from cablestore.peer.sync import write_cursor
 
-from .conftest import NOW, keypair, stop
+from .conftest import NOW, keypair, post, stop
 from .moderation_helpers import URSULA, cabal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +85,8 @@ def populated(tmp_path_factory):
         write_cursor(s, "127.0.0.1:7000", "general", NOW)
     with Store(path, now=lambda: NOW, local_user=URSULA.public_key) as s:  # a moderated cabal: every moderation row
         assert all(r.ok for r in s.ingest_many(cabal()))
+        stored = s.channel_time_range("dev")[0]  # someone else's post: a delete of it is refused, its author kept
+        assert not s.ingest_many([post(keypair("forger"), DELETE, NOW, hashes=(stored,))])[0].ok
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s

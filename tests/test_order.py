@@ -65,9 +65,12 @@ def test_a_delete_of_another_authors_post_is_refused_after_its_own_author_delete
     with Store(tmp_path / "s", now=lambda: NOW) as s:
         s.ingest_many([t, delete(ALICE, 2000, t)])
         before = dump(s)
+        forged = delete(BOB, 2001, t)
         with pytest.raises(UnauthorizedDeleteError):  # the tombstone knows t was alice's
-            s.ingest(delete(BOB, 2001, t))
-        assert dump(s) == before
+            s.ingest(forged)
+        # Nothing stored or indexed; only who wrote the refused delete is remembered.
+        assert [kv for kv in dump(s) if not kv[0].startswith(b"!refused!")] == before
+        assert s.db.get(b"!refused!" + H(forged)) == BOB.public_key
 
 
 def test_a_pre_emptive_unauthorized_delete_is_retracted_when_the_target_arrives(tmp_path):
@@ -135,3 +138,25 @@ def test_re_offering_a_deleted_delete_whose_target_is_gone_changes_nothing(tmp_p
         assert s.channel_time_range("news") == [H(dd)]
         _offer(s, [d1])  # refused; what its tombstone knew (channel "news") must not shrink
         assert dump(s) == before
+
+
+def test_a_delete_naming_a_refused_delete_is_decided_the_same_in_every_order(tmp_path):
+    """Found by an 800-post workload (forward and reverse orders ended with 660 and 659 posts).
+
+    Bob's delete of Carol's text is refused; Alice's delete names Bob's text and Bob's refused delete.
+    A refused post still teaches who wrote it, so Alice's delete is refused whichever arrives first.
+    """
+    import itertools
+
+    carol = keypair("carol")
+    tc, tb = text(carol, 1000), text(BOB, 1001)
+    d_bob = delete(BOB, 2000, tc)
+    d_alice = delete(ALICE, 3000, tb, d_bob)
+    posts = [tc, tb, d_bob, d_alice]
+    stores = {}
+    for i, order in enumerate(itertools.permutations(posts)):
+        stores[order] = build(tmp_path / str(i), order, resync=posts)
+    first = next(iter(stores.values()))
+    assert all(s == first for s in stores.values())
+    with Store(tmp_path / "0", now=lambda: NOW) as s:
+        assert s.get(H(d_alice)) is None and s.get(H(d_bob)) is None and s.get(H(tc)) is not None

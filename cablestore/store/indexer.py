@@ -15,6 +15,9 @@ rules make that so:
   is retracted (removed with its tombstones) once the targets show who wrote
   them.  A delete naming both its author's posts and others' is stored; its
   claims on the others' posts are recorded and remove nothing.
+* A refused post/delete still teaches who wrote it (``!refused!<hash>``):
+  a later delete naming it is judged as if it were stored, so a delete of a
+  refused delete is decided the same whichever arrives first.
 * Channels of a deleted post/delete are those of its targets, as known.
   A target this store never held is known only from a peer that listed the
   delete in a channel's time range: :func:`learn_listing` records that
@@ -28,7 +31,7 @@ from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteEr
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import canonical_channel, escape, unescape
 from cablestore.keyspace.records import Indexed, Tombstone
-from cablestore.store.txn import DELETED, POSTS, Txn
+from cablestore.store.txn import DELETED, POSTS, REFUSED, Txn
 from cablestore.views.channel import channel_names
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
@@ -47,6 +50,7 @@ def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
     # A refused post still teaches the tombstones that named it what it was.
     _settle_claims(txn, h, post, tombs)
     if post.post_type == DELETE and (refusal := _unauthorized(txn, post)):
+        txn.put(REFUSED + h, post.public_key)  # who wrote it, for the deletes that name it later
         return refusal
     if any(t.deleter == post.public_key for t in tombs):
         return DeletedPostError(f"post {h.hex()} was deleted by its author")
@@ -61,7 +65,8 @@ def _author_of(txn: Txn, target: bytes) -> bytes | None:
     blob = txn.get(POSTS + target)
     if blob is not None:
         return blob[:32]
-    return next((t.author for t in txn.tombstones(target) if t.knows_target), None)
+    found = next((t.author for t in txn.tombstones(target) if t.knows_target), None)
+    return found if found is not None else txn.get(REFUSED + target)
 
 
 def _unauthorized(txn: Txn, delete: Post, known: dict[bytes, bytes] | None = None) -> UnauthorizedDeleteError | None:
@@ -86,6 +91,7 @@ def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> No
         if tomb.deleter != post.public_key:
             if by_blob is not None and _unauthorized(txn, decode_post(by_blob), {h: post.public_key}):
                 unindex(txn, tomb.by, by_blob, forget_tombstones=True)  # would have been refused
+                txn.put(REFUSED + tomb.by, by_blob[:32])  # as a refusal: who wrote it stays known
                 continue
             learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, ())
             if learned != tomb:

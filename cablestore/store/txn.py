@@ -18,6 +18,7 @@ from cablestore.wire.codec import decode_post
 
 POSTS = b"!post!"
 DELETED = b"!deleted!"
+REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see indexer)
 _MISSING = object()
 WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
 
