@@ -160,3 +160,74 @@ def test_a_delete_naming_a_refused_delete_is_decided_the_same_in_every_order(tmp
     assert all(s == first for s in stores.values())
     with Store(tmp_path / "0", now=lambda: NOW) as s:
         assert s.get(H(d_alice)) is None and s.get(H(d_bob)) is None and s.get(H(tc)) is not None
+
+
+# --- moderation in the workload ------------------------------------------------
+
+MOD_EXAMPLES = int(__import__("os").environ.get("CABLESTORE_ORDER_EXAMPLES", "40"))  # a recorded run: 500 (docs/moderation.md)
+
+
+@st.composite
+def moderated_workloads(draw):
+    """Roles (chains of admins, revocations, channel roles), actions, blocks, opt-outs and deletes of them, in any mix."""
+    from cablestore import INFO, make_post
+    from cablestore.wire.codec import BLOCK, MODERATION, ROLE, UNBLOCK
+
+    people = [LOCAL, ALICE, BOB, CAROL, DAVE]
+    contexts = ["", "dev", "Dev", "news"]
+    made = [text(p, 900 + i, "dev") for i, p in enumerate(people[1:])]
+    n = draw(st.integers(3, 14))
+    for i in range(n):
+        ts = 1000 + draw(st.integers(0, 12))  # few distinct times: equal timestamps happen
+        author, other = draw(st.sampled_from(people)), draw(st.sampled_from(people))
+        kind = draw(st.sampled_from(["role", "role", "role", "act", "act", "block", "unblock", "info"]))
+        if kind == "role":
+            buf, _ = make_post(author, ROLE, ts, reason="", privacy=0, channel=draw(st.sampled_from(contexts)), recipients=[other.public_key], role=draw(st.integers(0, 2)))
+        elif kind == "act":
+            action = draw(st.integers(0, 7))
+            if action >= 6:
+                recipients, channel = [], draw(st.sampled_from(contexts[1:]))
+            elif action >= 2:
+                recipients, channel = [H(draw(st.sampled_from(made[:4])))], "dev"
+            else:
+                recipients, channel = [other.public_key], draw(st.sampled_from(contexts))
+            buf, _ = make_post(author, MODERATION, ts, reason="r", privacy=0, channel=channel, recipients=recipients, action=action)
+        elif kind == "block":
+            buf, _ = make_post(author, BLOCK, ts, reason="", privacy=0, recipients=[other.public_key], drop=draw(st.integers(0, 1)), notify=draw(st.integers(0, 1)))
+        elif kind == "unblock":
+            buf, _ = make_post(author, UNBLOCK, ts, reason="", privacy=0, recipients=[other.public_key], undrop=draw(st.integers(0, 1)))
+        else:
+            buf, _ = make_post(author, INFO, ts, info=[("accept-role", draw(st.sampled_from(["0", "1"])))])
+        made.append(buf)
+    for i in range(draw(st.integers(0, 2))):  # an author deletes one of their moderation posts
+        from cablestore import decode_post
+
+        mine = [b for b in made[4:] if decode_post(b).public_key == ALICE.public_key and decode_post(b).post_type != INFO]
+        if mine:
+            made.append(delete(ALICE, 5000 + i, draw(st.sampled_from(mine))))
+    return made
+
+
+LOCAL, CAROL, DAVE = keypair("local"), keypair("carol"), keypair("dave")
+
+
+def build_moderated(path, order, resync=()) -> list:
+    with Store(path, now=lambda: NOW, local_user=LOCAL.public_key) as s:
+        _offer(s, order)
+        for _ in range(len(resync)):
+            before = dump(s)
+            _offer(s, resync)
+            if dump(s) == before:
+                break
+        report = s.check()
+        assert report.consistent, (report.faults, report.to_dict()['views'])
+        return dump(s)
+
+
+@settings(max_examples=MOD_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(workload=moderated_workloads(), data=st.data())
+def test_moderation_permutations_give_byte_identical_stores(tmp_path_factory, workload, data):
+    order = data.draw(st.permutations(workload))
+    base = tmp_path_factory.mktemp("modorder")
+    resync = workload if _nested(workload) else ()
+    assert build_moderated(base / "y", order, resync) == build_moderated(base / "x", workload, resync)

@@ -14,7 +14,7 @@ import msgpack
 
 from cablestore.errors import CorruptRecordError
 from cablestore.keyspace.keys import canonical_channel, mono
-from cablestore.wire.codec import CHANNEL_TYPES, Post, decode_post, post_hash, slot_setters
+from cablestore.wire.codec import CHANNEL_CODEPOINTS, CHANNEL_TYPES, POST_TYPE_NAMES, Post, decode_post, post_hash, slot_setters
 
 
 def _tag(target: bytes, by: bytes, fields: list) -> bytes:
@@ -26,7 +26,10 @@ def _is_key(value) -> bool:
 
 
 def _is_channel(value) -> bool:
-    return isinstance(value, str) and 1 <= len(value) <= 64 and value == canonical_channel(value)
+    # Canonical, by this version's rule or by the casefold-only rule of stores
+    # written before 0.2 (read canonicalized).  Casefolding can triple a
+    # name's length: 64 "ß" are 128 codepoints canonical.
+    return isinstance(value, str) and 1 <= len(value) <= 3 * CHANNEL_CODEPOINTS[1] and value in (canonical_channel(value), value.casefold())
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,7 @@ class Tombstone:
         deleter, author, post_type, timestamp, channels = fields
         if len(target) != 32 or len(by) != 32 or not _is_key(deleter) or not (author is None or _is_key(author)):
             raise ValueError("hash or key of the wrong length")
-        if not (post_type is None or (type(post_type) is int and 0 <= post_type <= 5)):
+        if not (post_type is None or (type(post_type) is int and post_type in POST_TYPE_NAMES)):
             raise ValueError(f"post type {post_type!r}")
         if not (timestamp is None or (type(timestamp) is int and 0 <= timestamp < 1 << 64)):
             raise ValueError(f"timestamp {timestamp!r}")
@@ -87,7 +90,7 @@ class Tombstone:
             raise ValueError("channels are not canonical channel names")
         if tag != _tag(target, by, fields):
             raise ValueError("tag does not match the record")
-        return cls(target, by, deleter, author, post_type, timestamp, tuple(channels))
+        return cls(target, by, deleter, author, post_type, timestamp, tuple(dict.fromkeys(map(canonical_channel, channels))))
 
     def with_target(self, author: bytes, post_type: int, timestamp: int, channels: Iterable[str]) -> Tombstone:
         """This tombstone, completed with what its target turned out to be."""

@@ -22,7 +22,7 @@ from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
 from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.wire.codec import DELETE, POST_TYPE_NAMES, Post, decode_post
+from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, Post, decode_post
 
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
@@ -47,13 +47,23 @@ class StoredPost:
     topic: str | None = None
     info: tuple[tuple[str, str], ...] | None = None
     deleted: tuple[bytes, ...] = ()
+    # moderation posts (types 6-9): see cablestore.wire.codec.Post
+    reason: str | None = None
+    privacy: int | None = None
+    recipients: tuple[bytes, ...] | None = None
+    role: int | None = None
+    action: int | None = None
+    drop: int | None = None
+    notify: int | None = None
+    undrop: int | None = None
 
     @classmethod
     def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> StoredPost:
         """Decode ``buf`` (stored under hash ``h``) into a StoredPost."""
         p = post if post is not None else decode_post(buf)
         return cls(h, p.post_type, p.public_key, p.timestamp, p.links, bytes(buf), author_name,
-                   p.channel, p.text, p.topic, p.info, p.hashes or ())
+                   p.channel, p.text, p.topic, p.info, p.hashes or (), p.reason, p.privacy, p.recipients,
+                   p.role, p.action, p.drop, p.notify, p.undrop)
 
     @property
     def type_name(self) -> str:
@@ -88,6 +98,16 @@ class StoredPost:
             out["info"] = dict(self.info)
         if self.post_type == DELETE:
             out["deleted"] = [h.hex() for h in self.deleted]
+        if self.recipients is not None:
+            out["reason"], out["privacy"] = self.reason, self.privacy
+            out["recipients"] = [r.hex() for r in self.recipients]
+            if self.role is not None:
+                out["role"] = ROLE_NAMES[self.role]
+            if self.action is not None:
+                out["action"] = ACTION_NAMES[self.action]
+            for name in ("drop", "notify", "undrop"):
+                if getattr(self, name) is not None:
+                    out[name] = getattr(self, name)
         return out
 
     def __repr__(self) -> str:
@@ -102,6 +122,12 @@ class StoredPost:
             body += f" info={dict(self.info)!r}"
         if self.deleted:
             body += f" deleted={len(self.deleted)}"
+        if self.role is not None:
+            body += f" role={ROLE_NAMES[self.role]}"
+        if self.action is not None:
+            body += f" action={ACTION_NAMES[self.action]!r}"
+        if self.recipients:
+            body += f" recipients={len(self.recipients)}"
         return f"<StoredPost {self.type_name} {self.hash.hex()[:12]} by {self.who} at {self.timestamp}{body}>"
 
 
