@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from cablestore.authoring.workload import Workload
+from cablestore.errors import StoreExistsError
 from cablestore.progress import Progress
+from cablestore.store import opening
 from cablestore.store.store import Store
 
 
@@ -27,8 +29,12 @@ def run_demo(
 
     Returns a JSON-ready report (``report["ok"]``: everything was accepted and
     the rebuild found the store consistent).  Without ``directory`` the store
-    lives in a temporary directory removed afterwards.
+    lives in a temporary directory removed afterwards; a ``directory`` must be
+    new (missing, or an empty directory): the demo never writes into an
+    existing store (:class:`cablestore.errors.StoreExistsError`).
     """
+    if directory is not None:
+        _refuse_existing(Path(directory))
     say = (lambda *a: None) if quiet else out
     progress = Progress(quiet=quiet)
     tmp = None
@@ -39,6 +45,14 @@ def run_demo(
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _refuse_existing(path: Path) -> None:
+    """The demo builds a new store: refuse a path that holds anything, before printing a line."""
+    kind = opening.classify(path)
+    if kind not in (opening.Kind.MISSING, opening.Kind.EMPTY):
+        what = {opening.Kind.STORE: "holds a store already", opening.Kind.FILE: "is a file"}.get(kind, "is not an empty directory")
+        raise StoreExistsError(f"{path} {what}; the demo builds its store in a new or empty directory; nothing was changed")
 
 
 def _demo(path, posts, seed, engine, say, progress) -> dict:
@@ -98,7 +112,7 @@ def _show_channels(store: Store, say: Callable[..., Any]) -> dict:
         out[name] = {"topic": topic, "members": len(members), "posts": len(store.channel_time_range(name)),
                      "state": len(store.channel_state(name))}
         shown = f"topic {topic!r}" if topic else "(no topic)"
-        say(f"  #{name}: {shown}, {len(members)} members, {out[name]['posts']} messages; the latest:")
+        say(f"  #{name}: {shown}, {len(members)} members, {out[name]['posts']} messages; the latest (UTC):")
         for m in store.messages(name, limit=3):
             line = m.text if m.text is not None else f"[deleted {len(m.deleted)} post{'s' if len(m.deleted) != 1 else ''}]"
             say(f"    {m.time:%Y-%m-%d %H:%M:%S} <{m.who}> {line[:60]}")

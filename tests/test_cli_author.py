@@ -49,7 +49,7 @@ def test_every_post_kind_from_the_cli(tmp_path, key, capsys):
     assert _out(capsys) == hashes["leave"]
     assert main(["post", store, "--key", key, "--json", "delete", hashes["text"]]) == 0
     deleted = json.loads(_out(capsys))
-    assert deleted["type"] == "post/delete" and deleted["hashes"] == [hashes["text"]] and deleted["links"] == []
+    assert deleted["type"] == "post/delete" and deleted["deleted"] == [hashes["text"]] and deleted["links"] == []
     assert main(["post", store, "--key", key, "--json", "text", "dev", "again"]) == 0
     again = json.loads(_out(capsys))
     # the deleted text no longer links the join: the join is a head again, beside the leave

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cablestore import views
-from cablestore.errors import NotYourPostError, PostFieldError, QueryError, StoreError
+from cablestore.errors import ArgumentError, NotYourPostError, PostFieldError, QueryError, StoreError
 from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
 from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
 from cablestore.store.txn import POSTS
@@ -54,6 +54,13 @@ class Author:
     """Posts as ``keypair`` into ``store``; ``now`` (ms) is the wall clock (a hook for tests)."""
 
     def __init__(self, store: Store, keypair: Keypair, *, now: Callable[[], int] | None = None):
+        # Checked here, not at the first post: a key file's path or a store's path is a common slip.
+        if not isinstance(store, Store):
+            raise ArgumentError(f"Author needs an open Store, not {type(store).__name__} (open one with Store(path))")
+        if not isinstance(keypair, Keypair):
+            raise ArgumentError(f"Author needs a Keypair, not {type(keypair).__name__} (read a key file with read_keyfile(path))")
+        if now is not None and not callable(now):
+            raise ArgumentError(f"now must be a callable returning milliseconds (or None), not {type(now).__name__}")
         self.store = store
         self.keypair = keypair
         self._now = now or wall_clock_ms

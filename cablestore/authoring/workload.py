@@ -11,6 +11,7 @@ Files use the fixture format: records of ``[u32 big-endian length][post]``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -135,13 +136,37 @@ def generate(seed: int = 1, posts: int = 1000, **kw: Any) -> list[bytes]:
 
 
 def write_posts(path: str | os.PathLike, bufs: Iterable[bytes]) -> int:
-    """Write posts in the ``[u32 BE length][bytes]`` format; return the count."""
+    """Write posts in the ``[u32 BE length][bytes]`` format; return the count.
+
+    The posts go to a temporary file beside ``path`` that is renamed to
+    ``path`` once every post is written: an interrupted run (Ctrl-C, an
+    error in ``bufs``) leaves no file, or the one that was there before,
+    never a shorter file that reads as a whole one.  A path that cannot be
+    written raises :class:`PostsFileError`.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise PostsFileError(f"{path} is a directory, not a posts file")
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.partial")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise PostsFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
     n = 0
-    with open(path, "wb") as f:
-        for buf in bufs:
-            f.write(struct.pack(">I", len(buf)))
-            f.write(buf)
-            n += 1
+    try:
+        with open(fd, "wb") as f:
+            for buf in bufs:
+                f.write(struct.pack(">I", len(buf)))
+                f.write(buf)
+                n += 1
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise PostsFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise
     return n
 
 
@@ -190,7 +215,7 @@ def iter_posts(path: str | os.PathLike, batch: int = 1000) -> Iterator[list[byte
     """
     if batch < 1:
         raise PostsFileError(f"batch must be a positive integer, got {batch!r}")
-    with open(path, "rb") as f:
+    with _open_posts(path) as f:
         chunk = []
         for buf in _records(f, path):
             chunk.append(buf)
@@ -207,5 +232,17 @@ def read_posts(path: str | os.PathLike) -> list[bytes]:
     Raises :class:`PostsFileError` (and returns nothing) when the file is not
     a posts file, is truncated, or ends with stray bytes.
     """
-    with open(path, "rb") as f:
+    with _open_posts(path) as f:
         return list(_records(f, path))
+
+
+def _open_posts(path: str | os.PathLike):
+    """Open a posts file for reading; a missing file, a directory or a refused read is a :class:`PostsFileError`."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise PostsFileError(f"{os.fspath(path)} does not exist") from None
+    except IsADirectoryError:
+        raise PostsFileError(f"{os.fspath(path)} is a directory, not a posts file") from None
+    except OSError as exc:
+        raise PostsFileError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc

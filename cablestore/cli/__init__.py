@@ -5,7 +5,10 @@ the result (``--json`` for machines).  The logic lives in the library; each
 module of this package holds one group of commands and registers them, and
 they share only :mod:`cablestore.cli.args`.
 Exit status: 0 success (or consistent), 1 differences found or remaining,
-2 usage, input or environment errors.
+2 usage, input or environment errors: then one line on stderr,
+``cablestore COMMAND: ErrorClass: message`` (the class is the library's, so
+a script and a person see the same name), and with ``--json`` the object
+``{"error": ErrorClass, "message": ...}`` on stdout.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from cablestore.cli.args import report_error
     from cablestore.errors import CableError
 
     try:
@@ -44,12 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `cablestore dump STORE | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except CableError as exc:
-        print(f"cablestore {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"cablestore {args.command}: {exc}", file=sys.stderr)
-        return 2
+    except (CableError, OSError) as exc:  # one line on stderr (and the class in --json output): exit 2
+        return report_error(args, exc)
     except KeyboardInterrupt:
         print(f"cablestore {args.command}: interrupted", file=sys.stderr)
         return 130

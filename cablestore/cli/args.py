@@ -1,36 +1,109 @@
 """What every command module shares: argument types, the output flags, JSON
-printing and opening a store that must already exist.  The command modules
-import this one and never each other."""
+printing, text made safe for one terminal line, and opening a store that
+must already exist.  The command modules import this one and never each other."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cablestore.errors import StoreError
+from cablestore.errors import ChannelNotFoundError
+
+# Kept as they are although not printable: they join emoji and shape scripts,
+# and move no text around.
+_JOINERS = "\u200c\u200d"
+
+
+def printable(text: str) -> str:
+    r"""``text`` safe for one line of a terminal: every character that is not
+    printable (newline, tab, NUL and other controls, bidi overrides and
+    isolates, line separators) is written as Python writes it in a string
+    literal (``\n``, ``\t``, ``\x00``, ``\u202e``).  Printable text is returned unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in _JOINERS else repr(c)[1:-1] for c in text)
+
+
+def _json_escape(c: str) -> str:
+    n = ord(c)
+    if n < 0x10000:
+        return f"\\u{n:04x}"
+    n -= 0x10000
+    return f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}"
+
+
+def json_text(data, indent: int | None = None) -> str:
+    """``data`` as JSON (keys sorted with ``indent``), non-ASCII text kept but every unprintable character \\u-escaped.
+
+    ``json`` escapes only the controls below U+0020; a bidi override or a
+    line separator in a channel name would otherwise reach the terminal.
+    """
+    text = json.dumps(data, indent=indent, sort_keys=indent is not None, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\n" or c in _JOINERS else _json_escape(c) for c in text)
 
 
 def print_json(data) -> None:
     """Print ``data`` as indented, key-sorted JSON (the ``--json`` output of every command)."""
-    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+    print(json_text(data, indent=2))
+
+
+def error_line(command: str, exc: BaseException) -> str:
+    """The one stderr line of a failed command: ``cablestore COMMAND: ErrorClass: message``."""
+    return printable(f"cablestore {command}: {type(exc).__name__}: {error_message(exc)}")
+
+
+def error_message(exc: BaseException) -> str:
+    """An exception's message; an ``OSError`` as ``FILE: reason`` (never a raw ``[Errno 2]``)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def report_error(args, exc: BaseException) -> int:
+    """Print the error: one line on stderr, and with ``--json`` an object on stdout; return exit status 2."""
+    print(error_line(getattr(args, "command", None) or "", exc), file=sys.stderr)
+    if getattr(args, "json", False):
+        print_json({"error": type(exc).__name__, "message": error_message(exc)})
+    return 2
+
+
+def require_store(path: str) -> None:
+    """Refuse ``path`` as opening an existing store would (same error, same words), without opening it."""
+    from cablestore.store import opening
+
+    p = Path(path)
+    refused = opening.refusal(p, opening.classify(p), create=False)
+    if refused is not None:
+        raise refused
 
 
 def open_existing(path: str):
-    """Open the store at ``path`` without creating anything; refuse a path that holds none."""
+    """Open the store at ``path`` without creating anything; a path that holds none is refused."""
     from cablestore.store.store import Store
 
-    p = Path(path)
-    if not p.exists():
-        raise StoreError(f"{path} does not exist")
-    if not p.is_dir():
-        raise StoreError(f"{path} is a file, not a store directory")
-    if not any(p.iterdir()):
-        raise StoreError(f"{path} is an empty directory, not a store")
-    if not (p / "CURRENT").is_file():
-        raise StoreError(f"{path} is not a LevelDB store (no CURRENT file)")
-    return Store(p, create=False)
+    return Store(path, create=False)
+
+
+def require_channel(store, channel: str) -> str:
+    """The canonical spelling of ``channel``; :class:`cablestore.errors.ChannelNotFoundError` if the store holds no such channel.
+
+    The commands that show one channel (``show``, ``heads``, ``dump
+    --channel``) refuse an unknown name instead of printing nothing, so a
+    typo is not mistaken for an empty channel.
+    """
+    from cablestore.keyspace.keys import canonical_channel
+
+    known = store.channel_list()
+    wanted = canonical_channel(channel)
+    if wanted not in known:
+        listed = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        raise ChannelNotFoundError(f"no channel {channel!r} in {store.path} (channels: {listed or 'none'}; see `cablestore channels STORE`)")
+    return wanted
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cablestore.cli.args import print_json
+from cablestore.cli.args import open_existing, print_json, require_channel, require_store
 
 
 def _cmd_keygen(args) -> int:
@@ -14,19 +14,26 @@ def _cmd_keygen(args) -> int:
 
 
 def _cmd_post(args) -> int:
-    from cablestore.authoring.author import describe, post_with_keyfile
+    from cablestore.authoring.author import post_with_keyfile
+    from cablestore.wire.codec import post_hash
 
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
+    if args.kind == "delete":  # a delete needs the posts: refuse a missing store as every command does
+        require_store(args.store)
     buf = post_with_keyfile(args.store, args.key, args.kind, values)
-    post = describe(buf)
-    print_json(post) if args.json else print(post["hash"])
+    if not args.json:
+        print(post_hash(buf).hex())
+        return 0
+    with open_existing(args.store) as store:  # the post as `dump` and `show --json` spell it
+        post = store.post(post_hash(buf))
+    print_json({**post.to_dict(), "raw": post.raw.hex()})
     return 0
 
 
 def _cmd_heads(args) -> int:
-    from cablestore.authoring.author import read_heads
-
-    heads = [h.hex() for h in read_heads(args.store, args.channel)]
+    with open_existing(args.store) as store:
+        require_channel(store, args.channel)
+        heads = [h.hex() for h in store.heads(args.channel)]
     if args.json:
         print_json({"channel": args.channel, "heads": heads})
     for h in [] if args.json else heads:
@@ -52,7 +59,7 @@ def register(sub) -> None:
     p = sub.add_parser("post", help="write a post as the key file's owner, linked to the channel's heads")
     p.add_argument("store", help="the store directory (created if missing, except for delete)")
     p.add_argument("--key", required=True, help="the key file (see `cablestore keygen`)")
-    p.add_argument("--json", action="store_true", help="print the decoded post as JSON")
+    p.add_argument("--json", action="store_true", help="print the stored post as JSON (the fields `dump` prints)")
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, names, text in (
         ("text", ("channel", "text"), "a chat message"),
@@ -72,6 +79,6 @@ def register(sub) -> None:
 
     p = sub.add_parser("heads", help="a channel's heads: the posts a new post links to")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("channel", help="the channel name (case-insensitive)")
+    p.add_argument("channel", help="the channel name (case-insensitive; it must exist)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_heads)

@@ -1,37 +1,38 @@
-"""Read-only commands that show what a store holds: ``show``, ``stats``, ``dump``.
+"""Read-only commands that show what a store holds: ``show``, ``channels``, ``stats``, ``dump``.
 
 None of them creates or writes anything: a path that holds no store is
-refused before LevelDB is asked to open it.
+refused before LevelDB is asked to open it.  A channel named on the command
+line must exist (``show``, ``dump --channel``): an unknown name is an error,
+not an empty answer.  Names and texts are printed through
+:func:`cablestore.cli.args.printable`, so a name holding a newline or a bidi
+override cannot break a line or reorder it.
 """
 
 from __future__ import annotations
 
-import json
+import sys
 import unicodedata
+from itertools import islice
 
-from cablestore.cli.args import int_at_least, open_existing
-from cablestore.errors import QueryError
-from cablestore.keyspace.keys import canonical_channel
+from cablestore.cli.args import int_at_least, json_text, open_existing, print_json, printable, require_channel
 
 
 def _cmd_show(args) -> int:
     with open_existing(args.store) as store:
-        known = store.channel_list()
-        if canonical_channel(args.channel) not in known:
-            raise QueryError(f"no channel {args.channel!r} in {args.store} (channels: {', '.join(known) or 'none'})")
+        require_channel(store, args.channel)
         messages = store.messages(args.channel, limit=args.limit)[::-1]  # oldest first, as a chat window reads
         topic, members, total = store.topic(args.channel), len(store.members(args.channel)), len(store.channel_time_range(args.channel))
     if args.json:
-        data = {"channel": args.channel, "topic": topic, "members": members, "messages_total": total,
-                "messages": [m.to_dict() for m in messages]}
-        print(json.dumps(data, indent=2, ensure_ascii=False))
+        print_json({"channel": args.channel, "topic": topic, "members": members, "messages_total": total,
+                    "messages": [m.to_dict() for m in messages]})
         return 0
     shown = f"the last {len(messages)}" if len(messages) < total else f"all {total}"
-    print(f"#{args.channel}: {'topic ' + repr(topic) if topic else '(no topic)'}, {members} members, "
-          f"{total} messages ({shown}, oldest first)")
-    width = max((_columns(m.who) for m in messages), default=0)
-    for m in messages:
-        print(f"{m.time:%Y-%m-%d %H:%M:%S}  {m.who}{' ' * (width - _columns(m.who))}  {format_message(m)}")
+    print(printable(f"#{args.channel}: {'topic ' + repr(topic) if topic else '(no topic)'}, {members} members, "
+                    f"{total} messages ({shown}, oldest first, times in UTC)"))
+    names = [printable(m.who) for m in messages]
+    width = max(map(_columns, names), default=0)
+    for m, who in zip(messages, names, strict=True):
+        print(f"{m.time:%Y-%m-%d %H:%M:%S}  {who}{' ' * (width - _columns(who))}  {printable(format_message(m))}")
     return 0
 
 
@@ -48,11 +49,27 @@ def format_message(m) -> str:
     return f"[deleted {n} post{'s' if n != 1 else ''}]"
 
 
+def _cmd_channels(args) -> int:
+    with open_existing(args.store) as store:
+        channels = store.channels()
+    if args.json:
+        print_json({"store": str(args.store), "channels": [c.to_dict() for c in channels]})
+        return 0
+    names = [printable(f"#{c.name}") for c in channels]
+    width = max(map(_columns, names), default=0)
+    for c, name in zip(channels, names, strict=True):
+        topic = printable(f"topic {c.topic!r}") if c.topic else "(no topic)"
+        print(f"{name}{' ' * (width - _columns(name))}  {c.messages:>6,} messages  {c.members:>4,} members  {topic}")
+    if not channels:
+        print(f"no channels in {printable(str(args.store))}")
+    return 0
+
+
 def _cmd_stats(args) -> int:
     with open_existing(args.store) as store:
         stats = store.stats()
     if args.json:
-        print(json.dumps(stats.to_dict(), indent=2, sort_keys=True))
+        print_json(stats.to_dict())
         return 0
     print(format_stats(stats))
     return 0
@@ -60,7 +77,7 @@ def _cmd_stats(args) -> int:
 
 def format_stats(stats) -> str:
     """The stats as lines for a person."""
-    lines = [f"store {stats.path}", f"  posts:       {stats.posts:,}"]
+    lines = [printable(f"store {stats.path}"), f"  posts:       {stats.posts:,}"]
     lines += [f"    {name:<12} {n:,}" for name, n in stats.by_type.items()]
     lines += [
         f"  channels:    {stats.channels:,}",
@@ -73,19 +90,36 @@ def format_stats(stats) -> str:
 
 def _cmd_dump(args) -> int:
     with open_existing(args.store) as store:
-        for post in store.posts(args.channel):
-            print(json.dumps({**post.to_dict(), "raw": post.raw.hex()}, ensure_ascii=False))
+        if args.channel is not None:
+            require_channel(store, args.channel)
+        posts = islice(store.posts(args.channel), args.limit if 0 < args.limit <= sys.maxsize else None)
+        if not args.json:
+            for post in posts:
+                print(json_text({**post.to_dict(), "raw": post.raw.hex()}))
+            return 0
+        # One JSON document, written as it is read (a store may not fit in memory twice).
+        print(json_text({"store": str(args.store), "channel": args.channel, "limit": args.limit or None})[:-1] + ', "posts": [', end="")
+        count = 0
+        for post in posts:
+            print(",\n  " if count else "\n  ", json_text({**post.to_dict(), "raw": post.raw.hex()}), sep="", end="")
+            count += 1
+        print(f'\n], "count": {count}}}')
     return 0
 
 
 def register(sub) -> None:
-    """Add ``show``, ``stats`` and ``dump`` to the ``cablestore`` subcommands."""
-    p = sub.add_parser("show", help="print a channel as a person reads it: time, name, text, deletions")
+    """Add ``show``, ``channels``, ``stats`` and ``dump`` to the ``cablestore`` subcommands."""
+    p = sub.add_parser("show", help="print a channel as a person reads it: time (UTC), name, text, deletions")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("channel", help="the channel name (case-insensitive)")
+    p.add_argument("channel", help="the channel name (case-insensitive; it must exist: see `cablestore channels`)")
     p.add_argument("--limit", type=int_at_least(0), default=50, help="the newest N messages (default: 50; 0: all)")
     p.add_argument("--json", action="store_true", help="print the channel and its messages as JSON")
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("channels", help="list a store's channels: messages, members, topic")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("--json", action="store_true", help="print the channels as JSON")
+    p.set_defaults(func=_cmd_channels)
 
     p = sub.add_parser("stats", help="count what a store holds: posts by type, channels, users, tombstones, bytes")
     p.add_argument("store", help="the store directory (read only)")
@@ -94,8 +128,10 @@ def register(sub) -> None:
 
     p = sub.add_parser("dump", help="write every post as a JSON line: decoded fields and the raw post in hex")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("--channel", default=None, help="only the posts of this channel (and the deletes listed in it)")
+    p.add_argument("--channel", default=None, help="only the posts of this channel (and the deletes listed in it); it must exist")
+    p.add_argument("--limit", type=int_at_least(0), default=0, help="at most N posts, in hash order (default: 0, all)")
+    p.add_argument("--json", action="store_true", help="one JSON document {store, channel, limit, posts: [...], count} instead of JSON lines")
     p.set_defaults(func=_cmd_dump)
 
 
-__all__ = ["format_message", "format_stats", "open_existing", "register"]
+__all__ = ["format_message", "format_stats", "register"]

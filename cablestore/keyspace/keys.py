@@ -8,9 +8,10 @@ components.  Three rules keep them deterministic and unambiguous
   then the post's 32-byte hash.  It sorts numerically for every u64 (a
   10-digit timestamp sorts before a 13-digit one), ties are broken by hash,
   and no two posts can share one.  It never depends on arrival order.
-* Channel names are case-insensitive (spec 5.4.1): keys hold the
-  ``str.casefold()`` form, UTF-8, with NUL escaped as ``00 ff`` and a ``00 01``
-  terminator.  The escape keeps byte order equal to name order, and the
+* Channel names are case-insensitive (spec 5.4.1): keys hold the canonical
+  caseless form (:func:`canonical_channel`: NFD, casefold, NFC, so the
+  composed and decomposed spellings of one name are one channel), UTF-8,
+  with NUL escaped as ``00 ff`` and a ``00 01`` terminator.  The escape keeps byte order equal to name order, and the
   terminator means the prefix for channel ``a`` never matches ``a!b`` or
   ``a\\x00b``.
 * Public keys and hashes are fixed-width raw bytes, so they need no escape.
@@ -19,6 +20,7 @@ components.  Three rules keep them deterministic and unambiguous
 from __future__ import annotations
 
 import functools
+import unicodedata
 
 MONO_SIZE = 40  # 8-byte timestamp + 32-byte hash
 TS_SIZE = 8
@@ -47,9 +49,20 @@ def mono_timestamp(key: bytes) -> int:
     return int.from_bytes(key[-MONO_SIZE:-HASH_SIZE], "big")
 
 
+@functools.lru_cache(maxsize=4096)  # a few names, canonicalized for every post and every request
 def canonical_channel(name: str) -> str:
-    """The spelling under which a channel is keyed and listed."""
-    return name.casefold()
+    """The spelling under which a channel is keyed and listed: ``NFC(casefold(NFD(name)))``.
+
+    Unicode's canonical caseless match: names equal but for case (spec 5.4.1)
+    or for how their accents are encoded (``"é"`` as one codepoint or as
+    ``e`` and a combining accent) are one channel.  Stores written by 0.1.0
+    keyed ``name.casefold()``; that differs only for names whose casefold is
+    not in NFC, and ``cablestore check`` reports those keys (``cablestore
+    reindex`` rewrites them).
+    """
+    if name.isascii():
+        return name.lower()
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", name).casefold())
 
 
 @functools.lru_cache(maxsize=4096)  # a few channel names, escaped for every view of every post

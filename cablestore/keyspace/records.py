@@ -27,7 +27,7 @@ def _is_key(value) -> bool:
 
 def _is_channel(value) -> bool:
     # Canonical, by this version's rule or by the casefold-only rule of stores
-    # written before 0.2 (read canonicalized).  Casefolding can triple a
+    # written by 0.1.0 (read canonicalized).  Casefolding can triple a
     # name's length: 64 "ß" are 128 codepoints canonical.
     return isinstance(value, str) and 1 <= len(value) <= 3 * CHANNEL_CODEPOINTS[1] and value in (canonical_channel(value), value.casefold())
 

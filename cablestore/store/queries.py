@@ -6,6 +6,7 @@ concurrent writer never shows them half of an ingest.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from itertools import islice
 
@@ -24,9 +25,14 @@ U64_MAX = (1 << 64) - 1
 
 
 def _count(value, what) -> int:
-    if not isinstance(value, int) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise QueryError(f"{what} must be a non-negative integer, got {value!r}")
     return value
+
+
+def _stop(limit: int) -> int | None:
+    """``limit`` as an ``islice`` stop: 0 (all) and counts no store can reach are ``None``."""
+    return None if limit == 0 or limit > sys.maxsize else limit
 
 
 class Queries(LinkQueries):
@@ -95,7 +101,7 @@ class Queries(LinkQueries):
         hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
         it = self.db.iterator(start=lo, stop=hi, reverse=True, include_value=False)
         with it:
-            return [k[-32:] for k in islice(it, limit or None)]
+            return [k[-32:] for k in islice(it, _stop(limit))]
 
     # --- channel state ------------------------------------------------------
     @guarded

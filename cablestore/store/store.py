@@ -90,8 +90,11 @@ class Store(Reading, Queries, ModerationQueries):
     power loss, not only process crashes).  ``verify_signatures=False`` is
     for re-indexing posts already verified once.  ``verify_workers=N`` lets
     ``ingest_many`` verify signatures in N worker processes (about 1.3x the
-    verified ingest rate on a 2-core machine).  ``cache_mb`` and
-    ``write_buffer_mb`` size LevelDB's block cache and memtable.
+    verified ingest rate on a 2-core machine; 0 to 256, 0 and 1 verify in
+    this process; the workers never import the main script).  ``cache_mb``
+    (0 to 65536) and ``write_buffer_mb`` (1 to 4096) size LevelDB's block
+    cache and memtable.  A wrong type or value raises
+    :class:`cablestore.errors.ArgumentError` before anything is created.
     """
 
     def __init__(

@@ -1,0 +1,325 @@
+"""The library's first hour (issue 21, section 3): a wrong argument is a CableError that names it, before anything is written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cablestore import ArgumentError, CableError, Keypair, QueryError, Store, StoreExistsError, post_hash
+from cablestore.authoring.author import Author
+from cablestore.authoring.workload import generate, read_posts, write_posts
+
+from .conftest import NOW, dump, keypair
+
+
+@pytest.fixture(scope="module")
+def posts():
+    return generate(seed=21, posts=300)
+
+
+@pytest.fixture
+def filled(store, posts):
+    store.ingest_many(posts)
+    return store
+
+
+# --- limits beyond any count --------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [10**30, sys.maxsize + 1, (1 << 64) + 5])
+def test_a_limit_beyond_any_count_means_all(filled, limit):
+    everything = filled.channel_time_range("general")
+    assert len(everything) > 10
+    assert filled.channel_time_range("general", limit=limit) == everything
+    assert [m.hash for m in filled.messages("general", limit=limit)] == everything
+    assert filled.channel_list(limit=limit) == filled.channel_list()
+
+
+@pytest.mark.parametrize("bad", [True, -1, 1.5, "3"])
+def test_a_limit_that_is_not_a_count_is_a_query_error(filled, bad):
+    with pytest.raises(QueryError, match="limit must be a non-negative integer"):
+        filled.channel_time_range("general", limit=bad)
+
+
+# --- ingest -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["str", None, 5, ["list"], 1.0])
+def test_ingest_of_something_that_is_not_bytes_is_an_argument_error(filled, bad):
+    before = dump(filled)
+    with pytest.raises(ArgumentError, match="a post is bytes") as exc:
+        filled.ingest(bad)
+    assert isinstance(exc.value, CableError) and isinstance(exc.value, TypeError)
+    assert dump(filled) == before
+
+
+def test_ingest_takes_bytearray_and_memoryview(store, posts):
+    assert store.ingest(bytearray(posts[0])) == post_hash(posts[0])
+    assert store.ingest(memoryview(posts[1])) == post_hash(posts[1])
+
+
+@pytest.mark.parametrize("bad", [b"abc", "abc", bytearray(b"abc"), None, 7])
+def test_ingest_many_of_one_buffer_or_a_non_iterable_is_refused(store, bad):
+    with pytest.raises(ArgumentError, match="ingest_many takes an iterable of posts"):
+        store.ingest_many(bad)
+    assert len(store) == 0
+
+
+def test_ingest_many_with_a_non_bytes_item_ingests_nothing(store, posts):
+    before = dump(store)
+    with pytest.raises(ArgumentError, match="post 2 of ingest_many is str"):
+        store.ingest_many([posts[0], posts[1], "third"])
+    assert dump(store) == before
+    assert [r.ok for r in store.ingest_many(iter(posts[:2]))] == [True, True]  # a generator still works
+
+
+# --- opening a store ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(cache_mb=-1), "cache_mb must be from 0"),
+        (dict(cache_mb=1 << 40), "cache_mb must be from 0"),
+        (dict(write_buffer_mb=0), "write_buffer_mb must be from 1"),
+        (dict(cache_mb="32"), "cache_mb must be an integer"),
+        (dict(verify_workers=-3), "verify_workers must be from 0"),
+        (dict(verify_workers=True), "verify_workers must be an integer"),
+        (dict(now=5), "now must be a callable"),
+    ],
+)
+def test_bad_store_options_are_refused_before_the_directory_is_made(tmp_path, kwargs, match):
+    path = tmp_path / "s.ldb"
+    with pytest.raises(ArgumentError, match=match):
+        Store(path, **kwargs)
+    assert not path.exists()
+
+
+def test_the_bounds_of_the_store_options_are_accepted(tmp_path):
+    with Store(tmp_path / "low", cache_mb=0, write_buffer_mb=1, verify_workers=0, now=None) as s:
+        assert s.channel_list() == []
+
+
+@pytest.mark.parametrize("bad", [123, None, "", 1.5])
+def test_a_store_path_that_is_no_path_is_an_argument_error(tmp_path, bad, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArgumentError, match="store path"):
+        Store(bad)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_bytes_store_path_is_a_path(tmp_path):
+    with Store(os.fsencode(tmp_path / "b.ldb")) as s:
+        assert s.path == tmp_path / "b.ldb"
+
+
+# --- keys and authors -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed, match", [(b"short", "a seed is 32 bytes, got 5"), ("x" * 32, "not str"), (None, "not NoneType"), (bytes(33), "got 33")])
+def test_keypair_from_a_bad_seed_is_an_argument_error(seed, match):
+    with pytest.raises(ArgumentError, match=match):
+        Keypair.from_seed(seed)
+
+
+def test_keypair_from_a_bytearray_seed_is_the_bytes_seed():
+    assert Keypair.from_seed(bytearray(b"\x07" * 32)).public_key == Keypair.from_seed(b"\x07" * 32).public_key
+
+
+def test_author_checks_its_arguments_at_once(store, tmp_path):
+    with pytest.raises(ArgumentError, match="Author needs a Keypair, not str"):
+        Author(store, "me.key")
+    with pytest.raises(ArgumentError, match="Author needs an open Store, not str"):
+        Author(str(tmp_path / "s.ldb"), keypair("alice"))
+    with pytest.raises(ArgumentError, match="now must be a callable"):
+        Author(store, keypair("alice"), now=NOW)
+    assert not (tmp_path / "s.ldb").exists() and len(store) == 0
+
+
+# --- channels -----------------------------------------------------------------------
+
+
+def test_channels_sums_up_every_channel_as_the_queries_do(filled):
+    summaries = filled.channels()
+    assert [c.name for c in summaries] == filled.channel_list() and len(summaries) >= 3
+    for c in summaries:
+        assert c.topic == filled.topic(c.name)
+        assert c.members == len(filled.members(c.name))
+        assert c.messages == len(filled.channel_time_range(c.name))
+        assert c.to_dict() == {"name": c.name, "topic": c.topic, "members": c.members, "messages": c.messages}
+
+
+def test_channels_of_an_empty_store(store):
+    assert store.channels() == []
+
+
+# --- posts files --------------------------------------------------------------------
+
+
+def _interrupted(bufs, after):
+    for i, buf in enumerate(bufs):
+        if i == after:
+            raise KeyboardInterrupt
+        yield buf
+
+
+def test_an_interrupted_write_leaves_no_file(tmp_path, posts):
+    path = tmp_path / "posts.bin"
+    with pytest.raises(KeyboardInterrupt):
+        write_posts(path, _interrupted(posts, 100))
+    assert os.listdir(tmp_path) == []  # neither the file nor its temporary
+
+
+def test_an_interrupted_write_keeps_the_file_that_was_there(tmp_path, posts):
+    path = tmp_path / "posts.bin"
+    assert write_posts(path, posts[:10]) == 10
+    with pytest.raises(KeyboardInterrupt):
+        write_posts(path, _interrupted(posts, 100))
+    assert read_posts(path) == posts[:10] and os.listdir(tmp_path) == ["posts.bin"]
+    assert write_posts(path, posts) == len(posts) and read_posts(path) == posts
+
+
+def test_a_posts_file_gets_the_usual_permissions(tmp_path, posts):
+    umask = os.umask(0o022)
+    try:
+        write_posts(tmp_path / "p.bin", posts[:3])
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "p.bin").stat().st_mode & 0o777 == 0o644
+
+
+# --- the demo ---------------------------------------------------------------------------
+
+
+def test_the_demo_never_writes_into_an_existing_store(filled):
+    from cablestore.demo import run_demo
+
+    before = dump(filled)
+    lines: list[str] = []
+    with pytest.raises(StoreExistsError, match="holds a store already"):
+        run_demo(filled.path, posts=50, engine="local", out=lines.append)
+    assert lines == [] and dump(filled) == before
+
+
+# --- worker processes and scripts without a main guard ------------------------------------
+
+SCRIPT = """\
+import sys
+from cablestore import Store
+from cablestore.authoring.workload import generate
+
+print("script body", flush=True)
+with Store(sys.argv[1], verify_workers=2) as store:
+    results = store.ingest_many(generate(seed=5, posts=1200))
+    print("accepted", sum(r.ok for r in results), flush=True)
+    print("consistent", store.check(verify_workers=1).consistent, flush=True)
+"""
+
+
+def test_verify_workers_in_a_script_without_a_main_guard(tmp_path):
+    """The workers never import the script: it runs once, opens its store once, prints no traceback."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "s.ldb")], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.stderr == "" and proc.returncode == 0
+    assert proc.stdout.splitlines() == ["script body", "accepted 1200", "consistent True"]
+
+
+def test_worker_pool_results_in_order_and_a_dead_worker_breaks_it():
+    from concurrent.futures.process import BrokenProcessPool
+
+    from cablestore.wire.crypto import _verify_chunk, verify_many, verify_pool
+
+    posts = generate(seed=8, posts=700)
+    forged = [p[:-1] + bytes([p[-1] ^ 1]) for p in posts[::7]]
+    mixed = [b for pair in zip(posts[::7], forged, strict=True) for b in pair] + posts
+    pool = verify_pool(2)
+    procs = []
+    try:
+        first, second = verify_many(mixed, pool), verify_many(posts, pool)  # two batches in flight at once
+        assert list(second) == [True] * len(posts)
+        assert list(first) == [i % 2 == 0 for i in range(2 * len(forged))] + [True] * len(posts)
+        abandoned = pool.map(_verify_chunk, [posts[:10]] * 6)
+        next(abandoned)
+        del abandoned  # its other answers are dropped, not handed to the next call
+        assert list(pool.map(_verify_chunk, [forged[:3]])) == [[False] * 3]
+        procs = list(pool._procs)
+        for w in procs:
+            w.proc.kill()
+        with pytest.raises(BrokenProcessPool):
+            list(pool.map(_verify_chunk, [posts[:2]] * 4))
+        assert list(verify_many(posts, pool)) == [True] * len(posts)  # the caller falls back to verifying itself
+    finally:
+        pool.shutdown()
+    assert len(procs) == 2 and all(w.proc.poll() is not None for w in procs)
+
+
+def test_closing_a_store_stops_its_workers(tmp_path):
+    posts = generate(seed=9, posts=600)
+    with Store(tmp_path / "s", verify_workers=2, now=lambda: NOW) as s:
+        assert all(r.ok for r in s.ingest_many(posts))
+        procs = [w.proc for w in s._verify_pool._procs]
+    assert len(procs) == 2 and all(p.poll() is not None for p in procs)
+
+
+# --- channel names: one channel per canonical caseless name -----------------------------------
+
+
+def test_a_channel_name_that_casefolds_longer_keeps_its_tombstones(store):
+    """64 "ß" are a valid name (64 codepoints) that casefolds to 128: its delete's tombstone is no damage."""
+    from cablestore import DELETE, TEXT, make_post
+
+    alice = keypair("alice")
+    text = make_post(alice, TEXT, NOW - 10, channel="ß" * 64, text="x")[0]
+    delete = make_post(alice, DELETE, NOW - 5, hashes=(post_hash(text),))[0]
+    store.ingest(text)
+    store.ingest(delete)
+    assert store.is_deleted(post_hash(text)) and store.channel_time_range("SS" * 64) == [post_hash(delete)]
+    report = store.check()
+    assert report.consistent and report.faults == []
+
+
+def _old_channel_rule(monkeypatch):
+    """Make this process key channels as 0.1.0 did (``str.casefold()`` alone), to write a store as it did."""
+    import cablestore.keyspace.keys as keys
+
+    new = keys.canonical_channel
+    for module in list(sys.modules.values()):
+        if getattr(module, "canonical_channel", None) is new:
+            monkeypatch.setattr(module, "canonical_channel", str.casefold)
+
+
+def test_a_store_keyed_by_the_old_rule_is_reported_and_reindexed(tmp_path, monkeypatch):
+    import unicodedata
+
+    from cablestore import DELETE, TEXT, make_post
+    from cablestore.rebuild.reindex import reindex
+
+    nfc, nfd = unicodedata.normalize("NFC", "Café-Ünïcode"), unicodedata.normalize("NFD", "café-ünïcode")
+    alice, bob = keypair("alice"), keypair("bob")
+    a = make_post(alice, TEXT, NOW - 30, channel=nfc, text="composed")[0]
+    b = make_post(bob, TEXT, NOW - 20, channel=nfd, text="decomposed")[0]
+    b2 = make_post(bob, TEXT, NOW - 15, channel=nfd, text="gone")[0]
+    gone = make_post(bob, DELETE, NOW - 10, hashes=(post_hash(b2),))[0]
+    with monkeypatch.context() as m:
+        _old_channel_rule(m)
+        with Store(tmp_path / "old", now=lambda: NOW) as s:
+            s.ingest_many([a, b, b2, gone])
+            assert len(s.channel_list()) == 2  # the old rule: two channels
+    with Store(tmp_path / "old", now=lambda: NOW) as s:
+        assert s.is_deleted(post_hash(b2))  # the old tombstone reads, canonicalized
+        before = s.check()
+        assert not before.consistent and before.faults == []  # view keys to rewrite, no damage
+        reindex(s)
+        after = s.check()
+        assert after.consistent and after.faults == []
+        assert s.channel_list() == [unicodedata.normalize("NFC", "café-ünïcode")]
+        assert s.channel_time_range(nfd) == [post_hash(gone), post_hash(b), post_hash(a)]
+    with Store(tmp_path / "new", now=lambda: NOW) as fresh:
+        fresh.ingest_many([a, b, b2, gone])
+        with Store(tmp_path / "old") as s:
+            views = [kv for kv in s.items() if not kv[0].startswith((b"!deleted!", b"!local!"))]
+        assert views == [kv for kv in fresh.items() if not kv[0].startswith((b"!deleted!", b"!local!"))]
