@@ -9,6 +9,10 @@ in one WriteBatch, and returns its hash:
   linkable types, so they link to nothing: linking them to a channel's heads
   would also end those heads (any known post that links counts), leaving the
   channel's next post nothing to link to.
+* **Moderation posts** (:meth:`Author.role`, :meth:`Author.moderate`,
+  :meth:`Author.block`, :meth:`Author.unblock`) link to nothing, like
+  post/info and post/delete: they belong to no channel's chat, and a link
+  from one would end the channel's heads (wire.md §5.1.2.1).
 * **Timestamps** come from a clock that never goes backwards: the greater of
   ``now()``, one more than the author's last timestamp (a high-water mark
   kept under ``!local!clock!<pubkey>``, written in the post's WriteBatch, and
@@ -36,7 +40,27 @@ from cablestore.errors import ArgumentError, NotYourPostError, PostFieldError, Q
 from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
 from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
 from cablestore.store.txn import POSTS
-from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, Post, decode_post, encode_post, post_hash
+from cablestore.wire.codec import (
+    BLOCK,
+    DELETE,
+    DROP_POST,
+    HIDE_POST,
+    INFO,
+    JOIN,
+    LEAVE,
+    MODERATION,
+    POST_TYPE_NAMES,
+    ROLE,
+    TEXT,
+    TOPIC,
+    UNBLOCK,
+    UNDROP_POST,
+    UNHIDE_POST,
+    Post,
+    decode_post,
+    encode_post,
+    post_hash,
+)
 from cablestore.wire.crypto import Keypair, body_fields, make_post
 
 CLOCK = b"!local!clock!"
@@ -103,6 +127,33 @@ class Author:
         """Delete posts of this author (hashes as bytes or hex); every one must be stored and theirs."""
         return self.post(DELETE, hashes=hashes)
 
+    # --- moderation (moderation.md §5.1) --------------------------------------
+    def role(self, recipient: HashLike, role: int, *, channel: str = "", reason: str = "", private: bool = False) -> bytes:
+        """Set ``recipient``'s role (0 admin, 1 mod, 2 normal user) in ``channel`` (``""``: the whole cabal)."""
+        return self.post(ROLE, reason=reason, privacy=int(private), channel=channel, recipients=[_key(recipient)], role=role)
+
+    def moderate(self, action: int, recipients: Iterable[HashLike] = (), *, channel: str = "", reason: str = "", private: bool = False) -> bytes:
+        """A post/moderation: ``action`` 0-7 (hide/unhide user, hide/unhide post, drop/undrop post, drop/undrop channel).
+
+        Users and posts are named in ``recipients`` (public keys or post
+        hashes, bytes or hex); a channel action names ``channel`` and no one.
+        A post action's ``channel`` defaults to the channel of the first
+        stored post it names (the spec asks for the posts' channel).
+        """
+        targets = [_key(r) for r in recipients]
+        if action in (HIDE_POST, UNHIDE_POST, DROP_POST, UNDROP_POST) and not channel and targets:
+            stored = self.store.post(targets[0])
+            channel = stored.channel if stored is not None and stored.channel else ""
+        return self.post(MODERATION, reason=reason, privacy=int(private), channel=channel, recipients=targets, action=action)
+
+    def block(self, users: Iterable[HashLike], *, drop: bool = False, notify: bool = False, reason: str = "", private: bool = False) -> bytes:
+        """Block ``users``; ``drop`` removes their stored posts, ``notify`` sends them the block."""
+        return self.post(BLOCK, reason=reason, privacy=int(private), recipients=[_key(u) for u in users], drop=int(drop), notify=int(notify))
+
+    def unblock(self, users: Iterable[HashLike], *, undrop: bool = False, reason: str = "", private: bool = False) -> bytes:
+        """Unblock ``users``; ``undrop`` lets their dropped posts be stored again."""
+        return self.post(UNBLOCK, reason=reason, privacy=int(private), recipients=[_key(u) for u in users], undrop=int(undrop))
+
     # --- the common path ----------------------------------------------------
     def post(self, post_type: int, **body: Any) -> bytes:
         """Build, link, stamp, sign and ingest a post of ``post_type``; return its hash."""
@@ -141,7 +192,7 @@ class Author:
 
     def _newest_post(self) -> int:
         newest = 0
-        for post_type in (TEXT, DELETE, INFO, TOPIC, JOIN, LEAVE):
+        for post_type in POST_TYPE_NAMES:
             prefix = views.author.prefix(self.public_key, post_type)
             with self.store.db.iterator(prefix=prefix, reverse=True, include_value=False) as it:
                 key = next(it, None)
@@ -168,6 +219,13 @@ class Author:
                 raise NotYourPostError(f"post {h.hex()} was written by {blob[:32].hex()}, not by you")
             out.append(h)
         return tuple(dict.fromkeys(out))
+
+
+def _key(value: HashLike) -> bytes:
+    try:
+        return as_hash(value)
+    except QueryError as exc:
+        raise PostFieldError(f"not a public key or post hash: {value!r}") from exc
 
 
 def _checked_draft(public_key: bytes, post_type: int, body: dict) -> Post:

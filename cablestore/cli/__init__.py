@@ -18,9 +18,9 @@ import os
 import sys
 
 from cablestore import __version__
-from cablestore.cli import authoring, maintenance, network, posts, reading, verification
+from cablestore.cli import authoring, maintenance, moderation, network, posts, reading, verification
 
-GROUPS = (posts, verification, maintenance, reading, authoring, network)
+GROUPS = (posts, verification, maintenance, reading, authoring, moderation, network)
 
 
 def build_parser() -> argparse.ArgumentParser:

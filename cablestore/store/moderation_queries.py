@@ -152,6 +152,28 @@ class ModerationQueries:
         return sorted(public, key=lambda h: (found[h], h))
 
     @guarded
+    def moderation_summary(self) -> dict[str, Any]:
+        """The resolved state as JSON-ready data (keys and hashes in hex): what ``cablestore moderation`` prints."""
+        contexts = [""] + sorted(unescape(k, len(roles.PREFIX) + 1)[0] for k in self.db.iterator(prefix=roles.PREFIX + b"c", include_value=False))
+        user_contexts = [""] + sorted(unescape(k, len(actions.PREFIX) + 1)[0] for k in self.db.iterator(prefix=actions.PREFIX + b"c", include_value=False))
+
+        def hexed(table: dict) -> dict:
+            return {k.hex() if isinstance(k, bytes) else k: v.hex() if isinstance(v, bytes) else v for k, v in table.items()}
+
+        return {
+            "local_user": self.local_user.hex() if self.local_user else None,
+            "roles": {c or "(cabal)": hexed(self.roles(c)) for c in contexts},
+            "hidden_users": {c or "(cabal)": hexed(self.hidden_users(c)) for c in user_contexts},
+            "hidden_posts": hexed(self.hidden_posts()),
+            "dropped_posts": hexed(self.dropped_posts()),
+            "dropped_channels": hexed(self.dropped_channels()),
+            "blocks": {k.hex(): {**v, "by": v["by"].hex()} for k, v in self.blocks().items()},
+            "unblocks": {k.hex(): {**v, "by": v["by"].hex()} for k, v in self.unblocks().items()},
+            "blocked_by": hexed(self.blocked_by()),
+            "moderation_posts": len(self.moderation_posts()),
+        }
+
+    @guarded
     def moderation_posts(self) -> list[bytes]:
         """Hashes of every stored post/role, post/moderation, post/block and post/unblock, oldest first."""
         keys = []

@@ -1,0 +1,93 @@
+"""Moderation from the command line: one post/role, post/moderation, post/block or post/unblock as the key file's owner.
+
+The key file's owner is the store's local user (moderation.md §4.2.5: the
+root of authority): a store without one takes it; a store of another local
+user refuses (:class:`cablestore.errors.LocalUserError`) before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from cablestore.authoring.author import Author
+from cablestore.authoring.keyfile import read_keyfile
+from cablestore.errors import PostFieldError
+from cablestore.store.store import Store
+from cablestore.wire.codec import (
+    ADMIN,
+    DROP_CHANNEL,
+    DROP_POST,
+    HIDE_POST,
+    HIDE_USER,
+    MOD,
+    UNDROP_CHANNEL,
+    UNDROP_POST,
+    UNHIDE_POST,
+    UNHIDE_USER,
+    USER,
+)
+
+ROLE_WORDS = {"admin": ADMIN, "mod": MOD, "user": USER}
+# command -> (action on users, action on posts, action on a channel); None: not that kind
+ACTIONS = {
+    "hide": (HIDE_USER, HIDE_POST, None),
+    "unhide": (UNHIDE_USER, UNHIDE_POST, None),
+    "drop": (None, DROP_POST, DROP_CHANNEL),
+    "undrop": (None, UNDROP_POST, UNDROP_CHANNEL),
+}
+COMMANDS = ("role", *ACTIONS, "block", "unblock")
+
+
+def moderate_with_keyfile(
+    store_path: str | os.PathLike,
+    key_path: str | os.PathLike,
+    command: str,
+    targets: Sequence[str],
+    *,
+    role: str | None = None,
+    posts: bool = False,
+    channel: str = "",
+    reason: str = "",
+    private: bool = False,
+    drop: bool = False,
+    notify: bool = False,
+    undrop: bool = False,
+    now: Callable[[], int] | None = None,
+) -> bytes:
+    """Write one moderation post of ``command`` (see :data:`COMMANDS`); return its bytes.
+
+    ``targets``: public keys (users), or post hashes with ``posts=True``; a
+    ``drop``/``undrop`` with no targets acts on ``channel``.
+    """
+    if command not in COMMANDS:
+        raise PostFieldError(f"unknown moderation command {command!r}; one of {', '.join(COMMANDS)}")
+    keypair = read_keyfile(key_path)
+    with Store(store_path, local_user=keypair.public_key, now=now) as store:
+        author = Author(store, keypair, now=now)
+        common = {"reason": reason, "private": private}
+        if command == "role":
+            if role not in ROLE_WORDS or len(targets) != 1:
+                raise PostFieldError("role takes one USER and a ROLE: admin, mod or user")
+            h = author.role(targets[0], ROLE_WORDS[role], channel=channel, **common)
+        elif command == "block":
+            h = author.block(_some(targets, "block"), drop=drop, notify=notify, **common)
+        elif command == "unblock":
+            h = author.unblock(_some(targets, "unblock"), undrop=undrop, **common)
+        else:
+            on_users, on_posts, on_channel = ACTIONS[command]
+            if not targets:
+                if on_channel is None or not channel:
+                    users = "--user KEYs, " if on_users is not None else ""
+                    raise PostFieldError(f"{command} needs {users}--post HASHes{' or --channel C' if on_channel is not None else ''}")
+                h = author.moderate(on_channel, channel=channel, **common)
+            else:
+                action = on_posts if posts or on_users is None else on_users
+                h = author.moderate(action, targets, channel=channel, **common)
+        return store.get(h)
+
+
+def _some(targets: Sequence[str], command: str) -> Sequence[str]:
+    if not targets:
+        raise PostFieldError(f"{command} needs at least one USER (a public key in hex)")
+    return targets

@@ -1,0 +1,113 @@
+"""Moderation commands: ``roles`` and ``moderation`` (read only), and ``role``, ``hide``, ``unhide``,
+``drop``, ``undrop``, ``block``, ``unblock`` (write one moderation post as the key file's owner,
+who is the store's local user; see cablestore.authoring.moderating)."""
+
+from __future__ import annotations
+
+from cablestore.cli.args import open_existing, print_json
+from cablestore.errors import ArgumentError
+
+ROLE_HELP = "admin, mod or user"
+
+
+def _cmd_roles(args) -> int:
+    with open_existing(args.store) as store:
+        roles = store.roles(args.channel)
+        names = {pk: store.name(pk) for pk in roles}
+    if args.json:
+        print_json({"channel": args.channel, "roles": {pk.hex(): role for pk, role in sorted(roles.items())}})
+        return 0
+    where = f"#{args.channel}" if args.channel else "the cabal"
+    print(f"roles in {where}: {len(roles)} (normal users not listed)")
+    for pk, role in sorted(roles.items(), key=lambda kv: (kv[1] != "admin", kv[0])):
+        print(f"  {role:<6} {pk.hex()}  {names[pk] or ''}".rstrip())
+    return 0
+
+
+def _cmd_moderation(args) -> int:
+    with open_existing(args.store) as store:
+        summary = store.moderation_summary()
+    if args.json:
+        print_json(summary)
+        return 0
+    print(f"moderation state of {args.store} for local user {summary['local_user'] or '(none: nothing applies)'}")
+    for context, table in summary["roles"].items():
+        print(f"  roles in {context}: " + (", ".join(f"{k[:12]} {v}" for k, v in sorted(table.items())) or "none"))
+    for context, table in summary["hidden_users"].items():
+        print(f"  hidden users in {context}: {len(table)}")
+    for name in ("hidden_posts", "dropped_posts", "dropped_channels", "blocks", "unblocks", "blocked_by"):
+        print(f"  {name.replace('_', ' ')}: {len(summary[name])}")
+    print(f"  moderation posts stored: {summary['moderation_posts']}")
+    return 0
+
+
+def _cmd_write(args) -> int:
+    from cablestore.authoring.moderating import moderate_with_keyfile
+    from cablestore.wire.codec import post_hash
+
+    posts = getattr(args, "post", None)
+    if posts and args.targets:
+        raise ArgumentError(f"{args.command}: give --user KEYs or --post HASHes, not both")
+    buf = moderate_with_keyfile(
+        args.store, args.key, args.command, posts or args.targets,
+        role=getattr(args, "role", None), posts=bool(posts), channel=args.channel or "",
+        reason=args.reason, private=args.private, drop=getattr(args, "drop", False),
+        notify=getattr(args, "notify", False), undrop=getattr(args, "undrop", False),
+    )
+    h = post_hash(buf)
+    if not args.json:
+        print(h.hex())
+        return 0
+    with open_existing(args.store) as store:
+        post = store.post(h)
+    print_json({**post.to_dict(), "raw": post.raw.hex()})
+    return 0
+
+
+def register(sub) -> None:
+    """Add the moderation commands to the ``cablestore`` parser's subparsers."""
+    p = sub.add_parser("roles", help="the admins and mods the store's local user recognises (read only)")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("--channel", default=None, help="in this channel (default: the whole cabal)")
+    p.add_argument("--json", action="store_true", help="print the roles as JSON")
+    p.set_defaults(func=_cmd_roles)
+
+    p = sub.add_parser("moderation", help="the resolved moderation state: roles, hides, drops, blocks (read only)")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("--json", action="store_true", help="print the whole state as JSON")
+    p.set_defaults(func=_cmd_moderation)
+
+    texts = {
+        "role": "set a user's role (admin, mod, user) as the key file's owner",
+        "hide": "hide users (or --post posts) in --channel or the whole cabal",
+        "unhide": "undo a hide of users (or --post posts)",
+        "drop": "drop posts (--post HASH...) or a whole --channel: removed from the store",
+        "undrop": "undo a drop of posts (--post) or of a --channel",
+        "block": "block users: their new posts are refused (--drop removes their stored posts)",
+        "unblock": "undo a block (--undrop lets their dropped posts be stored again)",
+    }
+    for name, text in texts.items():
+        p = sub.add_parser(name, help=text)
+        p.add_argument("store", help="the store directory (created if missing; the key's owner becomes its local user)")
+        p.add_argument("--key", required=True, help="the key file of the local user (see `cablestore keygen`)")
+        if name == "role":
+            p.add_argument("targets", nargs=1, metavar="USER", help="the recipient's public key (hex)")
+            p.add_argument("role", choices=("admin", "mod", "user"), help=ROLE_HELP)
+        elif name in ("block", "unblock"):
+            p.add_argument("targets", nargs="+", metavar="USER", help="public keys (hex), 1 to 16")
+        else:
+            if name in ("hide", "unhide"):
+                p.add_argument("--user", dest="targets", nargs="+", default=[], metavar="KEY", help="act on these users (public keys in hex)")
+            else:
+                p.set_defaults(targets=[])
+            p.add_argument("--post", nargs="+", default=None, metavar="HASH", help="act on these posts (hashes in hex)")
+        p.add_argument("--channel", default=None, help="the channel context (default: the whole cabal)")
+        p.add_argument("--reason", default="", help="why (shown to others; at most 128 characters)")
+        p.add_argument("--private", action="store_true", help="privacy=1: kept in this store, never sent to peers")
+        if name == "block":
+            p.add_argument("--drop", action="store_true", help="remove their stored posts too")
+            p.add_argument("--notify", action="store_true", help="send the block to the blocked users")
+        if name == "unblock":
+            p.add_argument("--undrop", action="store_true", help="let their dropped posts be stored again")
+        p.add_argument("--json", action="store_true", help="print the post as JSON")
+        p.set_defaults(func=_cmd_write)

@@ -1,0 +1,112 @@
+"""`cablestore role/hide/unhide/drop/undrop/block/unblock`, `roles` and `moderation`, end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cablestore import Store, decode_post, post_hash, verify_post
+from cablestore.cli import main
+
+from .conftest import dump, keypair
+from .moderation_helpers import text
+
+
+def _out(capsys) -> str:
+    return capsys.readouterr().out.strip()
+
+
+@pytest.fixture
+def keys(tmp_path, capsys):
+    out = {}
+    for name in ("me", "aleph", "eve"):
+        path = str(tmp_path / f"{name}.key")
+        assert main(["keygen", path]) == 0
+        out[name] = (path, _out(capsys))
+    return out
+
+
+def test_every_moderation_command_writes_a_signed_post_and_the_state_follows(tmp_path, keys, capsys):
+    store = str(tmp_path / "s.ldb")
+    me, aleph, eve = keys["me"], keys["aleph"][1], keys["eve"][1]
+    assert main(["role", store, "--key", me[0], aleph, "mod", "--channel", "dev", "--reason", "helps"]) == 0
+    capsys.readouterr()
+    assert main(["roles", store, "--channel", "DEV", "--json"]) == 0
+    assert json.loads(_out(capsys))["roles"] == {aleph: "mod", me[1]: "admin"}
+    assert main(["roles", store]) == 0
+    assert aleph not in _out(capsys)  # a dev mod is no cabal mod
+
+    assert main(["hide", store, "--key", me[0], "--user", eve, "--channel", "dev"]) == 0
+    with Store(store) as s:
+        chat = s.ingest(text(keypair("eve2"), 1_700_000_000_000, "dev", "hi")[0])
+    capsys.readouterr()
+    assert main(["hide", store, "--key", me[0], "--post", chat.hex(), "--reason", "rude", "--json"]) == 0
+    hidden_post = json.loads(_out(capsys))
+    assert hidden_post["action"] == "hide post" and hidden_post["channel"] == "dev" and hidden_post["reason"] == "rude"
+    assert main(["drop", store, "--key", me[0], "--channel", "junk"]) == 0
+    assert main(["block", store, "--key", me[0], eve, "--drop", "--notify"]) == 0
+    assert main(["unblock", store, "--key", me[0], eve, "--undrop"]) == 0
+    assert main(["unhide", store, "--key", me[0], "--user", eve, "--channel", "dev", "--private"]) == 0
+    capsys.readouterr()
+
+    assert main(["moderation", store, "--json"]) == 0
+    state = json.loads(_out(capsys))
+    assert state["local_user"] == me[1]
+    assert state["dropped_channels"].keys() == {"junk"} and state["hidden_posts"].keys() == {chat.hex()}
+    assert state["hidden_users"]["dev"] == {} and state["unblocks"][eve]["undrop"] == 1 and state["blocks"] == {}
+    assert state["moderation_posts"] == 7
+    with Store(store) as s:
+        for h in s.moderation_posts():
+            buf = s.get(h)
+            assert verify_post(buf) and decode_post(buf).public_key.hex() == me[1]
+        assert s.check().consistent
+        assert s.moderation_state(["dev"]) and all(s.post(h).privacy == 0 for h in s.moderation_state(["dev"]))
+
+
+def test_the_key_owner_is_the_local_user_and_another_key_is_refused(tmp_path, keys, capsys):
+    store = str(tmp_path / "s.ldb")
+    assert main(["block", store, "--key", keys["me"][0], keys["eve"][1]]) == 0
+    with Store(store) as s:
+        before = dump(s)
+    assert main(["block", store, "--key", keys["aleph"][0], keys["eve"][1]]) == 2
+    assert "belongs to local user" in capsys.readouterr().err
+    with Store(store) as s:
+        assert dump(s) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["role", "{s}", "--key", "{k}", "nothex", "admin"],
+        ["hide", "{s}", "--key", "{k}"],  # nobody
+        ["hide", "{s}", "--key", "{k}", "--user", "ab" * 32, "--post", "cd" * 32],  # both
+        ["drop", "{s}", "--key", "{k}"],  # no posts, no channel
+        ["block", "{s}", "--key", "{k}", "ab" * 32, "--reason", "x" * 129],
+    ],
+)
+def test_refusals_exit_2_with_one_line_and_change_nothing(tmp_path, keys, capsys, argv):
+    store = tmp_path / "s.ldb"
+    assert main(["block", str(store), "--key", keys["me"][0], keys["eve"][1]]) == 0
+    with Store(store) as s:
+        before = dump(s)
+    capsys.readouterr()
+    assert main([a.format(s=store, k=keys["me"][0]) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    with Store(store) as s:
+        assert dump(s) == before
+
+
+def test_read_only_commands_create_nothing(tmp_path, capsys):
+    for argv in (["roles", str(tmp_path / "none")], ["moderation", str(tmp_path / "none"), "--json"]):
+        assert main(argv) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_role_post_made_by_the_cli_is_what_the_author_api_makes(tmp_path, keys, capsys):
+    store = str(tmp_path / "s.ldb")
+    assert main(["role", store, "--key", keys["me"][0], keys["aleph"][1], "admin", "--json"]) == 0
+    made = json.loads(_out(capsys))
+    assert made["type"] == "post/role" and made["role"] == "admin" and made["channel"] == "" and made["links"] == []
+    assert post_hash(bytes.fromhex(made["raw"])).hex() == made["hash"]
