@@ -177,7 +177,7 @@ def moderated_workloads(draw):
     contexts = ["", "dev", "Dev", "news"]
     made = [text(p, 900 + i, "dev") for i, p in enumerate(people[1:])]
     n = draw(st.integers(3, 14))
-    for i in range(n):
+    for _ in range(n):
         ts = 1000 + draw(st.integers(0, 12))  # few distinct times: equal timestamps happen
         author, other = draw(st.sampled_from(people)), draw(st.sampled_from(people))
         kind = draw(st.sampled_from(["role", "role", "role", "act", "act", "block", "unblock", "info"]))
