@@ -215,3 +215,15 @@ class DiskFullError(StoreIOError):
 
 class LocalUserError(StoreError):
     """The store belongs to another local user than the one given, or the key given is not a public key."""
+
+
+class ModerationRefusalError(CableError):
+    """The moderation state in effect keeps this post out (moderation.md §4.4.6, §4.6); nothing was written."""
+
+
+class DroppedError(ModerationRefusalError):
+    """The post, or its channel, is dropped by an applied moderation action."""
+
+
+class BlockedError(ModerationRefusalError):
+    """The post's author is blocked for the local user, or blocks the local user (a notified block)."""

@@ -81,6 +81,8 @@ def cabal(t0: int = 1_700_000_000_000) -> list[bytes]:
         unblock(URSULA, XU, t0 + 38, undrop=1),
         block(EVE, URSULA, t0 + 39, notify=1),
         role(URSULA, BERT, ADMIN, t0 + 40, privacy=1),
+        block(URSULA, CASHEW, t0 + 41, drop=1),
+        unblock(URSULA, CASHEW, t0 + 42, undrop=0),
     ]
     return [buf for buf, _ in made]
 

@@ -110,3 +110,17 @@ def test_a_role_post_made_by_the_cli_is_what_the_author_api_makes(tmp_path, keys
     made = json.loads(_out(capsys))
     assert made["type"] == "post/role" and made["role"] == "admin" and made["channel"] == "" and made["links"] == []
     assert post_hash(bytes.fromhex(made["raw"])).hex() == made["hash"]
+
+
+def test_show_leaves_hidden_messages_out_and_all_shows_them_marked(tmp_path, keys, capsys):
+    store = str(tmp_path / "s.ldb")
+    with Store(store) as s:
+        s.ingest(text(keypair("eve"), 1_700_000_000_000, "dev", "visible")[0])
+        rude = s.ingest(text(keypair("eve"), 1_700_000_000_001, "dev", "rude")[0])
+    assert main(["hide", store, "--key", keys["me"][0], "--post", rude.hex()]) == 0
+    capsys.readouterr()
+    assert main(["show", store, "dev"]) == 0
+    out = _out(capsys)
+    assert "visible" in out and "rude" not in out
+    assert main(["show", store, "dev", "--all"]) == 0
+    assert "[hidden] rude" in _out(capsys)

@@ -20,7 +20,7 @@ from cablestore.cli.args import int_at_least, json_text, open_existing, print_js
 def _cmd_show(args) -> int:
     with open_existing(args.store) as store:
         require_channel(store, args.channel)
-        messages = store.messages(args.channel, limit=args.limit)[::-1]  # oldest first, as a chat window reads
+        messages = store.messages(args.channel, limit=args.limit, include_hidden=args.all)[::-1]  # oldest first, as a chat window reads
         topic, members, total = store.topic(args.channel), len(store.members(args.channel)), len(store.channel_time_range(args.channel))
     if args.json:
         print_json({"channel": args.channel, "topic": topic, "members": members, "messages_total": total,
@@ -42,9 +42,9 @@ def _columns(text: str) -> int:
 
 
 def format_message(m) -> str:
-    """A message's text, or a marker for a post/delete."""
+    """A message's text (marked when hidden by moderation), or a marker for a post/delete."""
     if m.text is not None:
-        return m.text
+        return f"[hidden] {m.text}" if getattr(m, "hidden_by", None) is not None else m.text
     n = len(m.deleted)
     return f"[deleted {n} post{'s' if n != 1 else ''}]"
 
@@ -113,6 +113,7 @@ def register(sub) -> None:
     p.add_argument("store", help="the store directory (read only)")
     p.add_argument("channel", help="the channel name (case-insensitive; it must exist: see `cablestore channels`)")
     p.add_argument("--limit", type=int_at_least(0), default=50, help="the newest N messages (default: 50; 0: all)")
+    p.add_argument("--all", action="store_true", help="also the messages hidden by moderation, marked [hidden]")
     p.add_argument("--json", action="store_true", help="print the channel and its messages as JSON")
     p.set_defaults(func=_cmd_show)
 

@@ -69,6 +69,7 @@ class Effects:
     blocked: dict[bytes, Action] = field(default_factory=dict)  # user -> the block in effect
     unblocked: dict[bytes, Action] = field(default_factory=dict)  # user -> the unblock in effect
     blocks_of_local: dict[bytes, Action] = field(default_factory=dict)  # blocker -> their notified block of the local user
+    kept_out: dict[bytes, Action] = field(default_factory=dict)  # user -> an unblock (undrop=0) after a dropping block
     relevant: list[Action] = field(default_factory=list)  # every relevant action, applicable or not
 
 
@@ -101,10 +102,21 @@ def resolve(local: bytes | None, actions: list[Action], history: RoleHistory) ->
             continue
         if kind == BLOCKS:
             (effects.blocked if winner.does else effects.unblocked)[target] = winner
+            if not winner.does and winner.flags[0] == 0 and _dropped_before(actions, winner, local, history, now):
+                effects.kept_out[target] = winner  # "undrop = 0: keep the user's old posts as dropped" (§5.1.5)
         elif winner.does:
             table = {POSTS: effects.hidden_posts, DROPS: effects.dropped_posts, CHANNELS: effects.dropped_channels}[kind]
             table[target.decode() if kind == CHANNELS else target] = winner
     return effects
+
+
+def _dropped_before(actions: list[Action], unblock: Action, local, history, now) -> bool:
+    """Whether an applicable block with ``drop = 1`` on the same user came before ``unblock``."""
+    return any(
+        a.kind == BLOCKS and a.action == "block" and a.flags[0] == 1 and a.target == unblock.target
+        and a.order < unblock.order and _applicable(a, local, history, now)
+        for a in actions
+    )
 
 
 def _applicable(a: Action, local: bytes | None, history: RoleHistory, now) -> bool:

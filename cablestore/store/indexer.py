@@ -31,6 +31,7 @@ from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteEr
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import canonical_channel, escape, unescape
 from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.store import enforcing
 from cablestore.store.txn import DELETED, POSTS, REFUSED, Txn
 from cablestore.views.channel import channel_names
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
@@ -54,11 +55,25 @@ def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
         return refusal
     if any(t.deleter == post.public_key for t in tombs):
         return DeletedPostError(f"post {h.hex()} was deleted by its author")
+    if (kept_out := enforcing.refusal(txn.get, h, post)) is not None:
+        return kept_out
     made = ()
     if post.post_type == DELETE:
         made = tuple(_delete_target(txn, target, h, post) for target in dict.fromkeys(post.hashes))
     index(txn, Indexed.of(buf, post, h, made), buf)
     return True
+
+
+def enforce(txn: Txn, changed: set[bytes]) -> None:
+    """Remove the stored posts the moderation state (just rewritten: ``changed``) keeps out."""
+    for h in sorted(enforcing.candidates(txn, changed)):
+        blob = txn.get(POSTS + h)
+        if blob is None:
+            continue
+        why = enforcing.refusal(txn.get, h, decode_post(blob))
+        if why is not None:
+            unindex(txn, h, blob, forget_tombstones=False)
+            txn.enforced[h] = why
 
 
 def _author_of(txn: Txn, target: bytes) -> bytes | None:

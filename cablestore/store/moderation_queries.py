@@ -14,11 +14,12 @@ from typing import Any
 
 from cablestore.errors import LocalUserError, QueryError
 from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, escape, mono_timestamp, unescape
+from cablestore.store import indexer
 from cablestore.store.inflight import guarded
 from cablestore.store.resolving import refresh
 from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
-from cablestore.wire.codec import ADMIN, MOD, decode_post
+from cablestore.wire.codec import ADMIN, HASH_SIZE, HEADER_FIXED, MOD, MODERATION_TYPES, decode_post, read_varint
 
 LOCAL_USER_KEY = b"!local!user"
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
@@ -42,7 +43,7 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
         return kept
     txn = Txn(db)
     txn.put(LOCAL_USER_KEY, key)
-    refresh(txn, key)  # the moderation state of the posts already held, for this user
+    indexer.enforce(txn, refresh(txn, key))  # the state of the posts already held, for this user, acted on
     txn.commit(sync=True)
     return key
 
@@ -114,6 +115,11 @@ class ModerationQueries:
         return {pk: {"by": v[:32], "drop": v[32], "notify": v[33]} for pk, v in self._by_hash(blocks.PREFIX + b"b").items()}
 
     @guarded
+    def kept_out(self) -> dict[bytes, dict]:
+        """User -> ``{"by": unblock hash, "before": ms}``: unblocked with ``undrop=0`` after a dropping block."""
+        return {pk: {"by": v[:32], "before": int.from_bytes(v[32:40], "big")} for pk, v in self._by_hash(blocks.PREFIX + b"k").items()}
+
+    @guarded
     def unblocks(self) -> dict[bytes, dict]:
         """Unblocked public key -> ``{"by": unblock hash, "undrop": 0/1}``: the unblocks in effect."""
         return {pk: {"by": v[:32], "undrop": v[32]} for pk, v in self._by_hash(blocks.PREFIX + b"u").items()}
@@ -121,7 +127,7 @@ class ModerationQueries:
     @guarded
     def blocked_by(self) -> dict[bytes, bytes]:
         """Public key of a user whose notified block names the local user -> that block's hash."""
-        return self._by_hash(blocks.PREFIX + b"n")
+        return {pk: v[:32] for pk, v in self._by_hash(blocks.PREFIX + b"n").items()}
 
     @guarded
     def moderation_state(self, channels: Iterable[str] = (), oldest: int = 0) -> list[bytes]:
@@ -174,6 +180,15 @@ class ModerationQueries:
         }
 
     @guarded
+    def shareable(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
+        """Answer a peer's post request: the posts' bytes, ``None`` for those unknown or local-only (``privacy=1``).
+
+        A local-only post never leaves the store (moderation.md §4.5); dropped
+        posts and posts of blocked users are not stored, so never answered.
+        """
+        return [None if blob is None or not _is_public(blob) else blob for blob in self.get_many(hashes)]
+
+    @guarded
     def moderation_posts(self) -> list[bytes]:
         """Hashes of every stored post/role, post/moderation, post/block and post/unblock, oldest first."""
         keys = []
@@ -183,8 +198,16 @@ class ModerationQueries:
 
 
 def _is_public(blob: bytes | None) -> bool:
-    """A stored post that may leave the store: not ``privacy=1`` (moderation.md §4.5)."""
-    return blob is not None and decode_post(blob).privacy != 1
+    """A stored post that may leave the store: not ``privacy=1`` (moderation.md §4.5).
+
+    Only types 6-9 have a privacy field: the type is read from the header
+    without decoding the post (post requests are hot).
+    """
+    if blob is None:
+        return False
+    links, pos = read_varint(blob, HEADER_FIXED)
+    post_type, _ = read_varint(blob, pos + links * HASH_SIZE)
+    return post_type not in MODERATION_TYPES or decode_post(blob).privacy != 1
 
 
 __all__ = ["ModerationQueries", "adopt_local_user", "LOCAL_USER_KEY"]

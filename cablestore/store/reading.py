@@ -11,18 +11,19 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cablestore.keyspace.keys import as_hash, canonical_channel, escape
 from cablestore.store.txn import DELETED, POSTS
+from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
 from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, Post, decode_post
+from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post
 
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
@@ -56,6 +57,7 @@ class StoredPost:
     drop: int | None = None
     notify: int | None = None
     undrop: int | None = None
+    hidden_by: bytes | None = None  # the action hiding this post/text for the local user (moderation.md §5.1.3.4-5)
 
     @classmethod
     def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> StoredPost:
@@ -108,6 +110,8 @@ class StoredPost:
             for name in ("drop", "notify", "undrop"):
                 if getattr(self, name) is not None:
                     out[name] = getattr(self, name)
+        if self.hidden_by is not None:
+            out["hidden_by"] = self.hidden_by.hex()
         return out
 
     def __repr__(self) -> str:
@@ -213,17 +217,23 @@ class Reading:
                 return None
             post = decode_post(buf)
             name = snap.get(_name_key(post.public_key))
-        return StoredPost.from_bytes(buf, h, _text(name), post)
+            hider = hidden_by(snap, h, post)
+        found = StoredPost.from_bytes(buf, h, _text(name), post)
+        return replace(found, hidden_by=hider) if hider is not None else found
 
-    def messages(self, channel: str, start: int = 0, end: int = 0, limit: int = 0) -> list[StoredPost]:
+    def messages(self, channel: str, start: int = 0, end: int = 0, limit: int = 0, *, include_hidden: bool = False) -> list[StoredPost]:
         """A channel's post/text and post/delete, decoded, newest first.
 
         The same posts as :meth:`channel_time_range` with the same arguments
         (``end=0``: no upper bound, ``limit=0``: all), each carrying its
-        author's current name.  A post removed between the range scan and
-        the read is left out.
+        author's current name, except the post/texts hidden for the local
+        user (a hidden post, or a hidden user's, in that channel: moderation
+        §5.1.3.4-5): left out, or with ``include_hidden=True`` kept and
+        marked (``StoredPost.hidden_by``).  ``limit`` counts what is returned.
+        A post removed between the range scan and the read is left out.
         """
-        hashes = self.channel_time_range(channel, start, end, limit)
+        moderated = self._any_hidden()
+        hashes = self.channel_time_range(channel, start, end, 0 if moderated and not include_hidden else limit)
         names: dict[bytes, str | None] = {}
         out = []
         with self.db.snapshot() as snap:
@@ -232,10 +242,24 @@ class Reading:
                 if buf is None:
                     continue
                 post = decode_post(buf)
+                hider = hidden_by(snap, h, post) if moderated else None
+                if hider is not None and not include_hidden:
+                    continue
                 if post.public_key not in names:
                     names[post.public_key] = _text(snap.get(_name_key(post.public_key)))
-                out.append(StoredPost.from_bytes(buf, h, names[post.public_key], post))
+                found = StoredPost.from_bytes(buf, h, names[post.public_key], post)
+                out.append(replace(found, hidden_by=hider) if hider is not None else found)
+                if limit and len(out) == limit:
+                    break
         return out
+
+    def _any_hidden(self) -> bool:
+        """Whether any post or user is hidden at all (most stores: no, and reading skips the checks)."""
+        for prefix in (actions_view.PREFIX + b"h", actions_view.PREFIX + b"u"):
+            with self.db.iterator(prefix=prefix, include_value=False) as it:
+                if next(it, None) is not None:
+                    return True
+        return False
 
     def posts(self, channel: str | None = None) -> Iterator[StoredPost]:
         """Every stored post, decoded, in hash order, from one snapshot.
@@ -303,6 +327,18 @@ class Reading:
     def __repr__(self) -> str:
         state = "closed" if self._db.closed else "open"
         return f"<{type(self).__name__} {str(self.path)!r} {state}>"
+
+
+def hidden_by(reader: Any, h: bytes, post: Post) -> bytes | None:
+    """The action hiding this post/text for the local user: the post hidden, or its author in its channel."""
+    if post.post_type != TEXT:
+        return None
+    found = reader.get(actions_view.hidden_post_key(h))
+    if found is not None:
+        return found
+    ch = canonical_channel(post.channel)
+    context = ch if reader.get(actions_view.context_key(ch)) is not None else ""
+    return reader.get(actions_view.hidden_users_prefix(context) + post.public_key)
 
 
 def _name_key(public_key: bytes) -> bytes:

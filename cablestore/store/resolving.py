@@ -51,20 +51,19 @@ def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], b
     return posts
 
 
-def refresh(txn: Any, local: bytes | None) -> int:
-    """Rewrite the resolved entries for the state ``txn`` leaves; return how many keys changed."""
+def refresh(txn: Any, local: bytes | None) -> set[bytes]:
+    """Rewrite the resolved entries for the state ``txn`` leaves; return the keys written (new or changed)."""
     state = resolve(local, moderation_posts(txn.current, lambda h: txn.get(POSTS + h)))
     fresh = dict(views.resolved_entries(state))
     old = {}
     for view in views.RESOLVED:
         for prefix in view.RESOLVED_PREFIXES:
             old.update(txn.current(prefix))
-    changed = 0
     for key in old.keys() - fresh.keys():
         txn.delete(key)
-        changed += 1
+    changed = set()
     for key, value in fresh.items():
         if old.get(key) != value:
             txn.put(key, value)
-            changed += 1
+            changed.add(key)
     return changed

@@ -202,7 +202,7 @@ class Store(Reading, Queries, ModerationQueries):
 
     def _resolve_moderation(self, txn: Txn) -> None:
         if needed(txn.types):
-            refresh(txn, self.local_user)
+            indexer.enforce(txn, refresh(txn, self.local_user))
 
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
@@ -240,6 +240,8 @@ class Store(Reading, Queries, ModerationQueries):
         self._listeners.notify(txn.committed())
         if isinstance(outcome, CableError):
             raise outcome
+        if h in txn.enforced:  # stored, then kept out by the moderation state it changed
+            raise txn.enforced[h]
         return h
 
     @guarded
@@ -282,7 +284,8 @@ class Store(Reading, Queries, ModerationQueries):
                 results.append(IngestResult(i, h, error))
             txn.commit(self.sync)
         self._listeners.notify(txn.committed())
-        return results
+        # A post stored early in the batch and kept out by a moderation post later in it is not stored.
+        return [IngestResult(r.index, r.hash, txn.enforced[r.hash]) if r.ok and r.hash in txn.enforced else r for r in results]
 
     @guarded
     def learn_listing(self, channel: str, hashes: Iterable[HashLike]) -> int:

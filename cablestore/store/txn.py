@@ -31,6 +31,7 @@ class Txn:
         # (the moderation state: cablestore.store.resolving).
         self._finish = finish
         self.types: set[int] = set()  # post types added or removed in this txn
+        self.enforced: dict[bytes, object] = {}  # post hash -> why the moderation state removed it at commit
         # (view name, group) -> (rank, hash) of the committed latest candidate,
         # or None for a group without one: a reverse seek saved per cached group.
         self._winners = winners
@@ -215,6 +216,7 @@ class Txn:
         self.settle()
         if self._finish is not None and self.types:
             self._finish(self)
+            self.settle()  # what the finishing step removed touched latest groups
         if self._it is not None:
             self._it.close()
             self._it = None

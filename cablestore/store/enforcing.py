@@ -1,0 +1,77 @@
+"""Acting on the moderation state: which posts a store keeps out, and removing them (moderation.md §4.4.6, §4.6, §5.1.3-5).
+
+A post of a channel (post/text, post/topic, post/join, post/leave) is kept
+out when, in the resolved state (``views.actions``, ``views.blocks``):
+
+* it is a post/text or post/topic dropped by an applied ``drop post``;
+* its channel is dropped by an applied ``drop channel``;
+* its author is blocked: with ``drop = 1``, all of their posts; with
+  ``drop = 0``, those timestamped at or after the block ("new posts");
+* its author was unblocked with ``undrop = 0`` after a dropping block: those
+  timestamped before the unblock ("keep the old posts as dropped");
+* its author's notified block names the local user: those at or after it.
+
+The rule is a function of the post and the state, so what a store holds is
+a function of the set of posts it was offered, except that content removed
+while it was kept out comes back only when offered again (as for deletes;
+a re-sync brings it back).  Posts the state is computed from (post/info,
+post/delete and types 6-9) are never kept out: removing them could change
+the state that removed them, and a block must reach as many peers as it can.
+A kept-out post arriving is refused (:class:`DroppedError`,
+:class:`BlockedError`); one already stored is removed in the WriteBatch of
+the post that changed the state, with its view entries, like a delete but
+without a tombstone: the resolved rows are the record of why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cablestore.errors import BlockedError, DroppedError, ModerationRefusalError
+from cablestore.keyspace.keys import canonical_channel
+from cablestore.views import actions, author, blocks
+from cablestore.views import channel as channel_view
+from cablestore.wire.codec import CHANNEL_TYPES, TEXT, TOPIC, Post
+
+DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
+
+
+def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post) -> ModerationRefusalError | None:
+    """Why the state read through ``get`` keeps ``post`` out, or None."""
+    t = post.post_type
+    if t not in CHANNEL_TYPES:
+        return None
+    if t in DROPPABLE and get(actions.dropped_post_key(h)) is not None:
+        return DroppedError(f"post {h.hex()} is dropped")
+    if get(actions.dropped_channel_key(canonical_channel(post.channel))) is not None:
+        return DroppedError(f"channel {post.channel!r} is dropped")
+    who, ts = post.public_key, post.timestamp
+    block = get(blocks.PREFIX + b"b" + who)
+    if block is not None and (block[32] == 1 or ts >= int.from_bytes(block[34:42], "big")):
+        return BlockedError(f"author {who.hex()} is blocked")
+    kept = get(blocks.PREFIX + b"k" + who)
+    if kept is not None and ts < int.from_bytes(kept[32:40], "big"):
+        return BlockedError(f"author {who.hex()}'s posts from before their unblock stay dropped")
+    blocker = get(blocks.PREFIX + b"n" + who)
+    if blocker is not None and ts >= int.from_bytes(blocker[32:40], "big"):
+        return BlockedError(f"author {who.hex()} blocks the local user")
+    return None
+
+
+def candidates(txn, changed: set[bytes]) -> set[bytes]:
+    """Hashes of stored channel posts that resolved rows ``changed`` (keys newly written) may keep out."""
+    found: set[bytes] = set()
+    for key in changed:
+        if key.startswith(actions.PREFIX + b"d"):
+            found.add(key[-32:])
+        elif key.startswith(actions.PREFIX + b"x"):
+            ch = key[len(actions.PREFIX) + 1 :]
+            found.update(k[-32:] for k, _ in txn.current(channel_view.PREFIX + ch + b"a"))
+        elif key.startswith((blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")):
+            who = key[-32:]
+            for t in CHANNEL_TYPES:
+                found.update(k[-32:] for k, _ in txn.current(author.prefix(who, t)))
+    return found
+
+
+__all__ = ["refusal", "candidates", "DROPPABLE"]
