@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 
 from cablestore import DELETE, Store
-from cablestore.errors import DroppedError
 from cablestore.authoring.author import Author
 from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
+from cablestore.errors import DroppedError
 from cablestore.peer.sync import write_cursor
 
 from .conftest import NOW, keypair, post, stop
