@@ -9,6 +9,7 @@ import pytest
 from cablestore import DELETE, JOIN, TEXT, TOPIC, Store, post_hash
 from cablestore.authoring.workload import generate
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
+from cablestore.peer.limits import PeerLimits
 from cablestore.peer.protocol import Concluded, Node, Refused
 from cablestore.peer.sync import Sync, cursor_key, read_cursor
 from cablestore.wire import decoding as D
@@ -238,7 +239,8 @@ def test_duplicate_and_echoed_req_ids_are_discarded(chat):
     assert len(responses(other.data_to_send())) == 1  # forwarded once, with ttl 2
     events = other.receive_data(M.encode(M.TimeRangeRequest(RID, "general", 0, 0, 0, ttl=2)), WALL)  # the echo
     assert [type(e.error) for e in events] == [DuplicateRequestError]
-    assert conn.data_to_send() == b"" and other.data_to_send() == b""
+    # It came first from `conn`: the echo's sender gets a concluding response, so it need not wait for a timeout.
+    assert conn.data_to_send() == b"" and responses(other.data_to_send()) == [M.HashResponse(RID)]
     job = conn.request_channel_list(now=WALL)
     (mine,) = responses(conn.data_to_send())
     events = conn.receive_data(M.encode(M.ChannelListRequest(mine.req_id, 0, 0, ttl=0)), WALL)  # cable-core echo
@@ -261,18 +263,27 @@ def test_no_answer_at_all_times_out_without_looping(chat, stores):
     assert conn.data_to_send() == b""
 
 
-def test_request_table_is_bounded(chat):
-    s, *_ = chat
-    node = Node(s, max_requests=50, max_per_connection=3)
-    conn = node.connect()
+def test_request_table_is_bounded_per_peer_and_never_answers_wrongly(chat):
+    s, hashes, *_ = chat
+    node = Node(s, policy=PeerLimits(live_per_peer=3, live_reserved=1, live_total=4))
+    conn, other, third = node.connect("flood"), node.connect("other"), node.connect("third")
     for i in range(3):
         ask(conn, M.TimeRangeRequest(bytes([0, 0, 0, i]), "general", 0, 0, 0))
     events = conn.receive_data(M.encode(M.TimeRangeRequest(b"\x00\x00\x01\x00", "general", 0, 0, 0)), WALL)
     assert [type(e.error) for e in events] == [RequestTableFullError]
     assert responses(conn.data_to_send()) == [M.HashResponse(b"\x00\x00\x01\x00")]  # concluded so nobody waits
-    assert len(node.requests) == 3
+    assert conn.stats["requests_refused"] == node.stats["requests_refused"] == 1 and len(node.requests) == 3
+    # Finite requests and channel lists need no slot: the flooding peer still gets them answered, whole.
+    assert ask(conn, M.TimeRangeRequest(b"\x00\x00\x02\x00", "general", 0, T0 + 1000, 2)) == [
+        M.HashResponse(b"\x00\x00\x02\x00", (hashes[6], hashes[5])), M.HashResponse(b"\x00\x00\x02\x00")]
+    assert ask(conn, M.ChannelListRequest(b"\x00\x00\x03\x00", 0, 0)) == [M.ChannelListResponse(b"\x00\x00\x03\x00", ("general", "other"))]
+    # Another peer gets its reserved live slot even past live_total, and then the table is full for it too.
+    assert ask(other, M.TimeRangeRequest(b"\x00\x00\x04\x00", "general", 0, 0, 0)) == [M.HashResponse(b"\x00\x00\x04\x00", tuple(reversed(hashes[2:7])))]
+    assert ask(third, M.TimeRangeRequest(b"\x00\x00\x05\x00", "general", 0, 0, 0))[0].hashes  # reserved: within its share
+    assert ask(other, M.ChannelStateRequest(b"\x00\x00\x06\x00", "general", 1)) == [M.HashResponse(b"\x00\x00\x06\x00")]
+    assert node.live_count == 5 and other.stats["requests_refused"] == 1
     conn.close()
-    assert not node.requests
+    assert len(node.requests) == 2 and node.live_count == 2
 
 
 # --- convergence ----------------------------------------------------------------------

@@ -4,57 +4,128 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
-from cablestore.cli.args import positive_float, print_json
+from cablestore.cli.args import int_at_least, open_existing, positive_float, positive_int, print_json
+from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
+
+
+def _write_port_file(path: str, port: int) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def _serve_policy(args) -> PeerLimits:
+    return PeerLimits(
+        max_connections=args.max_connections,
+        memory_mb=args.memory_mb,
+        live_per_peer=args.max_live,
+        idle_timeout=int(args.idle_timeout * 1000),
+        frame_timeout=int(args.slow_timeout * 1000),
+        stall_timeout=int(args.slow_timeout * 1000),
+        request_timeout=int(args.request_timeout * 1000),
+    )
 
 
 def _cmd_serve(args) -> int:
-    from cablestore.peer.transport import run_server
-    from cablestore.store.store import Store
+    from cablestore.peer.transport import parse_address, run_server
+
+    policy = _serve_policy(args)
+    parse_address(args.listen, listening=True)  # a bad address fails before the store is opened
+    wrote = []
 
     def ready(host, port):
-        if not args.quiet:
+        if args.port_file:
+            _write_port_file(args.port_file, port)
+            wrote.append(args.port_file)
+        if args.json:  # JSON lines: this one now, the summary at exit
+            print(json.dumps({"listening": f"{host}:{port}", "port": port}, sort_keys=True), flush=True)
+        elif not args.quiet:
             print(f"listening on {host}:{port}", flush=True)
 
-    from pathlib import Path
-
-    from cablestore.errors import StoreError
-
-    if not Path(args.store).is_dir():  # LevelDB would leave an empty directory behind
-        raise StoreError(f"{args.store} does not exist")
-    with Store(args.store, create=False) as store:
-        summary = asyncio.run(run_server(store, args.listen, ready=ready))
+    try:
+        with open_existing(args.store) as store:
+            summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy))
+    finally:
+        for path in wrote:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     return 0
 
 
 def _cmd_sync(args) -> int:
-    from cablestore.peer.transport import sync_path
+    from cablestore.peer.transport import parse_address, sync_path
     from cablestore.progress import Progress
 
+    parse_address(args.connect)
+    policy = PeerLimits(memory_mb=args.memory_mb, max_connections=4)
     progress = Progress(quiet=args.quiet or args.json).stage("sync: posts ingested")
-    summary = asyncio.run(sync_path(args.store, args.connect, channels=args.channel or None, live=args.live, progress=progress, timeout=args.timeout))
-    progress.done()
+    try:
+        summary = asyncio.run(
+            sync_path(
+                args.store,
+                args.connect,
+                channels=args.channel or None,
+                live=args.live,
+                progress=progress,
+                timeout=args.timeout,
+                progress_timeout=args.progress_timeout,
+                duration=args.duration,
+                policy=policy,
+            )
+        )
+    finally:
+        progress.done()  # end the progress line before anything else is printed
     if args.json:
         print_json(summary)
     else:
-        state = "complete" if summary["complete"] else "INCOMPLETE"
+        state = "complete" if summary["complete"] else f"INCOMPLETE: {summary['reason']}"
         print(
             f"synced {len(summary['channels'])} channels from {summary['peer']}: {summary['posts_ingested']} posts ingested, "
             f"{summary['posts_refused']} refused, {summary['messages_dropped']} messages dropped; {state}"
         )
-    return 0 if summary["complete"] or args.live else 1
+    return 0 if summary["complete"] else 1
 
 
 def register(sub) -> None:
     """Add ``serve`` and ``sync`` to the ``cablestore`` subcommands."""
-
-    p = sub.add_parser("serve", help="answer Cable peers over TCP from a store (Ctrl-C stops)")
+    d = DEFAULT_POLICY
+    p = sub.add_parser(
+        "serve",
+        help="answer Cable peers over TCP from a store (Ctrl-C stops)",
+        description="Answer Cable peers over TCP from a store, within the limits below (see docs/hostile-peers.md).",
+    )
     p.add_argument("store", help="the store directory (must exist)")
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
     p.add_argument("--quiet", action="store_true", help="do not print the listening address")
-    p.add_argument("--json", action="store_true", help="print a JSON summary on exit")
+    p.add_argument("--json", action="store_true", help='JSON lines: {"listening": ..., "port": ...} once listening, the counts on exit')
+    p.add_argument("--port-file", metavar="PATH", help="write the port listened on to PATH once listening (removed on exit)")
+    g = p.add_argument_group("limits (a peer over its share is refused or closed; others are not affected)")
+    g.add_argument(
+        "--max-connections", type=positive_int, default=d.max_connections, metavar="N", help=f"connections at once; more are closed at once (default: {d.max_connections})"
+    )
+    g.add_argument(
+        "--memory-mb", type=positive_int, default=d.memory_mb, metavar="MB",
+        help=f"memory budget of the process; the peers' buffers get what the base and --max-connections leave (default: {d.memory_mb})",
+    )
+    g.add_argument("--max-live", type=int_at_least(0), default=d.live_per_peer, metavar="N", help=f"live requests per peer; more are refused (default: {d.live_per_peer})")
+    g.add_argument(
+        "--idle-timeout", type=positive_float, default=d.idle_timeout / 1000, metavar="S",
+        help=f"close a peer that sends nothing and has nothing open (default: {d.idle_timeout // 1000})",
+    )
+    g.add_argument(
+        "--slow-timeout", type=positive_float, default=d.frame_timeout / 1000, metavar="S",
+        help=f"close a peer that takes longer to send one message, or reads none of its answers for this long (default: {d.frame_timeout // 1000})",
+    )
+    g.add_argument(
+        "--request-timeout", type=positive_float, default=d.request_timeout / 1000, metavar="S", help=f"give up a forwarded request (default: {d.request_timeout // 1000})"
+    )
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("sync", help="pull what a Cable peer has and this store lacks (created if missing)")
@@ -62,7 +133,10 @@ def register(sub) -> None:
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")
     p.add_argument("--channel", action="append", metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
     p.add_argument("--live", action="store_true", help="stay connected and keep receiving new posts (Ctrl-C stops)")
-    p.add_argument("--timeout", type=positive_float, default=600.0, help="give up a finite sync after this many seconds (default: 600)")
+    p.add_argument("--duration", type=positive_float, metavar="S", help="with --live: stop after this many seconds")
+    p.add_argument("--timeout", type=positive_float, default=600.0, metavar="S", help="give up a finite sync after this many seconds (default: 600)")
+    p.add_argument("--progress-timeout", type=positive_float, default=30.0, metavar="S", help="give up when the peer brings no answer or post for this long (default: 30)")
+    p.add_argument("--memory-mb", type=positive_int, default=d.memory_mb, metavar="MB", help=f"memory budget: bounds the posts waited on at once (default: {d.memory_mb})")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_sync)

@@ -1,17 +1,45 @@
 """Answering a remote peer's requests (spec 1.0-draft8 §5.2, as deployed by
 cable.js 0.2.1): post requests, channel time ranges, channel state, channel
-lists, cancels, and forwarding what has ``ttl > 0``.  A mixin of
-:class:`cablestore.peer.protocol.Connection`."""
+lists, moderation state, cancels, and forwarding what has ``ttl > 0``.  A
+mixin of :class:`cablestore.peer.protocol.Connection`.
+
+Each request kind has one answer method, named in :attr:`Answering.ANSWERS`.
+It runs when the request arrives and either answers at once (returns None)
+or returns an iterator whose every step sends one more page of the answer:
+the connection advances it one step per unit of work, in its turn, so a
+whole channel's time range or a post request for 65,536 hashes never holds
+up another connection.  When the answer method returns (or its iterator
+ends) the request is concluded with its empty response, unless it stays
+live or forwards are pending.  Adding a request kind is one method and one
+line in ``ANSWERS``.
+
+Never a wrong answer: every hash or post sent answers the request it is
+sent for, a channel list is the store's list, and a peer within its share
+of the limits always gets the whole answer.  A peer over its share gets,
+for the requests that would pass it, the empty concluding response that
+Cable has for "nothing (more) from me", counted as refused — never a
+partial answer presented as whole to anyone else, and never an empty
+channel list (a channel list needs no table entry, so it is never refused).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cablestore.errors import DuplicateRequestError, RequestTableFullError, UnknownRequestError
-from cablestore.keyspace.keys import canonical_channel, channel_key, next_prefix
-from cablestore.peer.table import HASHES_PER_RESPONSE, POST_RESPONSE_BYTES, Inbound
-from cablestore.wire.codec import TOPIC
+from cablestore.errors import (
+    CableError,
+    DuplicateRequestError,
+    FutureTimestampError,
+    RequestTableFullError,
+    UnknownRequestError,
+    UnsolicitedPostError,
+)
+from cablestore.keyspace.keys import TS_SIZE, canonical_channel, channel_key, next_prefix
+from cablestore.peer.table import HASHES_PER_RESPONSE, POST_PAGE_BYTES, POST_RESPONSE_BYTES, RELAYED_HASHES, Inbound
+from cablestore.wire.codec import TOPIC, decode_post, post_hash
+from cablestore.wire.crypto import check_signature
 from cablestore.wire.messages import (
     CancelRequest,
     ChannelListRequest,
@@ -26,6 +54,9 @@ from cablestore.wire.messages import (
 
 if TYPE_CHECKING:
     from cablestore.store.store import Store
+
+U64_MAX = (1 << 64) - 1
+WEEK_MS = 7 * 24 * 60 * 60 * 1000
 
 
 def channel_state_answer(store: Store, channel: str) -> list[bytes]:
@@ -58,47 +89,180 @@ def channel_state_answer(store: Store, channel: str) -> list[bytes]:
     return hashes + [h for h in dict.fromkeys(extra) if h not in known]
 
 
+def time_range_bounds(channel: str, start: int, end: int) -> tuple[bytes, bytes]:
+    """The ``(lowest, above highest)`` keys of a channel time range ``[start, end)`` (``end = 0``: no bound)."""
+    from cablestore.views import chat
+
+    prefix = chat.channel_prefix(channel)
+    lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
+    hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+    return lo, hi
+
+
+def time_range_page(store: Store, lo: bytes, below: bytes, n: int) -> list[bytes]:
+    """Up to ``n`` keys of a time range, newest first, from ``lo`` up to (not including) ``below``.
+
+    Paging by key, not by timestamp, so posts sharing a timestamp are never
+    skipped or repeated; ``limit`` is only a count here, so a ``limit`` of
+    2^64 - 1 is as good as 0.
+    """
+    with store.db.iterator(start=lo, stop=below, reverse=True, include_value=False) as it:
+        out = []
+        for key in it:
+            out.append(key)
+            if len(out) == n:
+                break
+        return out
+
+
+def check_relayed(buf: bytes, now: int) -> bytes:
+    """Check a post another peer sent for a forwarded request: it decodes, its signature verifies, it is not from the far future.
+
+    Returns its hash; raises the :class:`cablestore.errors.CableError` that
+    says what is wrong.
+    """
+    post = decode_post(buf)
+    check_signature(buf)
+    if post.timestamp >= now + WEEK_MS:
+        raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
+    return post_hash(buf)
+
+
 class Answering:
     """The answering half of a connection (see :class:`cablestore.peer.protocol.Connection`)."""
 
+    #: The answer method of each request kind.
+    ANSWERS = {
+        PostRequest: "_answer_posts",
+        TimeRangeRequest: "_answer_time_range",
+        ChannelStateRequest: "_answer_state",
+        ChannelListRequest: "_answer_channel_list",
+        ModerationStateRequest: "_answer_moderation_state",
+    }
+    #: Request kinds that are never forwarded: only one channel list response may be sent.
+    LOCAL_ONLY = (ChannelListRequest, ModerationStateRequest)
+
     def _handle_request(self, m, now: int) -> None:
         node = self.node
-        if not node._remember(m.req_id):
-            raise DuplicateRequestError(f"req_id {m.req_id.hex()} is already known")
+        self.stats["requests"] += 1
+        first = node._remember(m.req_id, self.serial)
+        if first is not None:
+            self._duplicate(m, first, now)
+            return
         if isinstance(m, CancelRequest):
             self._handle_cancel(m)
             return
-        mine = sum(1 for e in node.requests.values() if isinstance(e, Inbound) and e.origin is self)
-        if len(node.requests) >= node.max_requests or mine >= node.max_per_connection:
-            self._send(self._concluding(m))  # so the requester does not wait for a timeout
-            raise RequestTableFullError(f"{len(node.requests)} requests alive, {mine} from {self.name}")
         entry = Inbound(m.req_id, self, m, now)
-        if isinstance(m, ChannelListRequest):
-            # Only one channel list response may be sent, so it is never forwarded.
-            self._send(ChannelListResponse(m.req_id, tuple(node.store.channel_list(m.offset, m.limit))))
-            return
         node.requests[m.req_id] = entry
-        self._answer(entry, m)
-        entry.local_done = True
-        if m.ttl > 0 and entry.remaining != 0 and not isinstance(m, ModerationStateRequest):
-            self._forward(entry, replace(m, ttl=m.ttl - 1))
-        self._finish_inbound(entry)
+        self.inbound[m.req_id] = entry
+        more = getattr(self, self.ANSWERS[type(m)])(entry, m, now)
+        if node.requests.get(m.req_id) is not entry:
+            return  # refused or concluded already
+        if more is not None:
+            self._answers.append((entry, more))
+            self._step_answer(again=False)
+        else:
+            self._local_done(entry)
 
-    def _answer(self, entry: Inbound, m) -> None:
-        store = self.node.store
-        if isinstance(m, PostRequest):
-            self._send_posts(m.req_id, [p for p in store.get_many(m.hashes) if p is not None])
-        elif isinstance(m, TimeRangeRequest):
-            entry.channel = canonical_channel(m.channel)
-            entry.live = m.time_end == 0
-            entry.remaining = m.limit or None
-            self._push(entry, store.channel_time_range(m.channel, m.time_start, m.time_end, m.limit))
-        elif isinstance(m, ChannelStateRequest):
-            entry.channel = m.channel
-            entry.live = m.future == 1
-            hashes = channel_state_answer(store, m.channel)
-            entry.state = set(hashes)
-            self._push(entry, hashes)
+    def _duplicate(self, m, first: int, now: int) -> None:
+        """A ``req_id`` seen before.  Ours echoed, or repeated by the same peer: dropped.  One another
+        peer sent first (a forwarded request arriving by a second route): answered with its concluding
+        response, so its sender need not wait for a timeout (a channel list with the true list)."""
+        if first not in (0, self.serial) and not isinstance(m, CancelRequest):
+            self.node.stats["duplicates_concluded"] += 1
+            if isinstance(m, ChannelListRequest):
+                self._send(ChannelListResponse(m.req_id, tuple(self.node.store.channel_list(m.offset, m.limit))))
+            else:
+                self._send(self._concluding(m))
+        raise DuplicateRequestError(f"req_id {m.req_id.hex()} is already known")
+
+    # --- the answers, one method per request kind ----------------------------------
+    def _answer_posts(self, entry: Inbound, m: PostRequest, now: int) -> Iterator | None:
+        if m.ttl > 0:
+            entry.relay_wanted = set(m.hashes)
+            self._maybe_forward(entry, m)
+        return self._post_pages(entry, m.hashes)
+
+    def _post_pages(self, entry: Inbound, hashes: tuple[bytes, ...]) -> Iterator:
+        store, per = self.node.store, self.node.policy.posts_per_page
+        i = 0
+        while i < len(hashes):
+            posts, size = [], 0
+            while i < len(hashes) and size < POST_PAGE_BYTES and len(posts) < per:
+                chunk = hashes[i : i + 16]
+                i += len(chunk)
+                for h, buf in zip(chunk, store.get_many(chunk), strict=True):
+                    if buf is not None:
+                        posts.append(buf)
+                        size += len(buf)
+                        if entry.relay_wanted is not None:
+                            entry.relay_wanted.discard(h)
+            self._send_posts(entry.req_id, posts)
+            if i < len(hashes):
+                yield
+
+    def _answer_time_range(self, entry: Inbound, m: TimeRangeRequest, now: int) -> Iterator | None:
+        entry.channel = canonical_channel(m.channel)
+        if m.time_end == 0 and not self._take_live(entry):
+            return None
+        entry.remaining = m.limit or None
+        self._maybe_forward(entry, m)
+        return self._time_range_pages(entry, m)
+
+    def _time_range_pages(self, entry: Inbound, m: TimeRangeRequest) -> Iterator:
+        lo, below = time_range_bounds(m.channel, m.time_start, m.time_end)
+        per = self.node.policy.hashes_per_page
+        while True:
+            n = per if entry.remaining is None else min(per, entry.remaining)
+            keys = time_range_page(self.node.store, lo, below, n) if n > 0 else []
+            more = n > 0 and len(keys) == n
+            # A live push during the pages sends only what the pages will not reach (newer than the cursor).
+            entry.cursor = keys[-1][-40:] if more else None
+            self._push(entry, [k[-32:] for k in keys])
+            if not more or entry.remaining == 0:
+                return
+            below = keys[-1]
+            yield
+
+    def _answer_state(self, entry: Inbound, m: ChannelStateRequest, now: int) -> Iterator | None:
+        entry.channel = canonical_channel(m.channel)
+        if m.future == 1 and not self._take_live(entry):
+            return None
+        hashes = channel_state_answer(self.node.store, m.channel)
+        entry.state = set(hashes)
+        self._maybe_forward(entry, m)
+        self._push(entry, hashes)
+        return None
+
+    def _answer_channel_list(self, entry: Inbound, m: ChannelListRequest, now: int) -> Iterator | None:
+        self._send(ChannelListResponse(m.req_id, tuple(self.node.store.channel_list(m.offset, m.limit))))
+        entry.answered = True  # the one response, which concludes it
+        return None
+
+    def _answer_moderation_state(self, entry: Inbound, m: ModerationStateRequest, now: int) -> Iterator | None:
+        """Not answered yet: concluded with an empty hash response."""
+        return None
+
+    # --- long answers -----------------------------------------------------------------
+    def _step_answer(self, again: bool = True) -> None:
+        """Advance the oldest long answer in progress by one page (``again=False``: the newest, its first page)."""
+        entry, pages = self._answers.popleft() if again else self._answers.pop()
+        if self.node.requests.get(entry.req_id) is not entry:
+            return  # cancelled, or the connection closed
+        try:
+            next(pages)
+        except StopIteration:
+            self._local_done(entry)
+            return
+        if entry.remaining == 0:
+            self._local_done(entry)
+            return
+        self._answers.append((entry, pages))
+
+    def _local_done(self, entry: Inbound) -> None:
+        entry.local_done = True
+        entry.cursor = None
+        self._finish_inbound(entry)
 
     def _send_posts(self, req_id: bytes, posts: list[bytes]) -> None:
         chunk, size = [], 0
@@ -120,52 +284,158 @@ class Answering:
             self._send(HashResponse(entry.req_id, tuple(hashes[i : i + HASHES_PER_RESPONSE])))
         if entry.remaining == 0:
             entry.live = False
-            entry.pending.clear()
+            self._stop_forwards(entry)
             if entry.local_done:
                 self._finish_inbound(entry)
 
-    def _forward(self, entry: Inbound, m) -> None:
+    # --- limits -----------------------------------------------------------------------
+    def _take_live(self, entry: Inbound) -> bool:
+        """Give ``entry`` a live slot, or refuse it (concluded at once, counted) if this peer is over its share."""
+        node, policy = self.node, self.node.policy
+        if self.live >= policy.live_per_peer or (self.live >= policy.live_reserved and node.live_count >= policy.live_total):
+            self._refuse_request(entry, f"{self.live} live requests from {self.name}, {node.live_count} in all")
+            return False
+        entry.live = entry.holds_live = True
+        self.live += 1
+        node.live_count += 1
+        node._live_index.setdefault(entry.channel, {})[entry] = None
+        return True
+
+    def _take_forward(self, entry: Inbound) -> bool:
+        node, policy = self.node, self.node.policy
+        if self.forwards >= policy.forwards_per_peer or (self.forwards >= policy.forwards_reserved and node.forward_count >= policy.forwards_total):
+            node.stats["forwards_refused"] += 1
+            return False
+        entry.holds_forward = True
+        self.forwards += 1
+        node.forward_count += 1
+        return True
+
+    def _release(self, entry: Inbound) -> None:
+        if entry.holds_live:
+            entry.holds_live = False
+            entry.origin.live -= 1
+            self.node.live_count -= 1
+            index = self.node._live_index
+            if entry.channel in index:
+                index[entry.channel].pop(entry, None)
+                if not index[entry.channel]:
+                    del index[entry.channel]
+        if entry.holds_forward:
+            entry.holds_forward = False
+            entry.origin.forwards -= 1
+            self.node.forward_count -= 1
+
+    def _refuse_request(self, entry: Inbound, why: str) -> None:
+        self._remove_inbound(entry)
+        self._send(self._concluding(entry.request))  # so the requester does not wait for a timeout
+        self.stats["requests_refused"] += 1
+        self.node.stats["requests_refused"] += 1
+        self._refuse(RequestTableFullError(why))
+
+    # --- forwarding ---------------------------------------------------------------------
+    def _maybe_forward(self, entry: Inbound, m) -> None:
+        if m.ttl <= 0 or isinstance(m, self.LOCAL_ONLY) or entry.remaining == 0 or not self._take_forward(entry):
+            return
+        forwarded = replace(m, ttl=m.ttl - 1)
+        fanout = self.node.policy.forward_fanout
+        if not isinstance(m, PostRequest):
+            entry.relayed = set()
         for conn in self.node.connections:
-            if conn is not self and not conn.closed:
-                conn._send(m)
+            if len(entry.forwarded) >= fanout:
+                break
+            if conn is not self and not conn.closed and conn._output_ok():
+                conn._send(forwarded)
                 entry.forwarded.add(conn)
                 entry.pending.add(conn)
+                conn.awaiting.add(entry)
 
-    def _relay(self, entry: Inbound, m) -> None:
-        """A response from a peer we forwarded ``entry`` to: pass it back to where it came from."""
-        origin = entry.origin
-        if isinstance(m, HashResponse) and m.hashes:
-            origin._push(entry, list(m.hashes))
-        elif isinstance(m, PostResponse) and m.posts:
-            origin._send(PostResponse(entry.req_id, m.posts))
-        elif m.concludes:
+    def _relay(self, entry: Inbound, m, now: int) -> None:
+        """A response from a peer we forwarded ``entry`` to: checked, then passed back to where it came from."""
+        origin, request = entry.origin, entry.request
+        if isinstance(m, HashResponse) and not isinstance(request, PostRequest):
+            fresh = [h for h in dict.fromkeys(m.hashes) if h not in entry.relayed]
+            if fresh and (len(entry.relayed) + len(fresh) > RELAYED_HASHES or not origin._output_ok()):
+                self.node.stats["relays_cut"] += 1
+                self._cancel_forward(entry, self)
+                return
+            entry.relayed.update(fresh)
+            if fresh:
+                origin._push(entry, fresh)
+        elif isinstance(m, PostResponse) and isinstance(request, PostRequest):
+            good = []
+            for buf in m.posts:
+                try:
+                    h = check_relayed(buf, now)
+                    if h not in entry.relay_wanted:
+                        raise UnsolicitedPostError(f"relayed post {h.hex()} was not asked for (or was relayed already)")
+                except CableError as exc:
+                    self.node.stats["relayed_refused"] += 1
+                    self._refuse(exc)
+                    continue
+                entry.relay_wanted.discard(h)
+                good.append(buf)
+            if good:
+                if origin._output_ok():
+                    origin._send_posts(entry.req_id, good)
+                else:
+                    self.node.stats["relays_cut"] += 1
+                    self._cancel_forward(entry, self)
+                    return
+        elif not isinstance(m, (HashResponse, PostResponse)) or not m.concludes:
+            raise UnknownRequestError(f"{type(m).__name__} does not answer a forwarded {type(request).__name__}")
+        if m.concludes:
             entry.pending.discard(self)
+            self.awaiting.discard(entry)
             origin._finish_inbound(entry)
 
+    def _cancel_forward(self, entry: Inbound, conn) -> None:
+        """Stop waiting on ``conn`` for ``entry`` (it floods, or the requester cannot take more)."""
+        if conn in entry.pending and not conn.closed:
+            conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+        entry.pending.discard(conn)
+        conn.awaiting.discard(entry)
+        entry.origin._finish_inbound(entry)
+
+    def _stop_forwards(self, entry: Inbound) -> None:
+        for conn in list(entry.pending):
+            if not conn.closed:
+                conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+            conn.awaiting.discard(entry)
+        entry.pending.clear()
+
+    # --- concluding ------------------------------------------------------------------
     def _finish_inbound(self, entry: Inbound) -> None:
         """Conclude ``entry`` once our answer and every forward are done (live ones stay)."""
         if self.node.requests.get(entry.req_id) is not entry:
             return
         if entry.live or entry.pending or not entry.local_done:
             return
-        del self.node.requests[entry.req_id]
-        if not self.closed:
+        self._remove_inbound(entry)
+        if not self.closed and not entry.answered:
             self._send(self._concluding(entry.request))
 
-    def _drop_inbound(self, entry: Inbound, cancel_forwards: bool) -> None:
+    def _remove_inbound(self, entry: Inbound) -> None:
         if self.node.requests.get(entry.req_id) is entry:
             del self.node.requests[entry.req_id]
-        if cancel_forwards:
-            for conn in entry.forwarded:
-                if not conn.closed:
-                    conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+        entry.origin.inbound.pop(entry.req_id, None)
+        self._release(entry)
+
+    def _drop_inbound(self, entry: Inbound, cancel_forwards: bool) -> None:
+        self._remove_inbound(entry)
+        for conn in entry.forwarded:
+            conn.awaiting.discard(entry)
+            if cancel_forwards and not conn.closed and conn in entry.pending:
+                conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+        entry.pending.clear()
 
     def _handle_cancel(self, m: CancelRequest) -> None:
         entry = self.node.requests.get(m.cancel_id)
         if not isinstance(entry, Inbound) or entry.origin is not self:
             raise UnknownRequestError(f"cancel of unknown req_id {m.cancel_id.hex()}")
+        pending = set(entry.pending)
         self._drop_inbound(entry, cancel_forwards=False)
-        for conn in entry.forwarded:  # the same cancel, along the same route
+        for conn in pending:  # the same cancel, along the same route
             if not conn.closed:
                 conn._send(m)
 
@@ -173,6 +443,4 @@ class Answering:
     def _concluding(request):
         if isinstance(request, PostRequest):
             return PostResponse(request.req_id)
-        if isinstance(request, ChannelListRequest):
-            return ChannelListResponse(request.req_id)
         return HashResponse(request.req_id)

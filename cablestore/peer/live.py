@@ -1,11 +1,18 @@
 """Live requests: a time range with ``time_end = 0`` and a channel state with
 ``future = 1`` stay open, and every commit to the store (a remote peer, a
 local author, ``ingest_many``) pushes what matches them.  A mixin of
-:class:`cablestore.peer.protocol.Node`."""
+:class:`cablestore.peer.protocol.Node`.
+
+Live requests are indexed by channel, so a commit costs work for the
+channels it touches, not for every live request in the table; a channel's
+state is read once per commit however many requests watch it.  A push is
+output that cannot wait: a connection that has not read its share of answers
+is closed rather than buffered without bound.
+"""
 
 from __future__ import annotations
 
-from cablestore.keyspace.keys import canonical_channel
+from cablestore.keyspace.keys import canonical_channel, mono
 from cablestore.peer.answering import channel_state_answer
 from cablestore.peer.table import Inbound
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC
@@ -19,42 +26,58 @@ class LivePushes:
 
     def _on_commit(self, change) -> None:
         with self.lock:
-            lives = [e for e in self.requests.values() if isinstance(e, Inbound) and e.live and e.local_done]
-            if not lives:
+            if not self._live_index:
                 return
-            delete_channels: dict[bytes, set] = {}
+            chat, state, every_state = self._touched_channels(change)
             pushed = False
-            for entry in lives:
-                if isinstance(entry.request, TimeRangeRequest):
-                    hashes = self._matching_chat(entry, change, delete_channels)
-                else:
-                    hashes = self._state_changes(entry, change)
-                if hashes:
-                    entry.origin._push(entry, hashes)
-                    pushed = True
+            for channel in set(chat) | state | (set(self._live_index) if every_state else set()):
+                entries = [e for e in self._live_index.get(channel, ()) if e.live]
+                answer = None
+                for entry in entries:
+                    if isinstance(entry.request, TimeRangeRequest):
+                        if channel not in chat:
+                            continue
+                        hashes = self._matching_chat(entry, change, chat[channel])
+                    else:
+                        if answer is None:
+                            answer = channel_state_answer(self.store, channel)
+                        hashes = [h for h in answer if h not in entry.state]
+                        entry.state = set(answer)
+                    if hashes and not entry.origin.closed and entry.origin._room_for_push(40 * len(hashes) + 16):
+                        entry.origin._push(entry, hashes)
+                        pushed = True
         if pushed and self.on_output is not None:
             self.on_output()
 
-    def _matching_chat(self, entry: Inbound, change, delete_channels) -> list[bytes]:
-        out = []
+    def _touched_channels(self, change) -> tuple[dict[str, list], set[str], bool]:
+        """The channels whose chat the commit added to (with the posts), whose state it may have changed, and whether it may change every channel's state."""
+        chat: dict[str, list] = {}
+        state: set[str] = set()
+        every_state = bool(change.removed)
         for h, post in change.added:
+            t = post.post_type
+            if t == TEXT:
+                chat.setdefault(canonical_channel(post.channel), []).append((h, post))
+            elif t == DELETE:
+                for tomb in self.store.tombstones_made_by(h, post.hashes):
+                    for c in tomb.channels:
+                        chat.setdefault(canonical_channel(c), []).append((h, post))
+                        state.add(canonical_channel(c))
+                every_state = True  # a deleted post/info changes the state of its author's channels
+            elif t == INFO:
+                every_state = True
+            elif t in (TOPIC, JOIN, LEAVE):
+                state.add(canonical_channel(post.channel))
+        return chat, state, every_state
+
+    @staticmethod
+    def _matching_chat(entry: Inbound, change, posts) -> list[bytes]:
+        """The hashes of ``posts`` (this channel's, in commit order) that ``entry`` is to be pushed."""
+        out = []
+        for h, post in dict((h, p) for h, p in posts).items():
             if post.timestamp < entry.request.time_start:
                 continue
-            if post.post_type == TEXT and canonical_channel(post.channel) == entry.channel:
-                out.append(h)
-            elif post.post_type == DELETE:
-                if h not in delete_channels:
-                    tombs = self.store.tombstones_made_by(h, post.hashes)
-                    delete_channels[h] = {canonical_channel(c) for t in tombs for c in t.channels}
-                if entry.channel in delete_channels[h]:
-                    out.append(h)
+            if entry.cursor is not None and mono(post.timestamp, h) <= entry.cursor:
+                continue  # still being answered page by page: a later page lists it
+            out.append(h)
         return out
-
-    def _state_changes(self, entry: Inbound, change) -> list[bytes]:
-        relevant = bool(change.removed) or any(p.post_type in STATE_TYPES for _, p in change.added)
-        if not relevant:
-            return []
-        now = channel_state_answer(self.store, entry.channel)
-        fresh = [h for h in now if h not in entry.state]
-        entry.state = set(now)
-        return fresh

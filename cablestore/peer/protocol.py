@@ -1,22 +1,37 @@
 """A sans-I/O Cable peer: bytes in, bytes out, no sockets (in the manner of h11).
 
-A :class:`Node` holds the store and the request table shared by all remote
-peers; :meth:`Node.connect` makes one :class:`Connection` per remote peer.
-The transport feeds what it reads to :meth:`Connection.receive_data`, writes
-what :meth:`Connection.data_to_send` returns, calls :meth:`Node.tick` now and
-then, and :meth:`Connection.close` when the socket goes.  Time is always
-passed in (milliseconds), so tests drive it.
+A :class:`Node` holds the store, the request table shared by all remote
+peers and the resource policy (:class:`cablestore.peer.limits.PeerLimits`);
+:meth:`Node.connect` makes one :class:`Connection` per remote peer.  Time is
+always passed in (milliseconds), so tests drive it.
+
+Two ways to drive it:
+
+* simply: :meth:`Connection.receive_data` handles what was read and every
+  answer it leads to at once; :meth:`Connection.data_to_send` returns the
+  bytes to write;
+* as a server does (:mod:`cablestore.peer.transport`):
+  :meth:`Connection.feed` only buffers; :meth:`Node.run` handles the
+  buffered messages a slice at a time, connection after connection (round
+  robin), so one connection's burst delays another's answer by at most a
+  turn of each busy connection; :meth:`Connection.read_allowance` says how
+  much may be read from a connection now (0: stop reading it, its input or
+  unread output is over its share); :meth:`Node.take_dirty` names the
+  connections with bytes to write, so nothing walks every connection per
+  event; :meth:`Node.tick` times out requests and slow or idle connections.
 
 Answers (spec 1.0-draft8 §5.2, §6.3, as deployed by cable.js 0.2.1):
 
 * post request: the posts held, then an empty post response;
-* channel time range: hashes newest first; ``time_end = 0`` stays live;
+* channel time range: hashes newest first, page by page; ``time_end = 0``
+  stays live;
 * channel state: the current state; ``future = 1`` stays live and pushes
   what enters the state (the next-latest post after a delete too);
 * channel list: one response; moderation state: an empty hash response;
 * cancel: ends the live request, forwarded where the request went;
-* ``ttl > 0``: forwarded to the other connections with ``ttl - 1``, their
-  responses relayed back.
+* ``ttl > 0``: forwarded to other connections with ``ttl - 1``; their
+  responses are checked (posts decoded, signed, not from the far future,
+  and asked for) before they are relayed back.
 
 Live pushes come from ``Store.subscribe``: any commit (a remote peer, a
 local author, ``ingest_many``) reaches every live request it matches.
@@ -27,12 +42,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cablestore.errors import CableError, FramingError, UnknownRequestError
+from cablestore.errors import CableError, SlowPeerError, TooManyConnectionsError, UnknownRequestError
 from cablestore.peer.answering import Answering, channel_state_answer
+from cablestore.peer.inbox import BadMessage, Inbox
+from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
 from cablestore.peer.live import STATE_TYPES, LivePushes
 from cablestore.peer.requesting import Requesting
 from cablestore.peer.table import (
@@ -46,7 +63,6 @@ from cablestore.peer.table import (
     Outbound,
     Refused,
 )
-from cablestore.wire.decoding import Decoder
 from cablestore.wire.messages import DEFAULT_LIMITS, DEPLOYED, Framing, Limits, encode
 
 if TYPE_CHECKING:
@@ -55,19 +71,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("cablestore.peer")
 
 __all__ = [
-    "Node", "Connection", "Job", "Concluded", "Refused", "channel_state_answer", "STATE_TYPES",
+    "Node", "Connection", "Job", "Concluded", "Refused", "channel_state_answer", "STATE_TYPES", "PeerLimits",
     "HASHES_PER_RESPONSE", "POST_RESPONSE_BYTES", "HASHES_PER_POST_REQUEST", "POST_REQUESTS_IN_FLIGHT",
 ]
 
+EVENTS_KEPT = 1024  # events not collected are dropped oldest first (their counts stay in ``stats``)
+
 
 class Node(LivePushes):
-    """The store, the request table and the connections of one Cable peer.
+    """The store, the request table, the resource policy and the connections of one Cable peer.
 
-    ``max_requests``: live requests the table holds at most (all peers);
-    ``max_per_connection``: at most this many from one remote peer;
+    ``policy``: the limits (:class:`cablestore.peer.limits.PeerLimits`);
     ``timeout``: ms before a finite request (ours, or a forwarded one we
-    wait on) is given up; ``seen``: how many recent ``req_id`` s are
-    remembered to discard echoes and loops.
+    wait on) is given up (default ``policy.request_timeout``); ``seen``: how
+    many recent ``req_id`` s are remembered to discard echoes and loops.
     """
 
     def __init__(
@@ -76,45 +93,61 @@ class Node(LivePushes):
         *,
         framing: Framing = DEPLOYED,
         limits: Limits = DEFAULT_LIMITS,
-        max_requests: int = 4096,
-        max_per_connection: int = 1024,
-        timeout: int = 30_000,
+        policy: PeerLimits = DEFAULT_POLICY,
+        timeout: int | None = None,
         seen: int = 16_384,
         random: Callable[[int], bytes] = os.urandom,
     ) -> None:
         self.store = store
         self.framing = framing
         self.limits = limits
-        self.max_requests = max_requests
-        self.max_per_connection = max_per_connection
-        self.timeout = timeout
+        self.policy = policy
+        self.timeout = policy.request_timeout if timeout is None else timeout
         self.random = random
-        self.connections: list[Connection] = []
+        self.connections: dict[Connection, None] = {}  # insertion-ordered; removal is O(1)
         self.requests: dict[bytes, Inbound | Outbound] = {}
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._seen: OrderedDict[bytes, int] = OrderedDict()  # req_id -> serial of the connection it came from (0: ours)
         self._seen_max = seen
-        self._inflight: set[bytes] = set()
-        # Hashes in flight that time ranges listed: the channels they listed them in.
-        self._listed: dict[bytes, set[str]] = {}
+        self._inflight: set[bytes] = set()  # hashes asked for or queued to be
+        # Hashes in flight that time ranges listed: the channel (or channels) they listed them in.
+        self._listed: dict[bytes, str | set[str]] = {}
         # Post requests we concluded once every post came: their closing empty
         # response is still on its way and must not count as unknown.
         self._quiet: OrderedDict[bytes, Connection] = OrderedDict()
         self.syncing: set[str] = set()  # channels a sync is running for (one at a time)
         self.lock = threading.RLock()
         self.on_output = None  # called (from any thread) when a live push queued bytes
+        self.on_close = None  # called (from any thread) with a connection that closed
+        self.live_count = 0
+        self.forward_count = 0
+        self.buffered = 0  # bytes held in every connection's input and output
+        self.peak_buffered = 0
+        self.stats: Counter = Counter()
+        self.closed_by: Counter = Counter()  # connections closed, by reason
+        self._pool = policy.pool_bytes()
+        self._serial = 0
+        self._ready: deque[Connection] = deque()
+        self._dirty: dict[Connection, None] = {}
+        self._touched: dict[Connection, None] = {}
+        self._live_index: dict[str, dict[Inbound, None]] = {}  # channel -> its live requests
         self._unsubscribe = store.subscribe(self._on_commit)
 
-    def _forget(self, hashes) -> None:
-        """These hashes are no longer in flight."""
-        self._inflight.difference_update(hashes)
-        for h in hashes:
-            self._listed.pop(h, None)
+    # --- connections --------------------------------------------------------------
+    def connect(self, name: str = "peer", *, now: int = 0, accepted: bool = False) -> Connection:
+        """A new connection to a remote peer called ``name`` (for logs and sync cursors).
 
-    def connect(self, name: str = "peer") -> Connection:
-        """A new connection to a remote peer called ``name`` (for logs and sync cursors)."""
+        ``accepted``: the remote peer dialled us; such connections count
+        against ``policy.max_connections`` (beyond it,
+        :class:`cablestore.errors.TooManyConnectionsError`) and close when idle.
+        """
         with self.lock:
-            conn = Connection(self, name)
-            self.connections.append(conn)
+            if accepted and len(self.connections) >= self.policy.max_connections:
+                self.stats["connections_refused"] += 1
+                raise TooManyConnectionsError(f"{len(self.connections)} connections open, limit {self.policy.max_connections}")
+            self._serial += 1
+            conn = Connection(self, name, self._serial, now, accepted)
+            self.connections[conn] = None
+            self.stats["connections"] += 1
             return conn
 
     def close(self) -> None:
@@ -123,26 +156,82 @@ class Node(LivePushes):
         for conn in list(self.connections):
             conn.close()
 
+    def _forget(self, hashes) -> None:
+        """These hashes are no longer in flight."""
+        self._inflight.difference_update(hashes)
+        for h in hashes:
+            self._listed.pop(h, None)
+
+    @property
+    def pool_left(self) -> int:
+        """Bytes of the shared buffer pool not in use (negative: over it)."""
+        return self._pool - self.buffered
+
+    def _account(self, delta: int) -> None:
+        self.buffered += delta
+        if self.buffered > self.peak_buffered:
+            self.peak_buffered = self.buffered
+
+    # --- request ids --------------------------------------------------------------
     def new_req_id(self) -> bytes:
         """A fresh random ``req_id``, remembered so an echo of it is discarded."""
         with self.lock:
             while True:
                 req_id = self.random(self.framing.req_id_size)
                 if req_id not in self.requests and req_id not in self._seen:
-                    self._remember(req_id)
+                    self._remember(req_id, 0)
                     return req_id
 
-    def _remember(self, req_id: bytes) -> bool:
-        """Record ``req_id``; False if it was already known (alive or seen lately)."""
-        if req_id in self._seen or req_id in self.requests:
-            return False
-        self._seen[req_id] = None
+    def _remember(self, req_id: bytes, serial: int) -> int | None:
+        """Record that ``req_id`` came from connection ``serial`` (0: ours); if it was known, the serial it came from first."""
+        known = self._seen.get(req_id)
+        if known is not None:
+            return known
+        entry = self.requests.get(req_id)
+        if entry is not None:
+            return entry.origin.serial if isinstance(entry, Inbound) else 0
+        self._seen[req_id] = serial
         while len(self._seen) > self._seen_max:
             self._seen.popitem(last=False)
-        return True
+        return None
 
+    # --- scheduling ---------------------------------------------------------------
+    def run(self, now: int, slices: int = 1) -> bool:
+        """Handle buffered work: up to ``slices`` turns, one connection per turn, round robin; True if work is left."""
+        with self.lock:
+            ready = self._ready
+            while slices > 0 and ready:
+                conn = ready.popleft()
+                conn._scheduled = False
+                if conn.closed:
+                    continue
+                if conn._work(now, self.policy.slice_units):
+                    slices -= 1
+                conn._schedule()
+            return bool(ready)
+
+    @property
+    def has_work(self) -> bool:
+        """True while some connection has work that may run now."""
+        return bool(self._ready)
+
+    def take_dirty(self) -> list[Connection]:
+        """The connections that queued bytes to write since the last call."""
+        with self.lock:
+            dirty = list(self._dirty)
+            self._dirty.clear()
+            return dirty
+
+    def take_touched(self) -> list[Connection]:
+        """The connections whose input shrank since the last call (reading them may resume)."""
+        with self.lock:
+            touched = list(self._touched)
+            self._touched.clear()
+            return touched
+
+    # --- time ---------------------------------------------------------------------
     def tick(self, now: int) -> None:
-        """Time out finite requests older than ``timeout`` ms."""
+        """Time out finite requests older than ``timeout`` ms, and idle, slow or stalled connections."""
         with self.lock:
             for entry in list(self.requests.values()):
                 if entry.live or now - entry.started < self.timeout:
@@ -151,107 +240,274 @@ class Node(LivePushes):
                     entry.conn._conclude_outbound(entry, "timeout")
                     entry.conn._send_queued(now)
                 elif entry.pending:
+                    for conn in list(entry.pending):
+                        conn.awaiting.discard(entry)
                     entry.pending.clear()
                     entry.origin._finish_inbound(entry)
+            for conn in list(self.connections):
+                conn._check_time(now)
+
+    def snapshot(self) -> dict:
+        """Counts for ``serve --json`` and the hostile-peer harness."""
+        with self.lock:
+            out = {k: v for k, v in sorted(self.stats.items())}
+            out.update(
+                open_connections=len(self.connections),
+                open_requests=len(self.requests),
+                live_requests=self.live_count,
+                forwarded_requests=self.forward_count,
+                buffered_bytes=self.buffered,
+                peak_buffered_bytes=self.peak_buffered,
+                closed=dict(sorted(self.closed_by.items())),
+            )
+            return out
+
 
 class Connection(Requesting, Answering):
     """One remote peer, sans I/O: feed bytes in, take bytes out, read events."""
 
-    def __init__(self, node: Node, name: str):
+    def __init__(self, node: Node, name: str, serial: int = 0, now: int = 0, accepted: bool = False):
         self.node = node
         self.name = name
-        self.decoder = Decoder(node.framing, node.limits)
+        self.serial = serial
+        self.accepted = accepted
+        self.inbox = Inbox(node.framing, node.limits)
         self._out = bytearray()
-        self._events: list = []
+        self._events: deque = deque(maxlen=EVENTS_KEPT)
         self.closed = False
-        self.error: FramingError | None = None
+        self.close_reason: str | None = None
+        self.error: CableError | None = None
         self._queue: deque = deque()  # (hashes, job, ttl) post requests not sent yet
         self._posts_in_flight = 0
-        self.stats = {"received": 0, "dropped": 0, "ingested": 0, "refused": 0, "unsolicited": 0, "sent": 0}
+        self.inbound: dict[bytes, Inbound] = {}  # requests it sent us, alive
+        self.outbound: dict[bytes, Outbound] = {}  # requests we sent on it, alive
+        self.awaiting: set[Inbound] = set()  # requests forwarded to it, not concluded by it yet
+        self.live = 0  # live requests of its own in the table
+        self.forwards = 0  # forwarded requests of its own in the table
+        self._answers: deque = deque()  # (entry, iterator) long answers in progress
+        self._scheduled = False
+        self.last_received = now
+        self.writable = True
+        self._stall_since: int | None = None
+        self.stats = {"received": 0, "dropped": 0, "ingested": 0, "refused": 0, "unsolicited": 0, "sent": 0, "requests": 0, "requests_refused": 0}
+        self.errors: Counter = Counter()  # what was dropped or refused, by error class
 
     # --- I/O surface ----------------------------------------------------------------
     def receive_data(self, data: bytes, now: int) -> list:
-        """Handle bytes read from the remote peer; return the events they caused."""
+        """Handle bytes read from the remote peer and all the work they lead to; return the events they caused."""
         with self.node.lock:
-            if self.closed:
-                return self.next_events()
-            for item in self.decoder.feed(data):
-                if isinstance(item, CableError):
-                    self._refuse(item)
-                    if isinstance(item, FramingError):
-                        self.error = item
-                        self.close()
-                    continue
-                self.stats["received"] += 1
-                try:
-                    self._handle(item, now)
-                except CableError as exc:
-                    self._refuse(exc)
+            self.feed(data, now)
+            while not self.closed and self._work(now, 1 << 30, force=True):
+                pass
             return self.next_events()
 
-    def data_to_send(self) -> bytes:
-        """Bytes to write to the remote peer (empties the buffer)."""
+    def feed(self, data: bytes, now: int) -> None:
+        """Buffer bytes read from the remote peer; :meth:`Node.run` handles them in turn."""
         with self.node.lock:
-            out = bytes(self._out)
-            self._out.clear()
+            if self.closed or not data:
+                return
+            self.last_received = now
+            before = self.inbox.size
+            self.inbox.feed(data, now)
+            if self.inbox.broken is not None:
+                self._fail_framing(self.inbox.broken)
+                return
+            self.node._account(self.inbox.size - before)
+            self._schedule()
+
+    def read_allowance(self) -> int:
+        """How many bytes may be read from the remote peer now (0: stop reading until this grows)."""
+        if self.closed:
+            return 0
+        node, policy, inbox = self.node, self.node.policy, self.inbox
+        if inbox.ready_bytes >= policy.input_reserved:
+            return 0  # whole messages wait: handle them before reading more
+        room = node.limits.max_message + 16 - inbox.size
+        if node.pool_left <= 0:
+            room = policy.input_reserved - inbox.size
+        return max(0, min(policy.read_chunk, room))
+
+    def data_to_send(self, max_bytes: int | None = None) -> bytes:
+        """Bytes to write to the remote peer (at most ``max_bytes``; the rest stays for later)."""
+        with self.node.lock:
+            n = len(self._out) if max_bytes is None else min(max_bytes, len(self._out))
+            if not n:
+                return b""
+            out = bytes(self._out[:n])
+            del self._out[:n]
+            self.node._account(-n)
+            self._stall_since = None
+            self._schedule()
             return out
 
-    def next_events(self) -> list:
-        """Events since the last call (conclusions of our requests, refusals)."""
+    @property
+    def output_buffered(self) -> int:
+        """Bytes queued for the remote peer and not taken yet."""
+        return len(self._out)
+
+    def set_writable(self, writable: bool) -> None:
+        """The transport says whether the socket takes more (False: its buffer is full)."""
         with self.node.lock:
-            events, self._events = self._events, []
+            self.writable = writable
+            if writable:
+                self._stall_since = None
+
+    def next_events(self) -> list:
+        """Events since the last call (conclusions of our requests, refusals); at most the last 1,024."""
+        with self.node.lock:
+            events = list(self._events)
+            self._events.clear()
             return events
 
-    def close(self) -> None:
+    def close(self, reason: str = "closed") -> None:
         """The connection is gone: conclude everything that involved it."""
         with self.node.lock:
             if self.closed:
                 return
             self.closed = True
+            self.close_reason = reason
             node = self.node
+            node.closed_by[reason] += 1
+            node._account(-(self.inbox.size + len(self._out)))
+            self.inbox.clear()
+            self._out = bytearray()
+            self._answers.clear()
             self._drop_queue()
-            for entry in list(node.requests.values()):
-                if isinstance(entry, Outbound) and entry.conn is self:
-                    self._conclude_outbound(entry, "closed")
-                elif isinstance(entry, Inbound) and entry.origin is self:
-                    self._drop_inbound(entry, cancel_forwards=True)
-                elif isinstance(entry, Inbound) and self in entry.pending:
-                    entry.pending.discard(self)
-                    entry.origin._finish_inbound(entry)
-            if self in node.connections:
-                node.connections.remove(self)
+            for entry in list(self.outbound.values()):
+                self._conclude_outbound(entry, "closed")
+            for entry in list(self.inbound.values()):
+                self._drop_inbound(entry, cancel_forwards=True)
+            for entry in list(self.awaiting):
+                entry.pending.discard(self)
+                entry.origin._finish_inbound(entry)
+            self.awaiting.clear()
+            node.connections.pop(self, None)
+            node._dirty.pop(self, None)
+            node._touched.pop(self, None)
+            if node.on_close is not None:
+                node.on_close(self)
 
     def pending(self, tag: object = None) -> int:
         """Finite requests of ours still alive on this connection (with ``tag``, only that sync's)."""
         with self.node.lock:
-            return sum(
-                1
-                for e in self.node.requests.values()
-                if isinstance(e, Outbound) and e.conn is self and not e.live and (tag is None or e.job.tag == tag)
-            )
+            return sum(1 for e in self.outbound.values() if not e.live and (tag is None or e.job.tag == tag))
+
+    # --- work -----------------------------------------------------------------------
+    def _output_ok(self) -> bool:
+        n, policy = len(self._out), self.node.policy
+        return n < policy.output_reserved or (n < policy.output_high and self.node.pool_left > 0)
+
+    @property
+    def runnable(self) -> bool:
+        """True if this connection has work that may run now (its output is not backed up)."""
+        if self.closed or not self._output_ok():
+            return False
+        return bool(self._answers) or (self.inbox.ready > 0 and len(self._answers) < self.node.policy.active_per_peer)
+
+    def _schedule(self) -> None:
+        if not self._scheduled and self.runnable:
+            self._scheduled = True
+            self.node._ready.append(self)
+
+    def _work(self, now: int, units: int, force: bool = False) -> int:
+        """Do up to ``units`` units of work; return how many were done."""
+        used, active = 0, self.node.policy.active_per_peer
+        shrank = False
+        while used < units and not self.closed and (force or self._output_ok()):
+            if self.inbox.ready and len(self._answers) < active:
+                before = self.inbox.size
+                item = self.inbox.take()
+                self.node._account(self.inbox.size - before)
+                shrank = True
+                self._handle_item(item, now)
+            elif self._answers:
+                self._step_answer()
+            else:
+                break
+            used += 1
+        if shrank and not self.closed:
+            self.node._touched[self] = None
+        return used
+
+    def _handle_item(self, item, now: int) -> None:
+        if isinstance(item, BadMessage):
+            self._refuse(item.error)
+            entry = self.outbound.get(item.req_id) if item.req_id is not None else None
+            if entry is not None:  # a malformed answer to one of our requests fails it at once
+                entry.job.fail(f"malformed answer: {type(item.error).__name__}: {item.error}")
+                self._conclude_outbound(entry, "malformed")
+                self._send_queued(now)
+            return
+        self.stats["received"] += 1
+        try:
+            self._handle(item, now)
+        except CableError as exc:
+            self._refuse(exc)
+
+    def _check_time(self, now: int) -> None:
+        policy = self.node.policy
+        reason = None
+        if self.inbox.partial_since is not None and now - self.inbox.partial_since > policy.frame_timeout:
+            reason = f"slow: one message took over {policy.frame_timeout} ms to arrive"
+        elif self._out or not self.writable:
+            if self._stall_since is None:
+                self._stall_since = now
+            elif now - self._stall_since > policy.stall_timeout:
+                reason = f"stalled: read none of its answers for {policy.stall_timeout} ms"
+        elif (
+            self.accepted
+            and now - self.last_received > policy.idle_timeout
+            and not (self.inbound or self.outbound or self.awaiting or self._answers or self._queue or self.inbox.size)
+        ):
+            reason = f"idle for {policy.idle_timeout} ms"
+        if reason is not None:
+            self._refuse(SlowPeerError(reason))
+            self.close(reason.split(":")[0].split(" ")[0])
+
+    def _fail_framing(self, error: CableError) -> None:
+        self._refuse(error)
+        self.error = error
+        self.close("framing")
 
     # --- dispatch -------------------------------------------------------------------
     def _handle(self, m, now: int) -> None:
         if m.is_request:
             self._handle_request(m, now)
             return
-        entry = self.node.requests.get(m.req_id)
-        if entry is None and self.node._quiet.get(m.req_id) is self:
+        node = self.node
+        entry = node.requests.get(m.req_id)
+        if entry is None and node._quiet.get(m.req_id) is self:
             if m.concludes:
-                del self.node._quiet[m.req_id]
+                del node._quiet[m.req_id]
             return
         if isinstance(entry, Outbound) and entry.conn is self:
             self._handle_answer(entry, m, now)
         elif isinstance(entry, Inbound) and self in entry.forwarded:
-            self._relay(entry, m)
+            self._relay(entry, m, now)
         else:
             raise UnknownRequestError(f"{type(m).__name__} for unknown req_id {m.req_id.hex()}")
 
     def _refuse(self, error: CableError) -> None:
+        # Kept in an event: without its traceback, which would hold the frames and the message (up to 4 MiB) alive.
+        error.__traceback__ = error.__context__ = error.__cause__ = None
         self.stats["dropped"] += 1
+        self.errors[type(error).__name__] += 1
+        self.node.stats["messages_dropped"] += 1
         log.info("%s: dropped: %s: %s", self.name, type(error).__name__, error)
         self._events.append(Refused(error))
 
     def _send(self, m) -> None:
-        self._out += encode(m, self.node.framing)
+        data = encode(m, self.node.framing)
+        self._out += data
+        self.node._account(len(data))
+        self.node._dirty[self] = None
         self.stats["sent"] += 1
+
+    def _room_for_push(self, n: int) -> bool:
+        """Output that cannot wait (a live push): False, and the connection closed, if it would pass its share."""
+        policy, size = self.node.policy, len(self._out) + n
+        if size <= policy.output_reserved or (size <= policy.output_max and self.node.pool_left > 0):
+            return True
+        self._refuse(SlowPeerError(f"{len(self._out)} bytes of answers unread; a live push would pass the limit"))
+        self.close("overflow")
+        return False

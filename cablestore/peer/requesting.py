@@ -1,6 +1,13 @@
 """Requesting from a remote peer: time ranges, channel state, channel lists
 and the post requests their hashes lead to, and ingesting the answers.  A
-mixin of :class:`cablestore.peer.protocol.Connection`."""
+mixin of :class:`cablestore.peer.protocol.Connection`.
+
+Memory stays bounded whatever the peer sends: at most
+``policy.max_pending_hashes()`` hashes are waited on at once (queued or
+asked for); a response that would pass it fails its request (reason
+``overflow``) and cancels it, and only what fits is fetched.  An answer of the
+wrong type, or one that does not decode, fails the request it names at once.
+"""
 
 from __future__ import annotations
 
@@ -47,8 +54,8 @@ class Requesting:
     def cancel(self, req_id: bytes) -> None:
         """Cancel a request we made (live ones mostly); nothing answers a cancel."""
         with self.node.lock:
-            entry = self.node.requests.get(req_id)
-            if isinstance(entry, Outbound) and entry.conn is self:
+            entry = self.outbound.get(req_id)
+            if entry is not None:
                 self._send(CancelRequest(self.node.new_req_id(), cancel_id=req_id))
                 self._conclude_outbound(entry, "cancelled")
 
@@ -62,26 +69,51 @@ class Requesting:
     def _track(self, request, now: int, job: Job, live: bool = False, wanted=(), counted: bool = False) -> None:
         entry = Outbound(request.req_id, self, request, now, job, live, set(wanted))
         self.node.requests[request.req_id] = entry
+        self.outbound[request.req_id] = entry
         if not counted:
             job.outstanding += 1
+        job.requests += 1
         self._send(request)
 
-    def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0, channel: str | None = None) -> None:
-        """Ask for the hashes not held, deleted or in flight; ``channel``: the time range that listed them."""
-        store, inflight = self.node.store, self.node._inflight
-        missing, held, listed = [], [], self.node._listed
+    def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0, channel: str | None = None) -> bool:
+        """Ask for the hashes not held, deleted or in flight; ``channel``: the time range that listed them.
+
+        Returns False if not all of them fit under the pending-hash bound (the job is failed).
+        """
+        node = self.node
+        store, inflight, listed = node.store, node._inflight, node._listed
+        fresh = []
         for h in dict.fromkeys(hashes):
             if h in inflight:
                 if channel is not None:
-                    listed.setdefault(h, set()).add(channel)
+                    known = listed.get(h)
+                    if known is None:
+                        listed[h] = channel
+                    elif isinstance(known, str):
+                        if known != channel:
+                            listed[h] = {known, channel}
+                    else:
+                        known.add(channel)
+            else:
+                fresh.append(h)
+        missing, held = [], []
+        for h, buf in zip(fresh, store.get_many(fresh), strict=True):
+            if buf is not None:
+                held.append(h)
             elif not store.is_deleted(h):
-                (held if store.get(h) is not None else missing).append(h)
+                missing.append(h)
+        fits = True
+        room = node.policy.max_pending_hashes() - len(inflight)
+        if len(missing) > room:
+            fits = False
+            job.fail(f"overflow: the peer listed more than {node.policy.max_pending_hashes()} posts to fetch at once")
+            missing = missing[: max(0, room)]
         if channel is not None:
             # A delete of posts this store never held is listed where the peer listed it.
             if held:
                 store.learn_listing(channel, held)
             for h in missing:
-                listed[h] = {channel}
+                listed[h] = channel
         for i in range(0, len(missing), HASHES_PER_POST_REQUEST):
             chunk = tuple(missing[i : i + HASHES_PER_POST_REQUEST])
             inflight.update(chunk)
@@ -89,6 +121,7 @@ class Requesting:
             job.outstanding += 1
             self._queue.append((chunk, job, ttl))
         self._send_queued(now)
+        return fits
 
     def _send_queued(self, now: int) -> None:
         """Send queued post requests while fewer than POST_REQUESTS_IN_FLIGHT are unanswered."""
@@ -102,37 +135,50 @@ class Requesting:
             chunk, job, _ = self._queue.popleft()
             self.node._forget(chunk)
             job.outstanding -= 1
-            job.failed = True
+            job.fail("closed: the connection closed before these posts were asked for")
 
     def _conclude_outbound(self, entry: Outbound, reason: str) -> None:
         node = self.node
         if node.requests.get(entry.req_id) is not entry:
             return
         del node.requests[entry.req_id]
+        self.outbound.pop(entry.req_id, None)
         node._forget(entry.wanted)
         job = entry.job
         job.outstanding -= 1
-        if reason != "answered" or entry.wanted:
-            job.failed = True
+        if reason != "answered":
+            job.fail(f"{reason}: {type(entry.request).__name__} {self._what(reason)}")
+        elif entry.wanted:
+            job.fail(f"missing: {len(entry.wanted)} posts asked for did not come")
         if not isinstance(entry.request, PostRequest):
             job.concluded = True
         else:
             self._posts_in_flight -= 1
         self._events.append(Concluded(entry.req_id, entry.request, reason, job.channels))
 
+    def _what(self, reason: str) -> str:
+        return {
+            "timeout": f"got no answer within {self.node.timeout} ms",
+            "closed": "was open when the connection closed",
+            "cancelled": "was cancelled",
+            "overflow": "listed more posts than this peer waits on at once",
+        }.get(reason, "failed")
+
     def _handle_answer(self, entry: Outbound, m, now: int) -> None:
-        job = entry.job
-        if isinstance(m, HashResponse) and not isinstance(entry.request, (PostRequest, ChannelListRequest)):
+        job, request = entry.job, entry.request
+        if isinstance(m, HashResponse) and isinstance(request, (TimeRangeRequest, ChannelStateRequest)):
             if m.hashes:
                 entry.started = now
-                if job.newest is None and isinstance(entry.request, TimeRangeRequest):
+                if job.newest is None and isinstance(request, TimeRangeRequest):
                     job.newest = m.hashes[0]
                 job.hashes_seen += len(m.hashes)
-                channel = entry.request.channel if isinstance(entry.request, TimeRangeRequest) else None
-                self._request_missing(list(m.hashes), job, now, entry.request.ttl, channel)  # fetch along the same route
+                channel = request.channel if isinstance(request, TimeRangeRequest) else None
+                if not self._request_missing(list(m.hashes), job, now, request.ttl, channel):  # fetch along the same route
+                    self._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+                    self._conclude_outbound(entry, "overflow")
             else:
                 self._conclude_outbound(entry, "answered")
-        elif isinstance(m, PostResponse) and isinstance(entry.request, PostRequest):
+        elif isinstance(m, PostResponse) and isinstance(request, PostRequest):
             self._ingest(entry, m.posts)
             entry.started = now  # answers are arriving: time out from the last one
             if m.concludes or not entry.wanted:
@@ -140,39 +186,46 @@ class Requesting:
                 if not m.concludes:
                     self._expect_closing(entry.req_id)
                 self._send_queued(now)
-        elif isinstance(m, ChannelListResponse) and isinstance(entry.request, ChannelListRequest):
+        elif isinstance(m, ChannelListResponse) and isinstance(request, ChannelListRequest):
             job.channels = m.channels
             self._conclude_outbound(entry, "answered")
         else:
-            raise UnknownRequestError(f"{type(m).__name__} does not answer a {type(entry.request).__name__}")
+            error = UnknownRequestError(f"{type(m).__name__} does not answer a {type(request).__name__}")
+            job.fail(f"wrong answer type: {error}")
+            self._conclude_outbound(entry, "wrong type")
+            self._send_queued(now)
+            raise error
 
     def _expect_closing(self, req_id: bytes) -> None:
         quiet = self.node._quiet
         quiet[req_id] = self
-        while len(quiet) > self.node.max_requests:
+        while len(quiet) > self.node.policy.live_total:
             quiet.popitem(last=False)
 
     def _ingest(self, entry: Outbound, posts) -> None:
         solicited, listed = [], {}
+        node = self.node
         for buf in posts:
             h = post_hash(buf)
             if h in entry.wanted:
                 entry.wanted.discard(h)
-                for channel in self.node._listed.get(h, ()):
+                channels = node._listed.get(h, ())
+                for channel in (channels,) if isinstance(channels, str) else channels:
                     listed.setdefault(channel, []).append(h)
-                self.node._forget((h,))
+                node._forget((h,))
                 solicited.append(buf)
             else:
                 self.stats["unsolicited"] += 1
                 self._refuse(UnsolicitedPostError(f"post {h.hex()} was not asked for"))
+        entry.job.posts_received += len(solicited)
         if not solicited:
             return
-        for result in self.node.store.ingest_many(solicited):
+        for result in node.store.ingest_many(solicited):
             if result.ok:
                 self.stats["ingested"] += 1
             else:
                 self.stats["refused"] += 1
-                entry.job.failed = True
+                entry.job.fail(f"refused: a post did not pass the store's checks: {type(result.error).__name__}: {result.error}")
                 self._refuse(result.error)
         for channel, hashes in listed.items():
-            self.node.store.learn_listing(channel, hashes)
+            node.store.learn_listing(channel, hashes)

@@ -7,6 +7,12 @@ calls :meth:`Sync.poll`.  It keeps a cursor per remote peer and channel under
 last complete history fetch, less ``margin`` ms for clock skew, so a repeated
 sync asks only for ``[cursor, ...)``.  A channel is synced by one
 :class:`Sync` of a node at a time (``Node.syncing``); others wait for it.
+
+A sync never calls a failure complete: it ends with a ``reason`` when the
+peer closes, breaks the framing, answers with the wrong message type or
+with bytes that do not decode, lists more than it may hold, or brings
+nothing useful (an answer, a post) for ``progress_timeout`` ms; its
+:meth:`Sync.summary` says what was asked, received and refused.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ if TYPE_CHECKING:
 CURSOR = b"!local!sync!"
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
+DEFAULT_PROGRESS_TIMEOUT = 30_000
+PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
 
 
 def cursor_key(peer: str, channel: str) -> bytes:
@@ -60,7 +68,9 @@ class Sync:
     ``channels``: names to sync (None: all the peer lists); ``window``:
     ``(start, end)`` ms to fetch instead of ``[cursor, now + 7 days)`` (an
     explicit window leaves the cursor alone); ``live``: afterwards keep live
-    time range and state requests open.  ``done`` once every request concluded.
+    time range and state requests open.  ``progress_timeout``: ms without an
+    answer or a post after which a finite sync gives up.  ``done`` once every
+    request concluded, or the sync was abandoned (``reason`` says why).
     """
 
     def __init__(
@@ -72,6 +82,8 @@ class Sync:
         live: bool = False,
         window: tuple[int, int] | None = None,
         margin: int = DEFAULT_MARGIN,
+        progress_timeout: int = DEFAULT_PROGRESS_TIMEOUT,
+        parallel: int = PARALLEL_CHANNELS,
     ) -> None:
         self.conn = conn
         self.node = conn.node
@@ -79,25 +91,73 @@ class Sync:
         self.live = live
         self.window = window
         self.margin = margin
+        self.progress_timeout = progress_timeout
+        self.parallel = parallel
         self.wanted = None if channels is None else list(dict.fromkeys(canonical_channel(c) for c in channels))
         self.channels: dict[str, _Channel] = {}
         self.listing: Job | None = None
         self.started = False
+        self.reason: str | None = None
+        self._progress_mark: tuple = ()
+        self._progress_at: int | None = None
+        self._listed = False
 
     # --- driving ------------------------------------------------------------------
     def poll(self, now: int) -> None:
-        """Advance: start what can start, finish what concluded."""
+        """Advance: start what can start, finish what concluded, give up when nothing useful came for too long."""
         with self.node.lock:
+            if self.reason is not None:
+                return
             if not self.started:
                 self.started = True
+                self._progress_at = now
                 if self.wanted is None:
                     self.listing = self.conn.request_channel_list(now=now, job=Job(tag=self))
                 else:
                     self._add(self.wanted)
+            if self.conn.closed:
+                if self.conn.error is not None or not self.finite_done:
+                    self.abandon(self._closed_reason())
+                return
             if self.listing is not None and self.listing.done and not self.channels:
+                if not self.listing.complete:
+                    self.abandon(f"channel list: {self.listing.reason}")
+                    return
                 self._add(canonical_channel(c) for c in self.listing.channels)
+                self._listed = True
+            running = 0
             for ch in self.channels.values():
+                if ch.history is not None and not ch.finished:
+                    running += 1
+            for ch in self.channels.values():
+                if ch.history is None and running >= self.parallel:
+                    break
+                started = ch.history is None
                 self._advance(ch, now)
+                running += started and ch.history is not None
+            failed = self._live_failure()
+            if failed:
+                self.abandon(failed)
+                return
+            self._check_progress(now)
+
+    def _check_progress(self, now: int) -> None:
+        jobs = self._jobs()
+        # Useful: an answer concluded, a post received.  Hashes alone are not (a peer can list
+        # hashes forever and deliver no post).
+        mark = (sum(j.posts_received for j in jobs), sum(j.concluded for j in jobs))
+        if mark != self._progress_mark:
+            self._progress_mark, self._progress_at = mark, now
+        elif not self.finite_done and now - self._progress_at > self.progress_timeout:
+            asked = sum(1 for j in jobs if not j.done)
+            dropped = ", ".join(f"{n} {name}" for name, n in self.conn.errors.most_common(3))
+            first = next((j.reason for j in jobs if j.failed and j.reason), None)
+            self.abandon(
+                f"no progress for {self.progress_timeout / 1000:g} s: {asked} requests unanswered; the peer sent "
+                f"{self.conn.stats['received']} messages ({self.conn.stats['requests']} requests), {self.conn.stats['dropped']} dropped"
+                + (f" ({dropped})" if dropped else "")
+                + (f"; before that: {first}" if first else "")
+            )
 
     def _add(self, names) -> None:
         for name in names:
@@ -122,42 +182,87 @@ class Sync:
             buf = self.node.store.get(ch.history.newest)
             if buf is not None:
                 write_cursor(self.node.store, self.peer, ch.name, decode_post(buf).timestamp - self.margin)
-        if self.live:
+        if self.live and not self.conn.closed:
             ch.live.append(self.conn.request_time_range(ch.name, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
             ch.live.append(self.conn.request_state(ch.name, 1, now=now, job=Job(tag=self)))
 
-    # --- results ------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        """True once the listing and every channel's history and state concluded."""
-        if self.conn.closed:
-            return True
-        if not self.started or (self.listing is not None and not self.listing.done):
-            return False
-        return all(ch.finished for ch in self.channels.values())
+    def _live_failure(self) -> str | None:
+        for ch in self.channels.values():
+            for job in ch.live:
+                if job.failed and job.reason and not job.reason.startswith(("timeout", "missing")):
+                    return f"live {ch.name}: {job.reason}"
+        return None
 
-    def abandon(self) -> None:
-        """Release the channels this sync holds (the connection died)."""
+    def _closed_reason(self) -> str:
+        error = self.conn.error
+        if error is not None:
+            return f"the peer broke the framing: {type(error).__name__}: {error}"
+        return f"the connection closed ({self.conn.close_reason})"
+
+    def abandon(self, reason: str = "abandoned") -> None:
+        """Give up: cancel what is open, release the channels this sync holds; ``reason`` is kept."""
         with self.node.lock:
+            if self.reason is None:
+                self.reason = reason
             for ch in self.channels.values():
                 if ch.history is not None and not ch.finished:
                     ch.finished = True
                     self.node.syncing.discard(ch.name)
+            if not self.conn.closed:
+                for entry in [e for e in self.conn.outbound.values() if e.job.tag is self]:
+                    self.conn.cancel(entry.req_id)
+
+    # --- results ------------------------------------------------------------------
+    @property
+    def finite_done(self) -> bool:
+        """True once the listing and every channel's history and state concluded."""
+        if not self.started or (self.listing is not None and not self._listed):
+            return False
+        return all(ch.finished for ch in self.channels.values())
+
+    @property
+    def done(self) -> bool:
+        """True once every request concluded, or the sync was abandoned or its connection closed."""
+        return self.reason is not None or self.conn.closed or self.finite_done
+
+    def _jobs(self) -> list[Job]:
+        jobs = [j for ch in self.channels.values() for j in (ch.history, ch.state, *ch.live) if j is not None]
+        return jobs + ([self.listing] if self.listing is not None else [])
 
     def summary(self) -> dict:
-        """Counts for humans and ``--json``."""
-        jobs = [j for ch in self.channels.values() for j in (ch.history, ch.state) if j is not None]
-        counted = jobs + [j for ch in self.channels.values() for j in ch.live]  # live pushes count too
+        """What was asked, received and refused, for humans and ``--json``; ``reason`` is None only when complete."""
+        jobs = self._jobs()
         stats = self.conn.stats
+        incomplete = sorted(ch.name for ch in self.channels.values() if not (ch.history and ch.history.complete and ch.state.complete))
+        reason = self.reason
+        if reason is None and self.conn.closed and (self.conn.error is not None or not self.finite_done):
+            reason = self._closed_reason()
+        if reason is None:
+            failed = next((j for j in jobs if j.failed), None)
+            if failed is not None:
+                reason = failed.reason
+            elif incomplete:
+                reason = f"{len(incomplete)} channels not synced"
+        complete = reason is None and self.finite_done
+        if not complete and reason is None:
+            reason = "not finished"
         return {
             "peer": self.peer,
             "channels": sorted(self.channels),
-            "hashes_received": sum(j.hashes_seen for j in counted),
-            "posts_requested": sum(j.posts_requested for j in counted),
+            "channels_listed": None if self.listing is None else len(self.listing.channels),
+            "requests_sent": sum(j.requests for j in jobs),
+            "requests_answered": sum(1 for j in jobs if j.concluded and not j.failed),
+            "hashes_received": sum(j.hashes_seen for j in jobs),
+            "posts_requested": sum(j.posts_requested for j in jobs),
+            "posts_received": sum(j.posts_received for j in jobs),
             "posts_ingested": stats["ingested"],
             "posts_refused": stats["refused"],
             "unsolicited": stats["unsolicited"],
+            "messages_received": stats["received"],
             "messages_dropped": stats["dropped"],
-            "incomplete_channels": sorted(ch.name for ch in self.channels.values() if ch.history and not (ch.history.complete and ch.state.complete)),
-            "complete": self.done and not self.conn.closed and all(j.complete for j in jobs),
+            "dropped_by_error": dict(sorted(self.conn.errors.items())),
+            "requests_from_peer": stats["requests"],
+            "incomplete_channels": incomplete,
+            "complete": complete,
+            "reason": None if complete else reason,
         }

@@ -1,6 +1,6 @@
 """The request table of a peer: what it was asked (:class:`Inbound`), what it
 asked (:class:`Outbound`), the :class:`Job` a sync tracks, the events a
-connection reports, and the limits every answer keeps to."""
+connection reports, and the sizes every answer keeps to."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ if TYPE_CHECKING:
 
 HASHES_PER_RESPONSE = 4096
 POST_RESPONSE_BYTES = 256 << 10
+POST_PAGE_BYTES = 64 << 10  # posts read for one unit of work on a post request
 HASHES_PER_POST_REQUEST = 1024
 POST_REQUESTS_IN_FLIGHT = 4  # per connection; more wait in a queue, so none times out unanswered in our buffer
+RELAYED_HASHES = 65_536  # distinct hashes relayed for one forwarded request at most
 
 
 @dataclass(frozen=True)
 class Concluded:
-    """A request this peer made has concluded (``reason``: answered, cancelled, timeout, closed)."""
+    """A request this peer made has concluded (``reason``: answered, cancelled, timeout, closed, malformed, wrong type, overflow)."""
 
     req_id: bytes
     request: object
@@ -30,7 +32,7 @@ class Concluded:
 
 @dataclass(frozen=True)
 class Refused:
-    """Something the remote peer sent was dropped; ``error`` says why."""
+    """Something the remote peer sent was dropped or refused; ``error`` says why."""
 
     error: CableError
 
@@ -40,16 +42,20 @@ class Job:
     """A unit of requesting work: one request and the post requests its hashes led to.
 
     ``done`` once the request concluded and none of its post requests is left;
-    ``complete`` if additionally nothing timed out, was cancelled or refused.
+    ``complete`` if additionally nothing timed out, was cancelled or refused;
+    ``reason`` says what went wrong first.
     """
 
     tag: object = None
     outstanding: int = 0
     concluded: bool = False
     failed: bool = False
+    reason: str | None = None
     newest: bytes | None = None  # the first hash of a time range answer: the newest post
     hashes_seen: int = 0
+    requests: int = 0  # messages sent for it (the request and its post requests)
     posts_requested: int = 0
+    posts_received: int = 0
     channels: tuple[str, ...] = ()
 
     @property
@@ -61,6 +67,12 @@ class Job:
     def complete(self) -> bool:
         """Done, and nothing timed out, was cancelled or refused."""
         return self.done and not self.failed
+
+    def fail(self, reason: str) -> None:
+        """Mark the job failed; the first reason is kept."""
+        self.failed = True
+        if self.reason is None:
+            self.reason = reason
 
 
 @dataclass(eq=False)
@@ -78,6 +90,12 @@ class Inbound:
     local_done: bool = False
     channel: str | None = None
     state: set = field(default_factory=set)
+    cursor: bytes | None = None  # a time range answered page by page: the key the next page starts below
+    holds_live: bool = False  # it counts against the live limits
+    holds_forward: bool = False  # it counts against the forwarding limits
+    answered: bool = False  # its one response went out already (a channel list): nothing concludes it
+    relay_wanted: set | None = None  # a forwarded post request: hashes still to be relayed
+    relayed: set | None = None  # a forwarded time range or state request: hashes relayed so far
 
 
 @dataclass(eq=False)

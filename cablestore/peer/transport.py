@@ -1,10 +1,19 @@
 """asyncio TCP for :mod:`cablestore.peer`: Cable messages back to back on a socket.
 
 :class:`PeerServer` listens and keeps one :class:`cablestore.peer.protocol.Connection`
-per accepted socket; :func:`connect` dials out.  Both share a
-:class:`cablestore.peer.protocol.Node`, so requests are forwarded between all of its
-connections and live pushes reach every socket.  :func:`serve` and
-:func:`sync` are what ``cablestore serve`` / ``cablestore sync`` run.
+per accepted socket; :meth:`PeerServer.dial` dials out.  All share one
+:class:`cablestore.peer.protocol.Node`, so requests are forwarded between
+its connections and live pushes reach every socket.  :func:`run_server`
+and :func:`sync_path` are what ``cablestore serve`` / ``cablestore sync`` run.
+
+The transport follows the node's resource policy
+(:class:`cablestore.peer.limits.PeerLimits`): each socket is read into a
+buffer only as far as :meth:`cablestore.peer.protocol.Connection.read_allowance`
+allows (``asyncio.BufferedProtocol``), and paused otherwise; output is
+handed to a socket only while its write buffer is below 64 KiB; the node's
+work runs in slices of about 5 ms between reads (round robin over the
+connections), and only the connections that have bytes to write are
+visited.  Nothing is done per event for every connection.
 """
 
 from __future__ import annotations
@@ -18,17 +27,20 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from cablestore.errors import TransportError
+from cablestore.errors import TooManyConnectionsError, TransportError
+from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
 from cablestore.peer.protocol import Connection, Node
-from cablestore.peer.sync import Sync
+from cablestore.peer.sync import DEFAULT_PROGRESS_TIMEOUT, Sync
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
 log = logging.getLogger("cablestore.peer.transport")
-READ_SIZE = 256 << 10
-TICK_S = 1.0
+WRITE_CHUNK = 64 << 10  # handed to a socket at once; also its write buffer's high-water mark
+PUMP_SECONDS = 0.005  # work between two looks at the sockets
+BACKLOG = 512
+ABORTED = {"slow", "stalled", "idle", "overflow", "framing"}  # reasons a socket is reset, its unsent bytes dropped
 
 
 def now_ms() -> int:
@@ -36,80 +48,214 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) to ``(host, port)``."""
-    host, sep, port = text.rpartition(":")
+def parse_address(text: str, *, listening: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) to ``(host, port)``; port 0 only when ``listening``."""
+    host, sep, port = str(text).rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise TransportError(f"address must be HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    number = int(port)
+    lowest = 0 if listening else 1
+    if not lowest <= number <= 65535:
+        raise TransportError(f"port must be {lowest}-65535, got {number} (in {text!r})")
+    return host.strip("[]"), number
+
+
+class _Link(asyncio.BufferedProtocol):
+    """One socket of a :class:`Wire`: reads what its connection allows, writes what it has."""
+
+    def __init__(self, wire: Wire | None = None, accept: bool = False):
+        self.wire = wire
+        self.accept = accept
+        self.conn: Connection | None = None
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+        self.eof = False
+        self.lost = asyncio.get_running_loop().create_future()
+
+    # asyncio callbacks
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_CHUNK, low=WRITE_CHUNK // 4)
+        if not self.accept:
+            self._pause()  # a dialled socket is read once a connection is attached
+            return
+        peer = transport.get_extra_info("peername")
+        try:
+            conn = self.wire.node.connect(f"{peer[0]}:{peer[1]}" if peer else "peer", now=now_ms(), accepted=True)
+        except TooManyConnectionsError as exc:
+            log.info("refused a connection: %s", exc)
+            transport.abort()
+            return
+        self.wire.attach(self, conn)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        n = self.conn.read_allowance() if self.conn is not None else 0
+        return self.wire.view[: max(1, n)] if self.wire is not None else memoryview(bytearray(1))
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.conn is None or self.conn.closed:
+            return
+        self.conn.feed(bytes(self.wire.view[:nbytes]), now_ms())
+        self.update_reading()
+        self.wire.kick()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.wire is not None:
+            self.wire.kick()
+        return True  # keep writing the answers to what it sent; closed once they are out
+
+    def connection_lost(self, exc) -> None:
+        if self.conn is not None and not self.conn.closed:
+            self.conn.close("lost" if exc else "closed")
+        if self.wire is not None:
+            self.wire.links.pop(self.conn, None)
+            self.wire.kick()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(True)
+            self.write()
+
+    # driving
+    def _pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def update_reading(self) -> None:
+        """Pause reading while the connection may not take more; resume when it may."""
+        if self.conn is None or self.transport is None or self.transport.is_closing():
+            return
+        if self.conn.read_allowance() > 0:
+            if self.paused:
+                self.paused = False
+                self.transport.resume_reading()
+        else:
+            self._pause()
+            if self.wire.node.pool_left <= 0:
+                self.wire.pool_paused[self] = None
+
+    def write(self) -> None:
+        """Hand the socket what it takes now; close a half-closed peer once its answers are out."""
+        conn, transport = self.conn, self.transport
+        if conn is None or transport is None or transport.is_closing():
+            return
+        while conn.writable and conn.output_buffered:
+            transport.write(conn.data_to_send(WRITE_CHUNK))
+        if self.eof and not conn.runnable and not conn.output_buffered and not conn.inbox.ready:
+            transport.close()
+        elif self.wire.node.has_work:
+            self.wire.kick()
 
 
 class Wire:
-    """The sockets of one node: flushes every connection's output, ticks its clock."""
+    """The sockets of one node: reads by the policy, runs the node's work in slices, writes, ticks its clock."""
 
     def __init__(self, node: Node):
         self.node = node
         self.loop = asyncio.get_running_loop()
-        self.writers: dict[Connection, asyncio.StreamWriter] = {}
-        self.on_tick = None  # called after each tick (a sync re-checks its timed-out requests)
+        self.links: dict[Connection, _Link] = {}
+        self.pool_paused: dict[_Link, None] = {}
+        self.view = memoryview(bytearray(node.policy.read_chunk))
+        self.on_event: Callable[[], None] | None = None  # after each slice of work, tick or lost socket (a sync re-checks)
+        self._kicked = False
+        self._closing = False
         node.on_output = self._wake
+        node.on_close = self._closed
+        policy = node.policy
+        shortest = min(policy.frame_timeout, policy.stall_timeout, policy.idle_timeout, node.timeout) or 1000
+        self.tick_seconds = min(1.0, max(0.05, shortest / 4000))
         self._ticker = self.loop.create_task(self._tick())
+
+    def attach(self, link: _Link, conn: Connection) -> None:
+        """Pair a socket with its connection and start reading it."""
+        link.wire, link.conn = self, conn
+        self.links[conn] = link
+        link.update_reading()
+        link.write()
 
     def _wake(self) -> None:
         """Called by the node from any thread after a live push."""
         with contextlib.suppress(RuntimeError):  # the loop is closing
-            self.loop.call_soon_threadsafe(self.flush)
+            self.loop.call_soon_threadsafe(self.kick, True)
+
+    def _closed(self, conn: Connection) -> None:
+        """The node closed ``conn`` (a limit, a timeout, a framing error): close its socket."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._drop, conn)
+
+    def _drop(self, conn: Connection) -> None:
+        link = self.links.pop(conn, None)
+        self.pool_paused.pop(link, None)
+        if link is not None and link.transport is not None and not link.transport.is_closing():
+            if conn.close_reason in ABORTED:
+                link.transport.abort()
+            else:
+                link.transport.close()
+
+    def kick(self, flush: bool = False) -> None:
+        """Make sure the work and the writes run soon."""
+        if not self._kicked and not self._closing:
+            self._kicked = True
+            self.loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._kicked = False
+        node = self.node
+        deadline = time.perf_counter() + PUMP_SECONDS
+        now = now_ms()
+        while node.has_work:
+            node.run(now, 1)
+            if time.perf_counter() >= deadline:
+                break
+        self.flush()
+        for conn in node.take_touched():
+            link = self.links.get(conn)
+            if link is not None:
+                link.update_reading()
+        if self.pool_paused and node.pool_left > 0:
+            for link in list(self.pool_paused):
+                del self.pool_paused[link]
+                link.update_reading()
+        if self.on_event is not None:
+            self.on_event()
+        if node.has_work:
+            self.kick()
 
     def flush(self) -> None:
-        """Write every connection's pending bytes to its socket."""
-        for conn, writer in list(self.writers.items()):
-            data = conn.data_to_send()
-            if data and not writer.is_closing():
-                writer.write(data)
+        """Write the pending bytes of the connections that have some."""
+        for conn in self.node.take_dirty():
+            link = self.links.get(conn)
+            if link is not None:
+                link.write()
 
     async def _tick(self) -> None:
         while True:
-            await asyncio.sleep(TICK_S)
+            await asyncio.sleep(self.tick_seconds)
             self.node.tick(now_ms())
-            if self.on_tick is not None:
-                self.on_tick()
-            self.flush()
-
-    async def run(
-        self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_data: Callable[[], None] | None = None
-    ) -> None:
-        """Pump one socket until it closes (or the connection breaks on a framing error)."""
-        self.writers[conn] = writer
-        try:
-            self.flush()
-            await writer.drain()
-            while not conn.closed:
-                data = await reader.read(READ_SIZE)
-                if not data:
-                    break
-                conn.receive_data(data, now_ms())
-                if on_data is not None:
-                    on_data()
-                self.flush()
-                await writer.drain()
-        except (ConnectionError, OSError) as exc:
-            log.info("%s: connection lost: %s", conn.name, exc)
-        finally:
-            conn.close()
-            self.writers.pop(conn, None)
-            self.flush()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            self.kick()
 
     async def close(self) -> None:
         """Stop ticking and close every socket."""
+        self._closing = True
         self._ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
-        for writer in list(self.writers.values()):
-            writer.close()
+        links = list(self.links.values())
+        for link in links:
+            if link.transport is not None:
+                link.transport.close()
+        if links:
+            await asyncio.wait([link.lost for link in links], timeout=5)
         self.node.on_output = None
+        self.node.on_close = None
 
 
 class PeerServer:
@@ -119,55 +265,43 @@ class PeerServer:
         self.node, self.host, self.port = node, host, port
         self.wire: Wire | None = None
         self._server = None
-        self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> PeerServer:
         """Listen; raises :class:`TransportError` if the address cannot be bound."""
         self.wire = Wire(self.node)
+        loop = asyncio.get_running_loop()
         try:
-            self._server = await asyncio.start_server(self._accept, self.host, self.port)
-        except OSError as exc:
+            self._server = await loop.create_server(lambda: _Link(self.wire, accept=True), self.host, self.port, backlog=BACKLOG)
+        except (OSError, OverflowError, ValueError) as exc:
             await self.wire.close()
             raise TransportError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    async def _accept(self, reader, writer) -> None:
-        peer = writer.get_extra_info("peername")
-        conn = self.node.connect(f"{peer[0]}:{peer[1]}" if peer else "peer")
-        task = asyncio.current_task()
-        self._tasks.add(task)
-        try:
-            await self.wire.run(conn, reader, writer)
-        finally:
-            self._tasks.discard(task)
-
     async def dial(self, host: str, port: int, name: str | None = None) -> Connection:
         """Connect this node to another peer too (its requests get forwarded there)."""
-        reader, writer = await open_connection(host, port)
-        conn = self.node.connect(name or f"{host}:{port}")
-        task = asyncio.create_task(self.wire.run(conn, reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        link = await dial(host, port)
+        conn = self.node.connect(name or f"{host}:{port}", now=now_ms())
+        self.wire.attach(link, conn)
         return conn
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         await self.wire.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
 
 
-async def open_connection(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """``asyncio.open_connection`` with refusals as :class:`TransportError`."""
+async def dial(host: str, port: int) -> _Link:
+    """Open a TCP connection (not read from until attached to a :class:`Wire`); refusals are :class:`TransportError`."""
+    loop = asyncio.get_running_loop()
     try:
-        return await asyncio.open_connection(host, port)
-    except OSError as exc:
+        _, link = await loop.create_connection(_Link, host, port)
+    except (OSError, OverflowError, ValueError) as exc:
         raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
+    return link
 
 
 async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
@@ -178,39 +312,49 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     """
     from cablestore.store.store import Store
 
-    streams = await open_connection(*parse_address(address))
+    link = await dial(*parse_address(address))
     try:
         store = Store(path)
     except BaseException:
-        streams[1].close()
+        link.transport.abort()
         raise
     with store:
-        return await run_sync(store, address, streams=streams, **kw)
+        return await run_sync(store, address, link=link, **kw)
+
+
+def _on_signals(loop, stop: asyncio.Event, install: bool) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            if install:
+                loop.add_signal_handler(sig, stop.set)
+            else:
+                loop.remove_signal_handler(sig)
 
 
 async def run_server(
-    store: Store, address: str, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None
+    store: Store,
+    address: str,
+    *,
+    ready: Callable[[str, int], None] | None = None,
+    stop: asyncio.Event | None = None,
+    policy: PeerLimits = DEFAULT_POLICY,
 ) -> dict:
-    """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return counts."""
-    host, port = parse_address(address)
-    node = Node(store)
+    """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts."""
+    host, port = parse_address(address, listening=True)
+    node = Node(store, policy=policy)
     server = await PeerServer(node, host, port).start()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready(server.host, server.port)
+    _on_signals(loop, stop, True)
     try:
+        if ready is not None:
+            ready(server.host, server.port)
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
+        _on_signals(loop, stop, False)
         await server.close()
         node.close()
-    return {"listen": f"{server.host}:{server.port}"}
+    return {"listen": f"{server.host}:{server.port}", **node.snapshot()}
 
 
 async def run_sync(
@@ -222,58 +366,64 @@ async def run_sync(
     window: tuple[int, int] | None = None,
     progress: Progress | None = None,
     timeout: float = 600.0,
+    progress_timeout: float = DEFAULT_PROGRESS_TIMEOUT / 1000,
+    duration: float | None = None,
     stop: asyncio.Event | None = None,
-    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None,
+    policy: PeerLimits = DEFAULT_POLICY,
+    link: _Link | None = None,
 ) -> dict:
-    """Sync ``store`` from the peer at ``address``; return the sync summary.
+    """Sync ``store`` from the peer at ``address``; return the sync summary (see :meth:`cablestore.peer.sync.Sync.summary`).
 
-    Returns once every request concluded (with ``live``: when ``stop`` is set,
-    on SIGINT/SIGTERM, or when the peer hangs up).  ``timeout`` bounds the
-    whole finite sync in seconds.  ``streams``: a connection to ``address``
-    already open (see :func:`sync_path`).
+    A finite sync returns once every request concluded, or with a
+    ``reason`` when the peer fails it: nothing useful for
+    ``progress_timeout`` seconds, the whole sync longer than ``timeout``
+    seconds, or the peer closing, breaking the framing, answering wrongly or
+    listing more than the memory budget holds.  With ``live``: until ``stop``
+    is set, SIGINT/SIGTERM, ``duration`` seconds, or such a failure.
+    ``link``: a connection to ``address`` already open (see :func:`sync_path`).
     """
-    reader, writer = streams or await open_connection(*parse_address(address))
-    node = Node(store)
+    if link is None:
+        link = await dial(*parse_address(address))
+    node = Node(store, policy=policy)
     wire = Wire(node)
-    conn = node.connect(address)
-    sync = Sync(conn, address, channels=channels, live=live, window=window)
+    conn = node.connect(address, now=now_ms())
+    sync = Sync(conn, address, channels=channels, live=live, window=window, progress_timeout=int(progress_timeout * 1000))
     finished = asyncio.Event()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if live:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
+        _on_signals(loop, stop, True)
+    timer = loop.call_later(duration, stop.set) if live and duration else None
 
     def step() -> None:
         sync.poll(now_ms())
         if progress is not None:
             progress.count = conn.stats["ingested"]
             progress.advance(0)
-        if sync.done and not live:
+        if sync.reason is not None or conn.closed or (sync.done and not live):
             finished.set()
 
-    wire.on_tick = step
-    pump = asyncio.create_task(wire.run(conn, reader, writer, on_data=step))
+    wire.on_event = step
+    wire.attach(link, conn)
     step()
     wire.flush()
-    waiters = [asyncio.create_task(finished.wait()), asyncio.create_task(stop.wait()), pump]
+    waiters = [asyncio.create_task(finished.wait()), asyncio.create_task(stop.wait())]
     try:
         done, _ = await asyncio.wait(waiters, timeout=None if live else timeout, return_when=asyncio.FIRST_COMPLETED)
         if not done:
-            raise TransportError(f"sync from {address} did not finish within {timeout:.0f} s")
+            sync.abandon(f"did not finish within {timeout:g} s")
     finally:
+        if timer is not None:
+            timer.cancel()
         summary = sync.summary()
-        sync.abandon()
+        sync.abandon(sync.reason or "stopped")
+        wire.flush()
         for task in waiters:
             task.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
         await wire.close()
         node.close()
         if live:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.remove_signal_handler(sig)
-    if conn.error is not None:
-        raise TransportError(f"{address} broke the framing: {conn.error}")
+            _on_signals(loop, stop, False)
     return summary
+
