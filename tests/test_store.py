@@ -92,9 +92,12 @@ def test_delete_of_only_another_authors_posts_is_refused(store, alice, bob):
     theirs = text(bob, 1001)
     store.ingest(theirs)
     before = dump(store)
+    forged = delete(alice, 2000, theirs)
     with pytest.raises(UnauthorizedDeleteError):
-        store.ingest(delete(alice, 2000, theirs))
-    assert dump(store) == before
+        store.ingest(forged)
+    # Nothing stored or indexed: only who wrote the refused delete is kept (docs/design.md "Arrival order").
+    assert [kv for kv in dump(store) if not kv[0].startswith(b"!refused!")] == before
+    assert store.db.get(b"!refused!" + H(forged)) == alice.public_key
 
 
 def test_delete_of_own_and_another_authors_posts_deletes_only_the_own(store, alice, bob):

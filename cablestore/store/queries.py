@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from itertools import islice
+from typing import Any
 
 from cablestore.errors import CorruptRecordError, QueryError
 from cablestore.keyspace.keys import MONO_SIZE, TS_SIZE, HashLike, as_hash, channel_key, next_prefix, unescape
@@ -95,13 +96,17 @@ class Queries(LinkQueries):
         ``end=0`` means no upper bound (the spec's "keep the request open"
         case, answered with everything known now); ``limit=0`` means all.
         """
-        start, end, limit = _count(start, "start"), _count(end, "end"), _count(limit, "limit")
+        limit = _count(limit, "limit")
+        with self._chat_range(self.db, channel, start, end) as it:
+            return [k[-32:] for k in islice(it, _stop(limit))]
+
+    def _chat_range(self, reader: Any, channel: str, start: int = 0, end: int = 0) -> Any:
+        """An iterator over a channel's ``!chat`` keys in ``[start, end)``, newest first (close it)."""
+        start, end = _count(start, "start"), _count(end, "end")
         prefix = chat.channel_prefix(channel)
         lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
         hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
-        it = self.db.iterator(start=lo, stop=hi, reverse=True, include_value=False)
-        with it:
-            return [k[-32:] for k in islice(it, _stop(limit))]
+        return reader.iterator(start=lo, stop=hi, reverse=True, include_value=False)
 
     # --- channel state ------------------------------------------------------
     @guarded

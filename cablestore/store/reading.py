@@ -233,10 +233,14 @@ class Reading:
         A post removed between the range scan and the read is left out.
         """
         moderated = self._any_hidden()
-        hashes = self.channel_time_range(channel, start, end, 0 if moderated and not include_hidden else limit)
+        if not moderated or include_hidden:
+            hashes = self.channel_time_range(channel, start, end, limit)
         names: dict[bytes, str | None] = {}
         out = []
         with self.db.snapshot() as snap:
+            if moderated and not include_hidden:  # read the range lazily: hidden posts do not count toward ``limit``
+                chat_keys = self._chat_range(snap, channel, start, end)
+                hashes = (k[-32:] for k in chat_keys)
             for h in hashes:
                 buf = snap.get(POSTS + h)
                 if buf is None:
@@ -251,6 +255,8 @@ class Reading:
                 out.append(replace(found, hidden_by=hider) if hider is not None else found)
                 if limit and len(out) == limit:
                     break
+            if moderated and not include_hidden:
+                chat_keys.close()
         return out
 
     def _any_hidden(self) -> bool:
