@@ -282,17 +282,24 @@ def test_a_channel_name_that_casefolds_longer_keeps_its_tombstones(store):
     assert report.consistent and report.faults == []
 
 
-def _old_channel_rule(monkeypatch):
-    """Make this process key channels as 0.1.0 did (``str.casefold()`` alone), to write a store as it did."""
-    import cablestore.keyspace.keys as keys
+OLD_RULE = """\
+import sys
+import cablestore.keyspace.keys as keys
+from cablestore import Store
 
-    new = keys.canonical_channel
-    for module in list(sys.modules.values()):
-        if getattr(module, "canonical_channel", None) is new:
-            monkeypatch.setattr(module, "canonical_channel", str.casefold)
+# Key channels as 0.1.0 did (casefold alone): every module's reference to the rule is replaced.
+new = keys.canonical_channel
+for module in list(sys.modules.values()):
+    if getattr(module, "canonical_channel", None) is new:
+        setattr(module, "canonical_channel", str.casefold)
+with Store(sys.argv[1], now=lambda: int(sys.argv[2])) as store:
+    results = store.ingest_many([bytes.fromhex(h) for h in sys.argv[3:]])
+    assert all(r.ok for r in results), results
+    print(len(store.channel_list()))
+"""
 
 
-def test_a_store_keyed_by_the_old_rule_is_reported_and_reindexed(tmp_path, monkeypatch):
+def test_a_store_keyed_by_the_old_rule_is_reported_and_reindexed(tmp_path):
     import unicodedata
 
     from cablestore import DELETE, TEXT, make_post
@@ -304,11 +311,10 @@ def test_a_store_keyed_by_the_old_rule_is_reported_and_reindexed(tmp_path, monke
     b = make_post(bob, TEXT, NOW - 20, channel=nfd, text="decomposed")[0]
     b2 = make_post(bob, TEXT, NOW - 15, channel=nfd, text="gone")[0]
     gone = make_post(bob, DELETE, NOW - 10, hashes=(post_hash(b2),))[0]
-    with monkeypatch.context() as m:
-        _old_channel_rule(m)
-        with Store(tmp_path / "old", now=lambda: NOW) as s:
-            s.ingest_many([a, b, b2, gone])
-            assert len(s.channel_list()) == 2  # the old rule: two channels
+    # Written by a process that keys as 0.1.0 did (pure Python, so the rule is the module's).
+    old = subprocess.run([sys.executable, "-c", OLD_RULE, str(tmp_path / "old"), str(NOW), *(x.hex() for x in (a, b, b2, gone))],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "CABLESTORE_PURE": "1"})
+    assert old.returncode == 0 and old.stdout == "2\n", old.stderr  # the old rule: two channels
     with Store(tmp_path / "old", now=lambda: NOW) as s:
         assert s.is_deleted(post_hash(b2))  # the old tombstone reads, canonicalized
         before = s.check()
