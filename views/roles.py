@@ -1,6 +1,6 @@
 """``!roles``: every post/role, and the roles in effect for the local user (moderation.md §4.2).
 
-    !roles!p<mono>                -> ''                      every post/role
+    !roles!p<mono>                -> <recipient>             every post/role, and whom it names
     !roles!c<ctx>                 -> ''                      a context whose roles were resolved
     !roles!r<ctx><pubkey>         -> <role:u8><hash>         an admin (0) or mod (1) in that context,
                                                              and the post/role that decided it
@@ -23,7 +23,8 @@ RESOLVED_PREFIXES = (PREFIX + b"c", PREFIX + b"r", PREFIX + b"v")
 
 def entries(ip):
     if ip.post.post_type == ROLE:
-        return [(PREFIX + b"p" + ip.mono, b"")]
+        # (a reverse entry's stand-in carries no recipients: only its keys are used)
+        return [(PREFIX + b"p" + ip.mono, ip.post.recipients[0] if ip.post.recipients else b"")]
     return []
 
 

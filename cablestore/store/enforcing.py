@@ -36,11 +36,29 @@ from cablestore.wire.codec import CHANNEL_TYPES, TEXT, TOPIC, Post
 DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
 
 
-def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post) -> ModerationRefusalError | None:
-    """Why the state read through ``get`` keeps ``post`` out, or None."""
+ROW_PREFIXES = (actions.PREFIX + b"d", actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
+
+
+def memo_for(reader) -> dict | None:
+    """A per-transaction cache for :func:`refusal`: None when no row keeps anything out (the check is then free)."""
+    for prefix in ROW_PREFIXES:
+        with reader.iterator(prefix=prefix, include_value=False) as it:
+            if next(it, None) is not None:
+                return {}
+    return None
+
+
+def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post, memo: dict | None = None) -> ModerationRefusalError | None:
+    """Why the state read through ``get`` keeps ``post`` out, or None.
+
+    ``memo``: rows already read in this transaction (the state does not
+    change until it commits), from :func:`memo_for`.
+    """
     t = post.post_type
     if t not in CHANNEL_TYPES:
         return None
+    if memo is not None:
+        get = _memoized(get, memo)
     if t in DROPPABLE and get(actions.dropped_post_key(h)) is not None:
         return DroppedError(f"post {h.hex()} is dropped")
     if get(actions.dropped_channel_key(canonical_channel(post.channel))) is not None:
@@ -56,6 +74,17 @@ def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post) -> Moder
     if blocker is not None and ts >= int.from_bytes(blocker[32:40], "big"):
         return BlockedError(f"author {who.hex()} blocks the local user")
     return None
+
+
+def _memoized(get, memo: dict):
+    def cached(key: bytes) -> bytes | None:
+        if key[:9] == b"!actions!" and key[9:10] == b"d":  # one per post: not worth keeping
+            return get(key)
+        if key not in memo:
+            memo[key] = get(key)
+        return memo[key]
+
+    return cached
 
 
 def candidates(txn, changed: set[bytes]) -> set[bytes]:

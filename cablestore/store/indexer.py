@@ -32,7 +32,7 @@ from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import canonical_channel, escape, unescape
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
-from cablestore.store.txn import DELETED, POSTS, REFUSED, Txn
+from cablestore.store.txn import DELETED, ENFORCE_UNREAD, POSTS, REFUSED, Txn
 from cablestore.views.channel import channel_names
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
@@ -55,7 +55,9 @@ def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
         return refusal
     if any(t.deleter == post.public_key for t in tombs):
         return DeletedPostError(f"post {h.hex()} was deleted by its author")
-    if (kept_out := enforcing.refusal(txn.get, h, post)) is not None:
+    if txn.enforce_memo is ENFORCE_UNREAD:
+        txn.enforce_memo = enforcing.memo_for(txn.db)
+    if txn.enforce_memo is not None and (kept_out := enforcing.refusal(txn.get, h, post, txn.enforce_memo)) is not None:
         return kept_out
     made = ()
     if post.post_type == DELETE:
@@ -172,6 +174,8 @@ def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
     txn.deleted.discard(ip.hash)
     txn.added[ip.hash] = ip.post
     txn.types.add(ip.post.post_type)
+    if ip.post.post_type == INFO:
+        txn.info_authors.add(ip.post.public_key)
     for view, group in views.groups(ip):
         txn.add_candidate(view, group, ip)
 
@@ -190,6 +194,8 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
     txn.deleted.add(h)
     txn.added.pop(h, None)
     txn.types.add(post.post_type)
+    if post.post_type == INFO:
+        txn.info_authors.add(post.public_key)
     for view, group in views.groups(ip):
         txn.touch(view, group)
         # What the post would write as its group's latest goes too: settle

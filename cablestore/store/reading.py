@@ -238,6 +238,7 @@ class Reading:
         names: dict[bytes, str | None] = {}
         out = []
         with self.db.snapshot() as snap:
+            hidden_users = _hidden_users(snap, channel) if moderated else {}
             if moderated and not include_hidden:  # read the range lazily: hidden posts do not count toward ``limit``
                 chat_keys = self._chat_range(snap, channel, start, end)
                 hashes = (k[-32:] for k in chat_keys)
@@ -246,7 +247,7 @@ class Reading:
                 if buf is None:
                     continue
                 post = decode_post(buf)
-                hider = hidden_by(snap, h, post) if moderated else None
+                hider = hidden_by(snap, h, post, hidden_users) if moderated else None
                 if hider is not None and not include_hidden:
                     continue
                 if post.public_key not in names:
@@ -335,16 +336,27 @@ class Reading:
         return f"<{type(self).__name__} {str(self.path)!r} {state}>"
 
 
-def hidden_by(reader: Any, h: bytes, post: Post) -> bytes | None:
-    """The action hiding this post/text for the local user: the post hidden, or its author in its channel."""
+def hidden_by(reader: Any, h: bytes, post: Post, users: dict[bytes, bytes] | None = None) -> bytes | None:
+    """The action hiding this post/text for the local user: the post hidden, or its author in its channel.
+
+    ``users``: the hidden users of the post's channel, when the caller read them already.
+    """
     if post.post_type != TEXT:
         return None
     found = reader.get(actions_view.hidden_post_key(h))
     if found is not None:
         return found
-    ch = canonical_channel(post.channel)
+    if users is None:
+        users = _hidden_users(reader, post.channel)
+    return users.get(post.public_key)
+
+
+def _hidden_users(reader: Any, channel: str) -> dict[bytes, bytes]:
+    """The users hidden in ``channel`` (its own context if it has one, else the cabal's) -> the hiding action."""
+    ch = canonical_channel(channel)
     context = ch if reader.get(actions_view.context_key(ch)) is not None else ""
-    return reader.get(actions_view.hidden_users_prefix(context) + post.public_key)
+    prefix = actions_view.hidden_users_prefix(context)
+    return {k[len(prefix) :]: v for k, v in reader.iterator(prefix=prefix)}
 
 
 def _name_key(public_key: bytes) -> bytes:

@@ -19,8 +19,8 @@ from typing import Any
 
 from cablestore import views
 from cablestore.moderation import RELEVANT_TYPES, resolve
-from cablestore.views import user
-from cablestore.wire.codec import decode_post
+from cablestore.views import roles, user
+from cablestore.wire.codec import MODERATION_TYPES, decode_post
 
 POSTS = b"!post!"
 
@@ -28,6 +28,14 @@ POSTS = b"!post!"
 def needed(types: set[int]) -> bool:
     """Whether a transaction that touched posts of these types can change the moderation state."""
     return not RELEVANT_TYPES.isdisjoint(types)
+
+
+def worth_resolving(txn: Any) -> bool:
+    """False when the only relevant posts touched are post/infos of users no post/role names (the common case)."""
+    if not MODERATION_TYPES.isdisjoint(txn.types):
+        return True
+    recipients = {value for _, value in txn.current(roles.candidates_prefix())}
+    return not recipients.isdisjoint(txn.info_authors)
 
 
 def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], bytes | None]) -> list:

@@ -36,7 +36,7 @@ from cablestore.store.inflight import Gate, guard_public_methods, guarded, guard
 from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
-from cablestore.store.resolving import needed, refresh
+from cablestore.store.resolving import needed, refresh, worth_resolving
 from cablestore.store.tombfilter import TombstoneFilter
 from cablestore.store.txn import POSTS, Txn
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
@@ -201,7 +201,7 @@ class Store(Reading, Queries, ModerationQueries):
         return Txn(self.db, self._tomb_filter, self._winners, finish=self._resolve_moderation)
 
     def _resolve_moderation(self, txn: Txn) -> None:
-        if needed(txn.types):
+        if needed(txn.types) and worth_resolving(txn):
             indexer.enforce(txn, refresh(txn, self.local_user))
 
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:

@@ -9,6 +9,7 @@ share that one path, so no view logic is written twice.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 
 from cablestore.keyspace.keys import next_prefix
@@ -20,6 +21,7 @@ POSTS = b"!post!"
 DELETED = b"!deleted!"
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see indexer)
 _MISSING = object()
+ENFORCE_UNREAD = object()  # a txn has not yet looked for moderation rows that keep posts out
 WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
 
 
@@ -31,6 +33,8 @@ class Txn:
         # (the moderation state: cablestore.store.resolving).
         self._finish = finish
         self.types: set[int] = set()  # post types added or removed in this txn
+        self.info_authors: set[bytes] = set()  # authors of post/infos added or removed in this txn
+        self.enforce_memo = ENFORCE_UNREAD  # the moderation rows read by this txn (cablestore.store.enforcing)
         self.enforced: dict[bytes, object] = {}  # post hash -> why the moderation state removed it at commit
         # (view name, group) -> (rank, hash) of the committed latest candidate,
         # or None for a group without one: a reverse seek saved per cached group.
@@ -43,6 +47,7 @@ class Txn:
         # DB does not change until commit.
         self._it = None
         self.writes: dict[bytes, bytes | None] = {}
+        self._sorted_writes: list[bytes] = []  # the keys of ``writes``, sorted, while their count is unchanged
         self.deleted: set[bytes] = set()  # post hashes removed in this txn
         self.added: dict[bytes, object] = {}  # post hash -> Post stored in this txn
         self._touched: dict[tuple, object] = {}  # (view name, group) -> view
@@ -71,13 +76,30 @@ class Txn:
     def current(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """``(key, value)`` pairs under ``prefix`` as this txn would commit them, in key order."""
         found = dict(self.scan(prefix))
-        for key, value in self.writes.items():
-            if key.startswith(prefix):
-                if value is None:
-                    found.pop(key, None)
-                else:
-                    found[key] = value
+        writes = self.writes
+        for key in self._written_under(prefix):
+            value = writes[key]
+            if value is None:
+                found.pop(key, None)
+            else:
+                found[key] = value
         return sorted(found.items())
+
+    def _written_under(self, prefix: bytes) -> list[bytes]:
+        """Keys of this txn's writes under ``prefix``: a bisect in the sorted keys, not a pass over every write.
+
+        Keys are only ever added to ``writes`` (a delete writes None), so the
+        sorted list is current while their count is unchanged.
+        """
+        keys = self._sorted_writes
+        if len(keys) != len(self.writes):
+            keys = self._sorted_writes = sorted(self.writes)
+        out = []
+        for i in range(bisect_left(keys, prefix), len(keys)):
+            if not keys[i].startswith(prefix):
+                break
+            out.append(keys[i])
+        return out
 
     def scan(self, prefix: bytes):
         """``(key, value)`` pairs of the DB under ``prefix`` (not this txn's writes)."""
