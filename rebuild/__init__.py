@@ -1,9 +1,10 @@
 """Recompute every derived view from the primary data to verify or repair a store.
 
 ``rebuild(path)`` verifies, ``rebuild(path, repair=True)`` repairs; engines are
-``"spark"`` (a PySpark job over an exported snapshot) and ``"local"`` (the
-same recomputation in-process).  Both call the view modules in
-``cablestore.views``; neither re-implements a view.
+``"spark"`` (a PySpark job over an exported Parquet snapshot) and ``"local"``
+(the same recomputation in-process).  Both call the view modules in
+``cablestore.views``; neither re-implements a view.  ``export`` writes the
+snapshot (``rebuild/parquet.py`` describes it).
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ def rebuild(
     progress: Progress | None = None,
     spark_log: str | None = None,
     verify_workers: int | None = None,
+    ship_env: bool = True,
 ) -> Report:
-    """Verify (or repair) the store at ``store_path``, or verify a snapshot directory.
+    """Verify (or repair) the store at ``store_path``, or verify a snapshot (a directory or URI).
 
-    ``master`` and ``spark_log`` (where Spark's own output goes) apply to the Spark engine only;
-    ``verify_workers`` (processes checking signatures; default one on a
-    machine with a second core) to the local engine only.
+    ``master``, ``spark_log`` (where Spark's own output goes) and
+    ``ship_env`` (pack this Python environment for the executors of a master
+    that is not local; False: they bring their own) apply to the Spark
+    engine only; ``verify_workers`` (processes checking signatures; default
+    one on a machine with a second core) to the local engine only.
     """
     from cablestore.errors import RebuildError
     from cablestore.store.store import Store
@@ -46,7 +50,16 @@ def rebuild(
         raise RebuildError(f"unknown engine {engine!r} (spark or local)")
     if engine == "local" and master is not None:
         raise RebuildError("a Spark master needs the Spark engine (--master with --engine local)")
-    kw = dict(engine=engine, partitions=partitions, check_signatures=check_signatures, master=master, progress=progress, spark_log=spark_log, verify_workers=verify_workers)
+    kw = dict(
+        engine=engine,
+        partitions=partitions,
+        check_signatures=check_signatures,
+        master=master,
+        progress=progress,
+        spark_log=spark_log,
+        verify_workers=verify_workers,
+        ship_env=ship_env,
+    )
     if store_path is None:
         if snapshot is None or repair:
             raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")

@@ -1,42 +1,26 @@
-"""Snapshots: a store exported to partitioned msgpack segments a cluster can read.
+"""What the engines read: a live store (:class:`StoreSource`) or a Parquet snapshot (:class:`SnapshotSource`).
 
-A Spark job cannot open a live LevelDB from many executors, so ``export``
-copies a consistent LevelDB snapshot into plain files on shared storage::
-
-    DIR/manifest.json            format, partition count, counts, per-file blake3
-    DIR/primary-0007.msgpack     posts and tombstones whose hash (tombstones:
-                                 target hash) falls in partition 7 by prefix
-    DIR/live-0007.msgpack        the store's derived entries in digest bucket 7
-
-Each segment is a stream of msgpack arrays: ``["p", hash, blob]`` (a post),
-``["t", target, by, value]`` (a tombstone) or ``[key, value]`` (a derived
-entry).  ``manifest.json`` is written last, so a directory with a manifest is
-a complete snapshot.
+A Spark job cannot open a live LevelDB from many executors, so
+:func:`export` (``rebuild/exporter.py``) writes a consistent LevelDB snapshot
+as a Parquet dataset on storage a cluster reads (``rebuild/parquet.py``
+describes the files).  Both sources give the same three streams: the posts
+``(hash, blob)``, the tombstones ``("t", target, by, record)`` and the
+derived entries ``(key, value)``.  The in-process engine reads a snapshot
+here, through pyarrow's filesystems; the Spark engine reads the same files
+through Spark (``rebuild/spark.py``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import blake3
-import msgpack
-
-from cablestore.errors import RebuildError
 from cablestore.store.txn import DELETED, POSTS
 
-from .recompute import LOCAL_USER_KEY, PRIMARY_PREFIXES, bucket, partition_of
+from .exporter import export
+from .parquet import files_of, filesystem, load_manifest, read_file, rows
+from .recompute import PRIMARY_PREFIXES
 
-if TYPE_CHECKING:
-    from cablestore.progress import Progress
-
-FORMAT = "cablestore-snapshot-1"
-
-
-def _segment_names(partitions: int):
-    return [f"primary-{i:04d}.msgpack" for i in range(partitions)], [f"live-{i:04d}.msgpack" for i in range(partitions)]
+__all__ = ["SnapshotSource", "StoreSource", "export", "load_manifest"]
 
 
 class StoreSource:
@@ -44,11 +28,6 @@ class StoreSource:
 
     def __init__(self, db):
         self._snap = db.snapshot()
-
-    def primary(self):
-        for h, blob in self.posts():
-            yield ("p", h, blob)
-        yield from self.tombstones()
 
     def posts(self):
         """``(hash, blob)`` of every stored post."""
@@ -74,108 +53,41 @@ class StoreSource:
         self._snap.close()
 
 
-def export(db: Any, directory: str | os.PathLike, partitions: int = 16, progress: Progress | None = None) -> dict[str, Any]:
-    """Write a snapshot of ``db`` (a plyvel DB) to ``directory``; return the manifest."""
-    if not 1 <= partitions <= 256:
-        raise RebuildError("partitions must be between 1 and 256")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / "manifest.json").exists():
-        raise RebuildError(f"{out} already holds a snapshot")
-    primary_names, live_names = _segment_names(partitions)
-    files = {n: open(out / n, "wb") for n in primary_names + live_names}
-    counts = {"posts": 0, "tombstones": 0, "live": 0}
-    packer = msgpack.Packer()
-    source = StoreSource(db)
-    try:
-        for rec in source.primary():
-            files[primary_names[partition_of(rec[1], partitions)]].write(packer.pack(list(rec)))
-            counts["posts" if rec[0] == "p" else "tombstones"] += 1
-            if progress:
-                progress.advance()
-        for key, value in source.live():
-            files[live_names[bucket(key, partitions)]].write(packer.pack([key, value]))
-            counts["live"] += 1
-    finally:
-        source.close()
-        for f in files.values():
-            f.close()
-    manifest = {
-        "format": FORMAT,
-        "partitions": partitions,
-        "counts": counts,
-        "files": {n: _file_info(out / n) for n in primary_names + live_names},
-    }
-    local_user = db.get(LOCAL_USER_KEY)
-    if local_user is not None:  # whose moderation state the live views hold
-        manifest["local_user"] = local_user.hex()
-    tmp = out / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(tmp, out / "manifest.json")
-    return manifest
-
-
-def _file_info(path: Path) -> dict:
-    data = path.read_bytes()
-    return {"blake3": blake3.blake3(data).hexdigest(), "bytes": len(data)}
-
-
-def load_manifest(directory) -> dict:
-    path = Path(directory) / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise RebuildError(f"{directory} is not a snapshot (no manifest.json)") from exc
-    except ValueError as exc:
-        raise RebuildError(f"{path} is not valid JSON") from exc
-    if manifest.get("format") != FORMAT:
-        raise RebuildError(f"{path}: unknown snapshot format {manifest.get('format')!r}")
-    return manifest
-
-
 class SnapshotSource:
-    """Reads a snapshot directory with the same interface as StoreSource."""
+    """Reads a Parquet snapshot (a local path or a URI pyarrow reaches) with the interface of StoreSource.
 
-    def __init__(self, directory):
-        self.directory = Path(directory)
-        self.manifest = load_manifest(directory)
+    Each file is read whole (an export bounds them), checked against the
+    manifest's sha256, then decoded; a damaged file raises RebuildError
+    before any of its rows is used.
+    """
+
+    def __init__(self, location: str | os.PathLike):
+        self.location = location
+        self.fs, self.root = filesystem(location)
+        self.manifest = load_manifest(location)
         self.partitions = self.manifest["partitions"]
 
     def local_user(self) -> bytes | None:
-        """The store's local user, as the export recorded it (None: none, or an older snapshot)."""
+        """The store's local user, as the export recorded it (None: none was set)."""
         found = self.manifest.get("local_user")
         return bytes.fromhex(found) if found else None
 
-    def _records(self, kind: str):
-        for name, info in sorted(self.manifest["files"].items()):
-            if name.startswith(kind):
-                yield from iter_segment(self.directory, name, info["blake3"])
-
-    def primary(self):
-        for rec in self._records("primary"):
-            yield tuple(rec)
+    def _rows(self, table: str):
+        for name, info in files_of(self.manifest, table):
+            yield from rows(read_file(self.fs, self.root, name), name, info)
 
     def posts(self):
-        for rec in self._records("primary"):
-            if rec[0] == "p":
-                yield rec[1], rec[2]
+        """``(hash, blob)`` of every post, partition by partition."""
+        return self._rows("posts")
 
     def tombstones(self):
-        for rec in self._records("primary"):
-            if rec[0] == "t":
-                yield tuple(rec)
+        """``("t", target, by, record)`` of every tombstone."""
+        for target, by, record in self._rows("tombstones"):
+            yield ("t", target, by, record)
 
     def live(self):
-        yield from self._records("live")
+        """Every derived entry the store held when it was exported."""
+        return self._rows("live")
 
     def close(self):
         pass
-
-
-def iter_segment(directory, name: str, expected_blake3: str):
-    data = (Path(directory) / name).read_bytes()
-    if blake3.blake3(data).hexdigest() != expected_blake3:
-        raise RebuildError(f"{name}: blake3 checksum does not match the manifest")
-    unpacker = msgpack.Unpacker(raw=False, use_list=True, max_buffer_size=max(len(data), 1024))
-    unpacker.feed(data)
-    yield from unpacker

@@ -1,375 +1,226 @@
-"""The Spark engine: the recomputation as a PySpark job over a snapshot.
+"""The Spark engine: the recomputation as a PySpark job over a Parquet snapshot.
 
-Runs locally by default (``local[*]``), on any master given with
-``--master``, or under ``spark-submit`` (whose master then wins).
+Spark reads the snapshot wherever it lives (a local path, ``file://``,
+``hdfs://``, ``s3a://``: whatever the cluster's Hadoop filesystems reach)
+with its ``binaryFile`` source, one task per file: the task's Python gets
+the file's bytes whole, checks them against the manifest's sha256 (a
+damaged or tampered file fails the job before a row of it is used), decodes
+the Parquet with pyarrow and runs the per-partition fold both engines share
+(``rebuild/fold.py``).  That moves each file from the JVM to Python in one
+piece; ``spark.read.parquet`` would hand Python rows (pickled, about four
+times the CPU) or Arrow batches (``mapInArrow``, which needs pandas on every
+node), and a separate job to check the files.
 
-What the executors need (see docs/operations.md, "Running on a cluster"):
+The job, on a snapshot of P partitions:
 
-* a Python with cablestore installed.  On ``local`` masters they run the
-  driver's own interpreter (``sys.executable``), so a virtualenv works without
-  being activated; elsewhere they run ``PYSPARK_PYTHON`` (or
-  ``spark.pyspark.python``), else ``python3`` from each worker's PATH;
-* the snapshot directory at the same path on storage they can all read.
+1. the driver reads the manifest and the tombstones (small), and counts
+   and parses them as the in-process engine does;
+2. if any tombstone exists, the posts of the delete posts that made them
+   are found per partition and cross-checked with them, on the executors;
+3. every posts file and every live file is folded to digests on the
+   executors; the only shuffle carries each partition's fold and the
+   best candidate of each "latest" group (never a view entry), whose
+   winners' entries are folded in the partitions the shuffle makes.
 
-Spark's own output (Java and log4j lines, executor stderr) goes to a log file,
-never to the terminal; its path is named in the error when a run fails.
+Session, executors' Python and failures: ``rebuild/sparksession.py``.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
-import re
-import shutil
-import socket
-import sys
-import tempfile
-import threading
-from contextlib import contextmanager
+import pickle
+from urllib.parse import unquote
 
-from cablestore.errors import CableError, RebuildError, SparkMasterUnreachableError, SparkUnavailableError
+from cablestore.errors import RebuildError
 
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
+from .parquet import MANIFEST, files_of, parse_manifest, rows, spark_uri
 from .recompute import newer, partition_of
 from .result import EngineResult
-from .snapshot import iter_segment, load_manifest
+from .sparksession import executor_python, is_local, job_errors, log_path, quiet_gateway, session  # noqa: F401 - the engine's public names
 
-CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark itself gives up after 60 with a stopped context
-_log = {"path": None, "keep": False}
-
-
-def require_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
-        raise RebuildError("Java 17 or newer is required for --engine spark (install a JDK, or use --engine local)")
+_FOLD = "\0fold"  # shuffle key of a file's fold, beside the (view, group) keys of candidates
 
 
-def is_local(master: str) -> bool:
-    """True for masters whose executors run on this machine, inside the driver's JVM."""
-    return master == "local" or master.startswith("local[")
-
-
-def executor_python(master: str) -> str:
-    """The interpreter the executors run: ``PYSPARK_PYTHON``, else the driver's own on local masters.
-
-    On other masters without ``PYSPARK_PYTHON`` it is ``python3`` from each
-    worker's PATH (PySpark's default), which must have cablestore installed.
-    """
-    if os.environ.get("PYSPARK_PYTHON"):
-        return os.environ["PYSPARK_PYTHON"]
-    return sys.executable if is_local(master) else "python3"
-
-
-def log_path() -> str | None:
-    """The file Spark's own output goes to in this process (None before a session starts)."""
-    return _log["path"]
-
-
-def _open_log(path: str | None) -> str:
-    if path is None:
-        fd, path = tempfile.mkstemp(prefix="cablestore-spark-", suffix=".log")
-        os.close(fd)
-        atexit.register(_drop_log, path)
-    else:
-        _log["keep"] = True
-    _log["path"] = os.path.abspath(path)
-    return _log["path"]
-
-
-def _drop_log(path: str) -> None:
-    """A temporary log is removed at exit unless a failure named it."""
-    if not _log["keep"]:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
-def _failure(exc_type, message: str) -> CableError:
-    _log["keep"] = True
-    where = f" (Spark's log: {_log['path']})" if _log["path"] else ""
-    return exc_type(message + where)
-
-
-def check_master(master: str, timeout: float = 5.0) -> None:
-    """Fail fast, before starting a JVM, when no host of a ``spark://`` master accepts a connection."""
-    if not master.startswith("spark://"):
-        return
-    reasons = []
-    for hostport in master[len("spark://") :].split(","):
-        host, _, port = hostport.rpartition(":")
-        if not host or not port.isdigit():
-            raise SparkMasterUnreachableError(f"bad Spark master URL {master!r} (expected spark://HOST:PORT)")
-        try:
-            socket.create_connection((host, int(port)), timeout=timeout).close()
-            return
-        except OSError as exc:
-            reasons.append(f"{hostport}: {exc.strerror or exc}")
-    raise SparkMasterUnreachableError(f"cannot reach Spark master {master} ({'; '.join(reasons)})")
-
-
-@contextmanager
-def _env(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
+def read_manifest(spark, uri: str, where: str | None = None) -> dict:
+    """The snapshot's manifest, read through Spark (so from any filesystem the cluster reads); ``where`` names it in errors."""
+    where = where or uri
     try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
-def session(master: str | None = None, app: str = "cablestore-rebuild", log: str | None = None, connect_timeout: float = CONNECT_TIMEOUT):
-    """A SparkSession; ``master`` overrides, else spark-submit's, else local[*].
-
-    Reuses the active session if there is one.  Spark's output goes to
-    ``log`` (default: a temporary file removed at exit unless a run failed).
-    """
-    require_java()
-    try:
-        from pyspark import SparkConf, SparkContext
-        from pyspark.sql import SparkSession
-    except ImportError as exc:  # pragma: no cover - pyspark is a dependency
-        raise RebuildError("pyspark is not installed") from exc
-    if SparkContext._active_spark_context is not None:
-        return SparkSession.builder.getOrCreate()
-    conf = SparkConf()
-    master = master or conf.get("spark.master", None) or "local[*]"
-    check_master(master)
-    conf.setMaster(master).setAppName(app)
-    conf.set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
-    conf.set("spark.sql.shuffle.partitions", "8")
-    with _env("PYSPARK_PYTHON", executor_python(master)):
-        sc = _start_context(SparkContext, conf, master, log, connect_timeout)
-    sc.setLogLevel("WARN")
-    return SparkSession(sc)
-
-
-def _start_context(SparkContext, conf, master: str, log: str | None, connect_timeout: float):
-    """Start the JVM with its output in the log file, and a SparkContext; kill the JVM if the master never answers."""
-    from pyspark.java_gateway import launch_gateway
-
-    gateway = SparkContext._gateway
-    timer = None
-    if gateway is None:
-        path = _open_log(log)
-        with open(path, "ab") as out:
-            try:
-                gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})
-            except Exception as exc:
-                raise _failure(SparkUnavailableError, f"could not start Spark's JVM: {_first_line(exc)}") from None
-        if gateway.proc is not None and not is_local(master):
-            timer = threading.Timer(connect_timeout, _kill, (gateway.proc,))
-            timer.daemon = True
-            timer.start()
-    try:
-        return SparkContext(conf=conf, gateway=gateway)
-    except BaseException as exc:
-        _discard_gateway(SparkContext, gateway)
-        if isinstance(exc, Exception):
-            if timer is not None and not timer.is_alive():
-                raise _failure(
-                    SparkMasterUnreachableError, f"Spark master {master} did not accept the application within {connect_timeout:.0f} s"
-                ) from None
-            raise _failure(SparkUnavailableError, f"could not start Spark on {master}: {_first_line(exc)}") from None
-        raise
-    finally:
-        if timer is not None:
-            timer.cancel()
-
-
-def _kill(proc) -> None:
-    try:
-        proc.kill()
-    except OSError:
-        pass
-
-
-def _discard_gateway(SparkContext, gateway) -> None:
-    """A failed start leaves no JVM and no stale gateway behind for the next session."""
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-    SparkContext._active_spark_context = None
-    proc = getattr(gateway, "proc", None)
-    if proc is not None:
-        _kill(proc)
-        try:
-            proc.wait(timeout=10)
-        except Exception:
-            pass
-    try:
-        gateway.shutdown()
-    except Exception:
-        pass
-
-
-_PY_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)): (.*)$", re.M)
-
-
-def _first_line(exc: BaseException) -> str:
-    """One readable line from a Spark failure: the executor's Python error if there is one."""
-    text = str(exc)
-    if "Traceback (most recent call last)" in text:
-        tail = text.split("Traceback (most recent call last)", 1)[1]
-        found = _PY_ERROR.findall(tail.split("\n\tat ", 1)[0])
-        if found:
-            name, msg = found[-1]
-            return f"{name.rsplit('.', 1)[-1]}: {msg}"
-    for line in text.splitlines():
-        line = line.strip().lstrip(": ").strip()
-        if line and not line.startswith("An error occurred while calling"):
-            return line[:300]
-    return type(exc).__name__
-
-
-@contextmanager
-def job_errors():
-    """Turn a failed Spark job into one SparkUnavailableError line naming the log."""
-    try:
-        yield
-    except CableError:
-        raise
+        text = spark.read.text(f"{uri}/{MANIFEST}", wholetext=True).first()
     except Exception as exc:
-        if isinstance(exc.__context__, KeyboardInterrupt):
-            raise KeyboardInterrupt from None  # an interrupted call's clean-up failed: still an interrupt
-        line = _first_line(exc)
-        if "pyspark.daemon" in line or "No module named 'cablestore'" in line:
-            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON)"
-        raise _failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
-
-
-def _python_exec() -> str:
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
-    return getattr(sc, "pythonExec", None) or "python3"
-
-
-
-def _files(manifest: dict, kind: str) -> list:
-    """``(name, blake3)`` of the segments of one kind, in partition order."""
-    return [(n, info["blake3"]) for n, info in sorted(manifest["files"].items()) if n.startswith(kind)]
-
-
-def _tombstones_by_maker(sc, directory: str, files: list, parts: int):
-    """Sound tombstones keyed by the partition of the delete that made them (the only shuffle of records)."""
-
-    def read(f):
-        tombs = parse_tombstones(r for r in iter_segment(directory, f[0], f[1]) if r[0] == "t")
-        return [(partition_of(t.by, parts), t) for t in tombs]
-
-    return sc.parallelize(files, len(files)).flatMap(read)
-
-
-def _checked_tombstones(directory: str, primary: list):
-    """In the partition of their deletes: cross-check tombstones, and route them to where they are needed.
-
-    Yields ``(partition, item)``: ``("on", tombstone, status)`` to the target's
-    partition, ``("made", tombstone)`` to the delete's, ``("fault", fault)`` anywhere.
-    """
-    parts = len(primary)
-
-    def one(i, items):
-        tombs = [t for _, t in items]
-        if not tombs:
-            return []
-        makers = {t.by for t in tombs}
-        by_blobs = {r[1]: r[2] for r in iter_segment(directory, *primary[i]) if r[0] == "p" and r[1] in makers}
-        sink = Fold(parts)
-        on_target, made_by = check_tombstones(tombs, by_blobs, sink)
-        out = [(i, ("fault", f)) for f in sink.faults]
-        out += [(partition_of(target, parts), ("on", t, status)) for target, pairs in on_target.items() for t, status in pairs]
-        out += [(i, ("made", t)) for made in made_by.values() for t in made]
-        return out
-
-    return one
-
-
-def _recompute_segment(directory: str, primary: list, live: list, check_signatures: bool, wanted, skip):
-    """Partition ``i``'s work: its primary segment recomputed and its live segment, each folded to digests."""
-    parts = len(primary)
-
-    def one(i, items):
-        rec = Fold(parts, wanted)
-        on_target: dict = {}
-        made_by: dict = {}
-        for _, item in items:
-            if item[0] == "on":
-                on_target.setdefault(item[1].target, []).append((item[1], item[2]))
-            elif item[0] == "made":
-                made_by.setdefault(item[1].by, []).append(item[1])
-            else:
-                rec.faults.append(item[1])
-        records = list(iter_segment(directory, *primary[i]))
-        parse_tombstones((r for r in records if r[0] == "t"), rec)  # counts them, and the damaged ones are faults
-        posts = ((r[1], r[2]) for r in records if r[0] == "p")
-        fold_posts(rec, posts, on_target, made_by, check_signatures, skip)
-        liv = Fold(parts, wanted)
-        liv.add_entries(iter_segment(directory, *live[i]))
-        return [(rec, liv)]
-
-    return one
-
-
-def one_pass(sc, directory: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset(), local_user=None) -> tuple[Fold, Fold]:
-    """``(recomputed, live)`` folds: every partition digests its own entries; only folds are collected.
-
-    Shuffles carry tombstones only (to the partition of the delete that made
-    them, to be cross-checked with it, then to their target's) and each
-    partition's best candidate per latest group; never a view entry.
-    """
-    primary, live = _files(manifest, "primary"), _files(manifest, "live")
-    parts = len(primary)
-    by_maker = _tombstones_by_maker(sc, directory, primary, parts).partitionBy(parts, lambda i: i)
-    routed = by_maker.mapPartitionsWithIndex(_checked_tombstones(directory, primary)).partitionBy(parts, lambda i: i)
-    folds = routed.mapPartitionsWithIndex(_recompute_segment(directory, primary, live, check_signatures, wanted, skip)).cache()
-
-    def latest(items):
-        fold = Fold(parts, wanted)
-        fold.add_latest(dict(items))
-        return [(fold, Fold(parts, wanted))]
-
-    def without_best(pair):
-        pair[0].best = {}
-        return pair
-
-    winners = folds.flatMap(lambda pair: pair[0].best.items()).reduceByKey(newer, parts).mapPartitions(latest)
-    try:
-        collected = folds.map(without_best).union(winners).collect()
-    except KeyboardInterrupt:
-        raise  # the JVM connection was cut mid-call: no further call on it
-    except BaseException:
-        folds.unpersist()
+        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+            raise RebuildError(f"{where} is not a snapshot (no {MANIFEST}; an interrupted export leaves none)") from None
         raise
-    folds.unpersist()
-    rec, liv = Fold(parts, wanted), Fold(parts, wanted)
-    for recomputed, live in collected:
-        rec.merge(recomputed)
-        liv.merge(live)
-    rec.add_resolved(local_user)  # from every partition's moderation posts, on the driver
-    return rec, liv
+    return parse_manifest(text[0] if text else "", where)
 
 
-def run(snapshot_dir, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None, local_user=None) -> EngineResult:
-    """Verify a snapshot directory on Spark; the entries of differing buckets are collected before returning."""
-    directory = os.path.abspath(str(snapshot_dir))
-    manifest = load_manifest(directory)
+def _files(spark, uri: str, names: list[str]):
+    """An RDD of ``(name, bytes)``: each snapshot file whole, read by Spark's Hadoop filesystems (``binaryFiles``).
+
+    The bytes reach Python as they are (no pickling in the JVM, one copy):
+    an executor holds one file at a time, and an export bounds their size.
+    """
+    known = frozenset(names)
+    paths = ",".join(f"{uri}/{n}" for n in names)
+    return spark.sparkContext.binaryFiles(paths, minPartitions=len(names)).map(lambda pair: (_name_of(pair[0], known), pair[1]))
+
+
+def _name_of(path: str, names: frozenset) -> str:
+    path = unquote(path)
+    for name in names:
+        if path.endswith("/" + name):
+            return name
+    raise RebuildError(f"Spark read {path}, which the manifest does not name")
+
+
+def _check(tombs_blob: bytes, found: dict, parts: int) -> tuple[dict, dict, list]:
+    """``(on_target, made_by, faults)`` of one partition's tombstones (pickled) against its stored post/deletes."""
+    sink = Fold(parts)
+    on_target, made_by = check_tombstones(pickle.loads(tombs_blob), found, sink)
+    return on_target, made_by, sink.faults
+
+
+def _cross_check(spark, uri: str, manifest: dict, by_part: dict) -> list:
+    """Cross-check tombstones with their stored post/deletes, in the partition of the deletes, on the executors.
+
+    ``by_part``: partition -> pickled tombstones whose post/delete hashes there.
+    Returns every partition's ``(on_target, made_by, faults)``.
+    """
     parts = manifest["partitions"]
-    spark = spark or session(master, log=log)
+    infos = {n: i for n, i in files_of(manifest, "posts") if i["part"] in by_part}
+    wanted = spark.sparkContext.broadcast(by_part)
+
+    def blobs(item):
+        name, data = item
+        part = infos[name]["part"]
+        makers = {t.by for t in pickle.loads(wanted.value[part])}
+        return [(part, {h: blob for h, blob in rows(data, name, infos[name]) if h in makers})]
+
+    def check(pair):
+        return pickle.dumps(_check(wanted.value[pair[0]], pair[1], parts))
+
+    out = []
+    if infos:
+        parted = _files(spark, uri, list(infos)).flatMap(blobs).reduceByKey(_union, min(len(by_part), parts))
+        out = [pickle.loads(c) for c in parted.map(check).collect()]
+    wanted.unpersist()
+    without = set(by_part) - {i["part"] for i in infos.values()}  # deletes of a partition without posts: none is stored
+    return out + [_check(by_part[k], {}, parts) for k in sorted(without)]
+
+
+def _union(a: dict, b: dict) -> dict:
+    a.update(b)
+    return a
+
+
+def _routes(checked: list, parts: int) -> tuple[dict, list]:
+    """Per partition, pickled ``(on_target, made_by)`` of the posts there; and every fault of the cross-check."""
+    per: dict = {}
+    faults = []
+    for on_target, made_by, found in checked:
+        faults += found
+        for target, pairs in on_target.items():
+            per.setdefault(partition_of(target, parts), ({}, {}))[0].setdefault(target, []).extend(pairs)
+        for by, made in made_by.items():
+            per.setdefault(partition_of(by, parts), ({}, {}))[1].setdefault(by, []).extend(made)
+    return {k: pickle.dumps(v) for k, v in per.items()}, faults
+
+
+def _fold_task(infos: dict, parts: int, routes, check_signatures: bool, wanted, skip):
+    """One file's fold: a posts file recomputed (with the tombstones routed to its partition), a live file digested."""
+
+    def one(item):
+        name, data = item
+        info = infos[name]
+        fold = Fold(parts, wanted)
+        if info["part"] is None:  # a live file
+            fold.add_entries(rows(data, name, info))
+            kind = "live"
+        else:
+            on_target, made_by = pickle.loads(routes.value[info["part"]]) if info["part"] in routes.value else ({}, {})
+            fold_posts(fold, rows(data, name, info), on_target, made_by, check_signatures, skip)
+            kind = "rec"
+        best, fold.best = fold.best, {}
+        return [((_FOLD, kind, name), fold), *best.items()]
+
+    return one
+
+
+def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset(), local_user=None) -> tuple[Fold, Fold]:
+    """``(recomputed, live)`` folds of a snapshot; only folds and latest-group candidates are shuffled.
+
+    The moderation state is resolved on the driver, from every partition's
+    moderation posts (few; carried in the folds) and ``local_user``.
+    """
+    parts = manifest["partitions"]
     sc = spark.sparkContext
-    with job_errors():
+    rec = Fold(parts, wanted)
+    tomb_files = files_of(manifest, "tombstones")
+    tomb_infos = dict(tomb_files)
+    records = _files(spark, uri, list(tomb_infos)).collect() if tomb_files else []
+    tombs = parse_tombstones((("t", *r) for name, data in records for r in rows(data, name, tomb_infos[name])), rec)
+    by_part: dict = {}
+    for t in tombs:
+        by_part.setdefault(partition_of(t.by, parts), []).append(t)
+    checked = _cross_check(spark, uri, manifest, {k: pickle.dumps(v) for k, v in by_part.items()}) if by_part else []
+    routing, faults = _routes(checked, parts)
+    rec.faults += faults
+    routes = sc.broadcast(routing)
+    infos = {n: i for table in ("posts", "live") for n, i in files_of(manifest, table)}
+    if infos:
+        task = _fold_task(infos, parts, routes, check_signatures, wanted, skip)
+
+        def latest(items):
+            fold, out = Fold(parts, wanted), []
+            for key, value in items:
+                if key[0] == _FOLD:
+                    out.append((key[1], value))
+                else:
+                    fold.add_latest({key: value})
+            return [*out, ("rec", fold)]
+
+        collected = _files(spark, uri, list(infos)).flatMap(task).reduceByKey(newer, parts).mapPartitions(latest).collect()
+    else:
+        collected = []
+    routes.unpersist()
+    live = Fold(parts, wanted)
+    for kind, fold in collected:
+        (rec if kind == "rec" else live).merge(fold)
+    rec.add_resolved(local_user)
+    return rec, live
+
+
+def _check_uri(uri: str) -> None:
+    """Spark takes a comma-separated list of paths, with glob patterns: a snapshot's location must have neither."""
+    bad = sorted(set(uri) & set(",{}[]*?\\"))
+    if bad:
+        raise RebuildError(f"{uri}: the Spark engine cannot read a snapshot whose location holds {' '.join(bad)} (move or link it elsewhere)")
+
+
+def run(
+    snapshot, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None, ship_env: bool = True, local_user=None
+) -> EngineResult:
+    """Verify a snapshot (a path or URI) on Spark; the entries of differing buckets are collected before returning.
+
+    ``local_user``: whose moderation state to resolve (default: the one the export recorded).
+    """
+    uri = spark_uri(snapshot)
+    _check_uri(uri)
+    spark = spark or session(master, log=log, ship_env=ship_env)
+    with quiet_gateway(), job_errors():
+        manifest = read_manifest(spark, uri, os.fspath(snapshot))
+        parts = manifest["partitions"]
         if local_user is None and manifest.get("local_user"):
             local_user = bytes.fromhex(manifest["local_user"])
-        rec, live = one_pass(sc, directory, manifest, check_signatures, local_user=local_user)
+        rec, live = one_pass(spark, uri, manifest, check_signatures, local_user=local_user)
         result = result_of("spark", parts, rec, live)
         differing = frozenset(result.differing_buckets())
         found = ({}, {})
         if differing:
             # The snapshot may be a temporary directory, gone once this returns.
-            rec2, live2 = one_pass(sc, directory, manifest, False, differing, known_faults(rec.faults), local_user=local_user)
+            rec2, live2 = one_pass(spark, uri, manifest, False, differing, known_faults(rec.faults), local_user=local_user)
             found = (rec2.entries, live2.entries)
     result.fetch = lambda wanted: found
     return result
+

@@ -103,11 +103,15 @@ def compare(result, seconds=None) -> Report:
     return report
 
 
-def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None, verify_workers=None):
-    """Recompute with ``engine`` from a plyvel DB or a snapshot directory.
+def run_engine(
+    engine: str, *, db=None, snapshot=None, partitions=16, check_signatures=True, master=None, progress=None, spark_log=None, verify_workers=None, ship_env=True
+):
+    """Recompute with ``engine`` from a plyvel DB or a snapshot (a directory or URI).
 
     ``verify_workers``: processes the local engine checks signatures in
     (default: one when the machine has a second core; 0: in this process).
+    ``ship_env``: on a Spark master that is not local, ship this Python
+    environment to the executors (``rebuild/shipenv.py``).
     """
     if not isinstance(partitions, int) or not 1 <= partitions <= 256:  # a bucket is a hash byte
         raise RebuildError(f"partitions must be an integer from 1 to 256, got {partitions!r}")
@@ -125,7 +129,7 @@ def run_engine(engine: str, *, db=None, snapshot=None, partitions=16, check_sign
             source.close()
     from . import spark
 
-    session = spark.session(master, log=spark_log)  # an unreachable master fails before a long export
+    session = spark.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
     if snapshot:
         return spark.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
@@ -144,8 +148,9 @@ def verify(
     progress: Progress | None = None,
     spark_log: str | None = None,
     verify_workers: int | None = None,
+    ship_env: bool = True,
 ) -> Report:
-    """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` directory and compare; change nothing."""
+    """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` (directory or URI) and compare; change nothing."""
     start = time.perf_counter()
     if progress:
         progress.stage(f"recompute views ({engine} engine)")
@@ -159,6 +164,7 @@ def verify(
         progress=progress,
         spark_log=spark_log,
         verify_workers=verify_workers,
+        ship_env=ship_env,
     )
     recomputed_at = time.perf_counter()
     if progress:

@@ -214,7 +214,7 @@ def test_snapshot_export_and_verify_from_snapshot(tmp_path, damaged):
     damaged.db.delete(_first(damaged, b"!author!")[0])
     manifest = export(damaged.db, tmp_path / "snap", partitions=4)
     assert manifest["counts"]["posts"] == sum(1 for _ in damaged.items(POSTS))
-    assert len([n for n in manifest["files"] if n.startswith("primary-")]) == 4
+    assert sorted(n for n in manifest["files"] if n.startswith("posts/")) == [f"posts/part={k:04d}/posts-{k:04d}-000.parquet" for k in range(4)]
     from cablestore.rebuild import verify
 
     report = verify("local", snapshot=tmp_path / "snap")
@@ -226,9 +226,9 @@ def test_snapshot_checksum_mismatch_is_refused(tmp_path, damaged):
     from cablestore.rebuild import verify
 
     export(damaged.db, tmp_path / "snap", partitions=2)
-    seg = tmp_path / "snap" / "primary-0001.msgpack"
+    seg = tmp_path / "snap" / "posts" / "part=0001" / "posts-0001-000.parquet"
     seg.write_bytes(seg.read_bytes()[:-1])
-    with pytest.raises(RebuildError, match="checksum"):
+    with pytest.raises(RebuildError, match="sha256 checksum does not match the manifest"):
         verify("local", snapshot=tmp_path / "snap")
 
 

@@ -145,14 +145,14 @@ def test_a_failed_job_says_why_in_one_line_and_keeps_its_log(tmp_path, small_sto
     env = bare_env(tmp_path)
     snap = tmp_path / "snap"
     assert cablestore(["export", str(small_store), str(snap), "--partitions", "2", "--quiet"], env).returncode == 0
-    segment = snap / "primary-0001.msgpack"
+    segment = snap / "posts" / "part=0001" / "posts-0001-000.parquet"
     data = bytearray(segment.read_bytes())
     data[len(data) // 2] ^= 0xFF
     segment.write_bytes(bytes(data))
     done = cablestore(["rebuild", "--snapshot", str(snap), "--quiet"], env)
     assert done.returncode == 2
     line = one_clean_line(done.stderr)
-    assert "RebuildError: primary-0001.msgpack: blake3 checksum does not match the manifest" in line
+    assert "RebuildError: posts/part=0001/posts-0001-000.parquet: sha256 checksum does not match the manifest" in line
     log = line.rsplit("Spark's log: ", 1)[1].rstrip(")")
     assert Path(log).parent == tmp_path / "tmp" and Path(log).stat().st_size > 0
 
@@ -231,3 +231,38 @@ def test_a_signal_during_a_spark_run_exits_130_and_removes_the_snapshot(tmp_path
     assert out == ""
     assert snapshots() == []
     assert not wait_for(lambda: [p for p in spawned if os.path.exists(f"/proc/{p}") and cmdline(p)], until=False, seconds=30)
+
+
+def test_a_bad_master_url_says_what_spark_said(tmp_path, small_store):
+    """Issue 21: `--master bogus://x` names the cause Spark gave, not only "could not start Spark's JVM"."""
+    env = bare_env(tmp_path)
+    done = cablestore(["rebuild", str(small_store), "--master", "bogus://x"], env, timeout=120)
+    assert done.returncode == 2
+    line = one_clean_line(done.stderr)
+    assert line.startswith("cablestore rebuild: SparkUnavailableError: could not start Spark's JVM: Master must either be yarn or start with")
+    assert "Spark's log: " in line
+
+
+def test_ctrl_c_during_the_demos_spark_phase_prints_one_line(tmp_path):
+    """Issue 21: no py4j traceback on the terminal when the demo's Spark job is interrupted."""
+    env = bare_env(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cablestore", "demo", "--posts", "3000", "--dir", str(tmp_path / "demo.ldb")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        workers = lambda: [p for p in children(proc.pid) if "pyspark.daemon" in cmdline(p)]  # noqa: E731
+        assert wait_for(lambda: workers() or proc.poll() is not None, seconds=180)
+        assert proc.poll() is None, proc.communicate()  # the rebuild's job is running
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert one_clean_line(err) == "cablestore demo: interrupted"
+    assert "rebuild verify (spark engine)..." in out and "consistent" not in out.split("rebuild verify (spark engine)...", 1)[1]

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from cablestore.cli.args import add_output_flags, partitions_int, print_json
+from cablestore.cli.args import add_output_flags, partitions_int, positive_int, print_json
 
 
 def _cmd_export(args) -> int:
@@ -19,16 +19,29 @@ def _cmd_export(args) -> int:
     from cablestore.store.txn import DELETED, POSTS
 
     progress = Progress(quiet=args.quiet)
-    with Store(args.store, create=False) as store, store.in_flight():
+    with terminate_as_interrupt(), Store(args.store, create=False) as store, store.in_flight():
         total = None
         if progress.enabled:  # a bar needs a total; count only when one is drawn
             total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
-        manifest = export(store.db, args.dir, args.partitions, progress.stage("export posts and tombstones", total))
+        manifest = export(
+            store.db,
+            args.dir,
+            args.partitions,
+            progress.stage("export posts and tombstones", total),
+            decoded=args.decoded,
+            workers=args.workers,
+            source=str(args.store),
+        )
     progress.done()
-    summary = {"dir": str(args.dir), **manifest["counts"], "partitions": manifest["partitions"]}
-    print_json(summary) if args.json else print(
+    size = sum(f["bytes"] for f in manifest["files"].values())
+    summary = {"dir": str(args.dir), **manifest["counts"], "partitions": manifest["partitions"], "bytes": size, "seconds": manifest["seconds"]}
+    if args.json:
+        print_json(summary)
+        return 0
+    decoded = f"; {summary['decoded']} decoded posts" if args.decoded else ""
+    print(
         f"exported {summary['posts']} posts, {summary['tombstones']} tombstones and {summary['live']} view entries "
-        f"to {args.dir} ({args.partitions} partitions)"
+        f"to {args.dir} ({args.partitions} partitions{decoded})"
     )
     return 0
 
@@ -38,7 +51,7 @@ def _cmd_rebuild(args) -> int:
     from cablestore.rebuild import rebuild
 
     if args.store is None and args.snapshot is None:
-        print(f"cablestore {args.command}: give a STORE or --snapshot DIR", file=sys.stderr)
+        print(f"cablestore {args.command}: give a STORE or --snapshot SNAPSHOT", file=sys.stderr)
         return 2
     with terminate_as_interrupt():
         report = rebuild(
@@ -51,6 +64,7 @@ def _cmd_rebuild(args) -> int:
             check_signatures=not args.no_verify_signatures,
             progress=Progress(quiet=args.quiet or args.json),
             spark_log=args.spark_log,
+            ship_env=not args.no_ship_env,
         )
     if args.json:
         print_json(report.to_dict())
@@ -76,7 +90,7 @@ def repair_hint(args) -> str:
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
-    """SIGTERM unwinds like Ctrl-C (temporary snapshot removed, exit 130), during a rebuild only."""
+    """SIGTERM unwinds like Ctrl-C (partial or temporary snapshot removed, exit 130), during an export or rebuild only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -103,7 +117,8 @@ def format_report(report, args) -> str:
     data = report.to_dict()
     mode = "repair" if args.repair else "verify"
     lines = [
-        f"cablestore {args.command} --{mode}: {args.store or args.snapshot} ({data['engine']} engine, {data['partitions']} partitions)",
+        # With a snapshot the report is the snapshot's (its name and counts), whether or not a STORE was named too.
+        f"cablestore {args.command} --{mode}: {args.snapshot or args.store} ({data['engine']} engine, {data['partitions']} partitions)",
         f"  primary data: {data['posts']} posts, {data['tombstones']} tombstones",
     ]
     if data["repaired"]:
@@ -136,10 +151,12 @@ def format_report(report, args) -> str:
 
 def register(sub) -> None:
     """Add ``export``, ``rebuild`` and ``check`` to the ``cablestore`` parser's subparsers."""
-    p = sub.add_parser("export", help="write a snapshot a Spark cluster can read")
+    p = sub.add_parser("export", help="write a Parquet snapshot a Spark cluster (or DuckDB, pandas) can read")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("dir", help="the snapshot directory to write (must not hold a snapshot)")
+    p.add_argument("dir", help="where to write the snapshot: a new or empty directory, or a file://, hdfs:// or s3a:// URI")
     p.add_argument("--partitions", type=partitions_int, default=16, help="partitions by hash prefix, 1-256 (default: 16)")
+    p.add_argument("--decoded", action="store_true", help="also write the decoded table (type, author, channel, time, text, ...) for data teams")
+    p.add_argument("--workers", type=positive_int, default=None, help="threads writing partitions (default: one per core, at most 4)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_export)
 
@@ -161,7 +178,12 @@ def register(sub) -> None:
             metavar="FILE",
             help="keep Spark's own output (Java/log4j) in FILE (default: a temporary file, named only if the run fails)",
         )
-        p.add_argument("--snapshot", default=None, help="read an exported snapshot instead of exporting one")
+        p.add_argument("--snapshot", default=None, metavar="SNAPSHOT", help="read an exported snapshot (a directory or URI) instead of exporting one")
+        p.add_argument(
+            "--no-ship-env",
+            action="store_true",
+            help="on a cluster, do not ship this Python environment to the executors: they have cablestore installed (PYSPARK_PYTHON)",
+        )
         p.add_argument("--partitions", type=partitions_int, default=16, help="partitions / digest buckets, 1-256 (default: 16)")
         p.add_argument("--no-verify-signatures", action="store_true", help="skip Ed25519 checks of stored posts")
         add_output_flags(p)

@@ -1,0 +1,340 @@
+"""Starting Spark for the rebuild: the session, its executors' Python, its log, its failures in one line.
+
+Runs locally by default (``local[*]``), on any master given with
+``--master``, or under ``spark-submit`` (whose master then wins).
+
+The executors' Python (see docs/cluster.md):
+
+* on ``local`` masters, the driver's own interpreter (``sys.executable``),
+  so a virtualenv works without being activated;
+* on any other master, the driver's environment packed by
+  ``rebuild/shipenv.py`` and shipped with ``spark.archives``
+  (``PYSPARK_PYTHON=./env/bin/python``), so executors need nothing
+  installed; unless ``ship_env=False`` (``--no-ship-env``), ``PYSPARK_PYTHON``
+  is set, or spark-submit already names a Python: then ``PYSPARK_PYTHON``,
+  else ``python3`` from each worker's PATH.
+
+Spark's own output (Java and log4j lines, executor stderr, py4j's gateway
+log) goes to a log file, never to the terminal; its path, and the cause
+Spark gave, are named in the error when a run fails.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+
+from cablestore.errors import CableError, RebuildError, SparkMasterUnreachableError, SparkUnavailableError
+
+CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark itself gives up after 60 with a stopped context
+_log = {"path": None, "keep": False}
+
+
+def require_java() -> None:
+    """Refuse early, in one line, when no Java is installed."""
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
+        raise RebuildError("Java 17 or newer is required for --engine spark (install a JDK, or use --engine local)")
+
+
+def is_local(master: str) -> bool:
+    """True for masters whose executors run on this machine, inside the driver's JVM."""
+    return master == "local" or master.startswith("local[")
+
+
+def executor_python(master: str, shipped: bool = False) -> str:
+    """The interpreter the executors run: the shipped environment's, ``PYSPARK_PYTHON``, else the driver's own on local masters.
+
+    On other masters without either it is ``python3`` from each worker's
+    PATH (PySpark's default), which must have cablestore installed.
+    """
+    if shipped:
+        from .shipenv import EXECUTOR_PYTHON
+
+        return EXECUTOR_PYTHON
+    if os.environ.get("PYSPARK_PYTHON"):
+        return os.environ["PYSPARK_PYTHON"]
+    return sys.executable if is_local(master) else "python3"
+
+
+def ships_env(master: str, conf, ship_env: bool = True) -> bool:
+    """Whether a session on ``master`` ships the driver's packed environment to its executors."""
+    named = os.environ.get("PYSPARK_PYTHON") or conf.get("spark.pyspark.python", None)
+    return ship_env and not is_local(master) and not named
+
+
+def log_path() -> str | None:
+    """The file Spark's own output goes to in this process (None before a session starts)."""
+    return _log["path"]
+
+
+def _open_log(path: str | None) -> str:
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="cablestore-spark-", suffix=".log")
+        os.close(fd)
+        atexit.register(_drop_log, path)
+    else:
+        _log["keep"] = True
+    _log["path"] = os.path.abspath(path)
+    _quiet_py4j(_log["path"])
+    return _log["path"]
+
+
+def _quiet_py4j(path: str) -> None:
+    """py4j's own loggers write to Spark's log, not the terminal."""
+    logger = logging.getLogger("py4j")
+    for handler in [h for h in logger.handlers if getattr(h, "_cablestore", False)]:
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(path, delay=True)
+    handler._cablestore = True
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+class _FromPy4j(logging.Filter):
+    """Sends records py4j logs through the root logger (``logging.exception(...)``) to Spark's log instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}py4j{os.sep}" not in record.pathname:
+            return True
+        for handler in logging.getLogger("py4j").handlers:
+            if getattr(handler, "_cablestore", False):
+                handler.handle(record)
+        return False
+
+
+@contextmanager
+def quiet_gateway():
+    """While Spark runs: py4j's tracebacks of an interrupted call (Ctrl-C mid-job) go to Spark's log, not stderr.
+
+    py4j logs them with ``logging.exception`` on the root logger, which with
+    no handler configured would install one that prints to stderr; a
+    handler of the application's own still gets every other record.
+    """
+    root = logging.getLogger()
+    quiet, keep = _FromPy4j(), logging.NullHandler() if not root.handlers else None
+    root.addFilter(quiet)
+    if keep is not None:
+        root.addHandler(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+        if keep is not None:
+            root.removeHandler(keep)
+
+
+def _drop_log(path: str) -> None:
+    """A temporary log is removed at exit unless a failure named it."""
+    logging.getLogger("py4j").propagate = False
+    if not _log["keep"]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def failure(exc_type, message: str) -> CableError:
+    """``exc_type(message)`` naming Spark's log, which is then kept."""
+    _log["keep"] = True
+    where = f" (Spark's log: {_log['path']})" if _log["path"] else ""
+    return exc_type(message + where)
+
+
+def check_master(master: str, timeout: float = 5.0) -> None:
+    """Fail fast, before starting a JVM, when no host of a ``spark://`` master accepts a connection."""
+    if not master.startswith("spark://"):
+        return
+    reasons = []
+    for hostport in master[len("spark://") :].split(","):
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise SparkMasterUnreachableError(f"bad Spark master URL {master!r} (expected spark://HOST:PORT)")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            return
+        except OSError as exc:
+            reasons.append(f"{hostport}: {exc.strerror or exc}")
+    raise SparkMasterUnreachableError(f"cannot reach Spark master {master} ({'; '.join(reasons)})")
+
+
+@contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def session(
+    master: str | None = None,
+    app: str = "cablestore-rebuild",
+    log: str | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    ship_env: bool = True,
+):
+    """A SparkSession; ``master`` overrides, else spark-submit's, else local[*].
+
+    Reuses the active session if there is one.  Spark's output goes to
+    ``log`` (default: a temporary file removed at exit unless a run failed).
+    On a master that is not local, ``ship_env`` packs this Python
+    environment and ships it to the executors (see the module's docstring).
+    """
+    require_java()
+    try:
+        from pyspark import SparkConf, SparkContext
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - pyspark is a dependency
+        raise RebuildError("pyspark is not installed") from exc
+    if SparkContext._active_spark_context is not None:
+        return SparkSession.builder.getOrCreate()
+    conf = SparkConf()
+    master = master or conf.get("spark.master", None) or "local[*]"
+    check_master(master)
+    conf.setMaster(master).setAppName(app)
+    conf.set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
+    conf.set("spark.sql.shuffle.partitions", "8")
+    shipped = ships_env(master, conf, ship_env)
+    if shipped:
+        from .shipenv import ARCHIVE_NAME, pack
+
+        archives = [a for a in (conf.get("spark.archives", "") or "").split(",") if a]
+        conf.set("spark.archives", ",".join([*archives, f"{pack()}#{ARCHIVE_NAME}"]))
+    with _env("PYSPARK_PYTHON", executor_python(master, shipped)), quiet_gateway():
+        sc = _start_context(SparkContext, conf, master, log, connect_timeout)
+    sc.setLogLevel("WARN")
+    return SparkSession(sc)
+
+
+def _start_context(SparkContext, conf, master: str, log: str | None, connect_timeout: float):
+    """Start the JVM with its output in the log file, and a SparkContext; kill the JVM if the master never answers."""
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = SparkContext._gateway
+    timer = None
+    if gateway is None:
+        path = _open_log(log)
+        start = os.path.getsize(path)
+        with open(path, "ab") as out:
+            try:
+                gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})
+            except Exception as exc:
+                cause = log_cause(path, start) or _first_line(exc)
+                raise failure(SparkUnavailableError, f"could not start Spark's JVM: {cause}") from None
+        if gateway.proc is not None and not is_local(master):
+            timer = threading.Timer(connect_timeout, _kill, (gateway.proc,))
+            timer.daemon = True
+            timer.start()
+    try:
+        return SparkContext(conf=conf, gateway=gateway)
+    except BaseException as exc:
+        _discard_gateway(SparkContext, gateway)
+        if isinstance(exc, Exception):
+            if timer is not None and not timer.is_alive():
+                raise failure(
+                    SparkMasterUnreachableError, f"Spark master {master} did not accept the application within {connect_timeout:.0f} s"
+                ) from None
+            raise failure(SparkUnavailableError, f"could not start Spark on {master}: {_first_line(exc)}") from None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+_CAUSE = re.compile(r"^(?:Exception in thread \"[^\"]*\" |Caused by: )?(?:[\w$]+\.)*([\w$]*(?:Exception|Error)): (.+)$|^Error: (.+)$")
+
+
+def log_cause(path: str, start: int = 0) -> str | None:
+    """The reason the JVM gave for exiting, from its log after byte ``start`` (spark-submit's first error line)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        m = _CAUSE.match(line.strip())
+        if m:
+            return (m.group(2) or m.group(3)).strip()[:300]
+    return None
+
+
+def _kill(proc) -> None:
+    try:
+        proc.kill()
+    except OSError:
+        pass
+
+
+def _discard_gateway(SparkContext, gateway) -> None:
+    """A failed start leaves no JVM and no stale gateway behind for the next session."""
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        _kill(proc)
+        try:
+            proc.wait(timeout=10)
+        except Exception:
+            pass
+    try:
+        gateway.shutdown()
+    except Exception:
+        pass
+
+
+_PY_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)): (.*)$", re.M)
+
+
+def _first_line(exc: BaseException) -> str:
+    """One readable line from a Spark failure: the executor's Python error if there is one."""
+    text = str(exc)
+    if "Traceback (most recent call last)" in text:
+        tail = text.split("Traceback (most recent call last)", 1)[1]
+        found = _PY_ERROR.findall(tail.split("\n\tat ", 1)[0])
+        if found:
+            name, msg = found[-1]
+            return f"{name.rsplit('.', 1)[-1]}: {msg}"
+    for line in text.splitlines():
+        line = line.strip().lstrip(": ").strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return line[:300]
+    return type(exc).__name__
+
+
+@contextmanager
+def job_errors():
+    """Turn a failed Spark job into one SparkUnavailableError line naming the log."""
+    try:
+        yield
+    except CableError:
+        raise
+    except Exception as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None  # an interrupted call's clean-up failed: still an interrupt
+        line = _first_line(exc)
+        if "pyspark.daemon" in line or "No module named 'cablestore'" in line:
+            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or drop --no-ship-env)"
+        raise failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
+
+
+def _python_exec() -> str:
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    return getattr(sc, "pythonExec", None) or "python3"
