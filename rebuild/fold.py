@@ -16,6 +16,7 @@ from itertools import islice
 
 import blake3
 
+from cablestore.compiled import native as _native
 from cablestore.moderation import RELEVANT_TYPES
 from cablestore.wire.crypto import verify_many
 
@@ -24,6 +25,7 @@ from .recompute import (
     DIGEST_MASK,
     Fault,
     classify,
+    kept_out,
     newer,
     recompute_post,
     render,
@@ -36,7 +38,7 @@ from .recompute import (
 class Fold:
     """Digests, counts, faults and latest-group candidates of part of the data."""
 
-    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation")
+    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation", "rows")
 
     def __init__(self, parts: int, wanted: frozenset | None = None):
         self.parts = parts
@@ -49,11 +51,20 @@ class Fold:
         self.tombstones = 0
         # (hash, blob) of the posts the moderation state is resolved from: few, so carried whole.
         self.moderation: list = []
+        # The resolved rows that keep posts out (recompute.enforcement_rows), or None: set before folding.
+        self.rows: dict | None = None
 
     def add_entries(self, pairs) -> None:
         # The hot loop of both engines: entry_digest, view_of and bucket
         # inlined (tests/test_rebuild.py keeps them equal), sums reduced
         # mod 2**256 only when read.
+        if _native is not None:  # the compiled loop (cablestore.compiled): the same sums and buckets
+            _native.fold_entries(self.digests, self.wanted, self.entries, self.parts, _VIEW_BY_PREFIX, pairs, blake3.blake3, zlib.crc32)
+            return
+        self.add_entries_py(pairs)
+
+    def add_entries_py(self, pairs) -> None:
+        """:meth:`add_entries` in pure Python."""
         digests, wanted, parts = self.digests, self.wanted, self.parts
         views, crc32, blake, from_bytes = _VIEW_BY_PREFIX, zlib.crc32, blake3.blake3, int.from_bytes
         for key, value in pairs:
@@ -72,6 +83,8 @@ class Fold:
         """Classify one stored post; fold its entries in, or record its fault."""
         self.posts += 1
         faults, post = classify(h, blob, on_target, check_signatures, signed)
+        if post is not None and self.rows is not None and (fault := kept_out(h, post, self.rows)) is not None:
+            faults, post = faults + [fault], None
         self.faults.extend(faults)
         if post is None:
             return

@@ -13,6 +13,7 @@ import os
 from cablestore.wire.crypto import verify_pool
 
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
+from .recompute import enforcement_rows
 from .result import EngineResult
 
 
@@ -23,6 +24,8 @@ def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=froze
     makers = {t.by for t in tombs}
     by_blobs = {h: blob for h, blob in source.posts() if h in makers} if makers else {}
     on_target, made_by = check_tombstones(tombs, by_blobs, rec)
+    if local_user is not None:  # a first, light pass: the moderation posts, to know what the state keeps out
+        rec.rows = enforcement_rows(local_user, source.posts(), on_target, check_signatures)
     fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress, pool)
     rec.add_latest(rec.best)
     rec.add_resolved(local_user)

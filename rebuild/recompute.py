@@ -16,9 +16,10 @@ from cablestore import views
 from cablestore.errors import CableError, CorruptRecordError
 from cablestore.keyspace import reverse
 from cablestore.keyspace.records import Indexed, Tombstone
-from cablestore.moderation import resolve
+from cablestore.moderation import RELEVANT_TYPES, resolve
+from cablestore.store.enforcing import refusal
 from cablestore.store.txn import DELETED, POSTS
-from cablestore.wire.codec import DELETE, decode_post, post_hash
+from cablestore.wire.codec import DELETE, HASH_SIZE, HEADER_FIXED, decode_post, post_hash, read_varint
 from cablestore.wire.crypto import verify_post
 
 META = b"!meta!"
@@ -30,13 +31,15 @@ LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves (c
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
-FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "unverified_tombstone", "bad_tombstone")
+FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "unverified_tombstone", "bad_tombstone", "kept_out")
 # What a repair does with each fault's record.  Only a post whose deletion is
 # proven (its author's post/delete is stored and names it) is removed; every
 # other faulty record is moved under QUARANTINE, where nothing reads it and an
 # operator can restore it.
 REMOVE, SET_ASIDE = "remove", "quarantine"
-REPAIR_ACTION = {kind: SET_ASIDE for kind in FAULT_KINDS} | {"tombstoned": REMOVE}
+# A post the moderation state keeps out is removed too: the stored moderation
+# posts that keep it out justify it (docs/moderation.md, Enforcement).
+REPAIR_ACTION = {kind: SET_ASIDE for kind in FAULT_KINDS} | {"tombstoned": REMOVE, "kept_out": REMOVE}
 VERIFIED, UNVERIFIED = "verified", "unverified"
 
 
@@ -148,6 +151,36 @@ def recompute_post(h: bytes, blob: bytes, post, made):
         for view, group, rank in views.ranked_groups(ip)
     ]
     return entries, candidates
+
+
+def post_type_of(blob: bytes) -> int | None:
+    """The post type read from a post's header without decoding the rest (None: not even a header)."""
+    try:
+        links, pos = read_varint(blob, HEADER_FIXED)
+        return read_varint(blob, pos + links * HASH_SIZE)[0]
+    except CableError:
+        return None
+
+
+def enforcement_rows(local_user: bytes | None, posts, on_target, check_signatures: bool) -> dict | None:
+    """The resolved rows that keep posts out, from the sound moderation posts among ``(hash, blob)`` posts.
+
+    None when nothing can be kept out (no local user, or no moderation post).
+    Both engines call it before folding, so :meth:`Fold.add_post` can tell a
+    post the state keeps out (a ``kept_out`` fault, removed by a repair).
+    """
+    if local_user is None:
+        return None
+    sound = [(h, b) for h, b in posts if post_type_of(b) in RELEVANT_TYPES and classify(h, b, on_target.get(h, ()), check_signatures)[1] is not None]
+    if not sound:
+        return None
+    return dict(resolved_entries(local_user, sound))
+
+
+def kept_out(h: bytes, post, rows: dict) -> Fault | None:
+    """A ``kept_out`` fault when the moderation state (``rows``) keeps this stored post out."""
+    why = refusal(rows.get, h, post)
+    return None if why is None else Fault(h, "kept_out", f"{type(why).__name__}: {why}", POSTS + h)
 
 
 def resolved_entries(local_user: bytes | None, posts) -> list[tuple[bytes, bytes]]:

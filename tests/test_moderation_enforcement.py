@@ -145,3 +145,18 @@ def test_a_refused_post_changes_nothing(store):
     with pytest.raises(BlockedError):
         store.ingest(text(EVE, T0 + 3, "dev", "b")[0])
     assert dump(store) == before and store.check().consistent
+
+
+def test_check_reports_a_post_the_state_keeps_out_and_repair_removes_it(store):
+    spam = text(EVE, T0 + 1, "dev", "spam")[0]
+    h = store.ingest(spam)
+    ing(store, block_post(URSULA, EVE, T0 + 5, drop=1))
+    assert store.get(h) is None and store.check().consistent
+    store.db.put(b"!post!" + h, spam)  # put back under the store: damage a check must see
+    report = store.check()
+    assert not report.consistent and [f.kind for f in report.faults] == ["kept_out"]
+    assert store.check(fix=True).consistent and store.get(h) is None
+    # without a local user nothing is kept out, so nothing is a fault
+    with Store(store.path.parent / "plain", now=lambda: NOW) as plain:
+        plain.ingest_many([spam, block_post(URSULA, EVE, T0 + 5, drop=1)[0]])
+        assert plain.get(h) is not None and plain.check().consistent

@@ -56,7 +56,8 @@ def oracle(posts):
 
 def test_workload_is_varied(posts):
     types = {decode_post(b).post_type for b in posts}
-    assert types == set(POST_TYPE_NAMES)
+    # every chat type (0-5); moderation posts (6-9) come from tests/moderation_helpers.py, not the workload
+    assert types == {t for t in POST_TYPE_NAMES if t < 6}
     assert len({decode_post(b).public_key for b in posts}) >= 10
 
 
