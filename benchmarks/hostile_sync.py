@@ -161,9 +161,14 @@ def run_sync_attack(kind: str, live: bool, work: Path, progress_timeout: float, 
         server.done.set()
     seconds = time.perf_counter() - start
     try:
-        reason = json.loads(out)["reason"]
+        summary = json.loads(out)
+        reason, synced = summary["reason"], summary["seconds"]
     except (ValueError, KeyError):
-        reason = (err.strip().splitlines() or ["?"])[-1]
-    return {"attack": kind, "exit": proc.returncode, "reason": reason, "seconds": round(seconds, 2), "rss_mb": round(sampler.peak(), 1)}
+        reason, synced = (err.strip().splitlines() or ["?"])[-1], None
+    deadline = progress_timeout * 10 if live else progress_timeout
+    return {
+        "attack": kind, "exit": proc.returncode, "reason": reason, "sync_s": synced, "deadline_s": deadline,
+        "process_s": round(seconds, 2), "rss_mb": round(sampler.peak(), 1),
+    }
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -148,3 +150,104 @@ def test_serve_refuses_a_missing_store_without_creating_it(tmp_path):
     out = subprocess.run([PY, "-m", "cablestore", "serve", str(tmp_path / "nope"), "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert not (tmp_path / "nope").exists()
+
+
+# --- issue 21 §3 and the serve flags of issue 20 ----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["serve", "sync"])
+def test_an_out_of_range_port_is_one_line_exit_2_and_creates_nothing(tmp_path, command):
+    with Store(tmp_path / "full"):
+        pass
+    before = sorted(p.name for p in (tmp_path / "full").iterdir())
+    store, flag = (tmp_path / "full", "--listen") if command == "serve" else (tmp_path / "new", "--connect")
+    argv = [PY, "-m", "cablestore", command, str(store), flag, "127.0.0.1:99999"]
+    if command == "serve":
+        argv += ["--port-file", str(tmp_path / "port")]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "port must be" in out.stderr and "99999" in out.stderr
+    assert not (tmp_path / "new").exists() and not (tmp_path / "port").exists()
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == before
+
+
+def test_serve_json_is_json_lines_only_with_the_port_first_and_the_counts_last(tmp_path):
+    posts = tmp_path / "posts.bin"
+    write_posts(posts, generate(seed=4, posts=200))
+    subprocess.run([PY, "-m", "cablestore", "ingest", str(tmp_path / "full"), str(posts), "--quiet"], check=True, capture_output=True)
+    proc = subprocess.Popen(
+        [PY, "-m", "cablestore", "serve", str(tmp_path / "full"), "--listen", "127.0.0.1:0", "--json", "--max-connections", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["listening"] == f"127.0.0.1:{first['port']}" and first["port"] > 0
+        out = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "copy"), "--connect", first["listening"], "--quiet"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    finally:
+        assert stop(proc) == 0
+    rest = proc.stdout.read().splitlines()
+    (last,) = rest  # nothing but JSON lines on stdout
+    summary = json.loads(last)
+    assert summary["listen"] == first["listening"]
+    assert summary["connections"] == 1 and summary["closed"] == {"closed": 1} and summary["open_connections"] == 0
+
+
+def test_serve_quiet_with_a_port_file_prints_nothing_and_the_port_can_be_learnt(tmp_path):
+    with Store(tmp_path / "full"):
+        pass
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [PY, "-m", "cablestore", "serve", str(tmp_path / "full"), "--listen", "127.0.0.1:0", "--quiet", "--port-file", str(port_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for _ in range(200):
+            if port_file.exists():
+                break
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        assert stop(proc) == 0
+    assert proc.stdout.read() == "" and not port_file.exists()  # removed on exit
+
+
+def test_serve_help_shows_the_limits():
+    out = subprocess.run([PY, "-m", "cablestore", "serve", "--help"], capture_output=True, text=True, timeout=60)
+    for flag in ("--max-connections", "--memory-mb", "--max-live", "--idle-timeout", "--slow-timeout", "--request-timeout", "--port-file"):
+        assert flag in out.stdout
+    assert "connections at once; more are closed at once (default: 256)" in " ".join(out.stdout.split())
+
+
+def test_a_sync_error_on_a_terminal_starts_on_its_own_line(tmp_path):
+    """The progress line is ended before the error is printed (it was glued to it)."""
+    import os
+    import pty
+
+    (tmp_path / "afile").write_text("not a store")
+    listener = socket.create_server(("127.0.0.1", 0))
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [PY, "-m", "cablestore", "sync", str(tmp_path / "afile"), "--connect", f"127.0.0.1:{listener.getsockname()[1]}"],
+            stdout=subprocess.PIPE, stderr=slave, text=True, timeout=60,
+        )
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+        listener.close()
+    text = shown.decode()
+    assert proc.returncode == 2 and "sync: posts ingested" in text  # the progress line was drawn
+    lines = text.replace("\r\n", "\n").split("\n")
+    assert any(line.startswith("cablestore sync: ") for line in lines), text

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,8 @@ log = logging.getLogger("cablestore.peer.transport")
 WRITE_CHUNK = 64 << 10  # handed to a socket at once; also its write buffer's high-water mark
 PUMP_SECONDS = 0.005  # work between two looks at the sockets
 BACKLOG = 512
-ABORTED = {"slow", "stalled", "idle", "overflow", "framing"}  # reasons a socket is reset, its unsent bytes dropped
+TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (Linux)
+ABORTED = {"slow", "stalled", "idle", "overflow", "framing", "left"}  # reasons a socket is reset, its unsent bytes dropped
 
 
 def now_ms() -> int:
@@ -110,6 +112,8 @@ class _Link(asyncio.BufferedProtocol):
             self.conn.close("lost" if exc else "closed")
         if self.wire is not None:
             self.wire.links.pop(self.conn, None)
+            self.wire.paused.pop(self, None)
+            self.wire.pool_paused.pop(self, None)
             self.wire.kick()
         if not self.lost.done():
             self.lost.set_result(None)
@@ -128,6 +132,31 @@ class _Link(asyncio.BufferedProtocol):
         if not self.paused:
             self.paused = True
             self.transport.pause_reading()
+            if self.wire is not None:
+                self.wire.paused[self] = None
+
+    def _resume(self) -> None:
+        self.paused = False
+        self.transport.resume_reading()
+        if self.wire is not None:
+            self.wire.paused.pop(self, None)
+
+    def gone(self) -> bool:
+        """A socket not being read: has the peer left?  (A paused socket sees no EOF; the kernel's TCP state says.)
+
+        Reset by the peer: gone.  Closed by the peer (its FIN) with nothing
+        whole left to handle: gone too, as what it sent can never complete.
+        """
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None or self.transport.is_closing() or not hasattr(socket, "TCP_INFO"):
+            return False
+        try:
+            state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+        except OSError:
+            return True
+        if state == TCP_CLOSE:
+            return True
+        return state == TCP_CLOSE_WAIT and self.conn is not None and not self.conn.runnable and not self.conn.inbox.ready
 
     def update_reading(self) -> None:
         """Pause reading while the connection may not take more; resume when it may."""
@@ -135,8 +164,7 @@ class _Link(asyncio.BufferedProtocol):
             return
         if self.conn.read_allowance() > 0:
             if self.paused:
-                self.paused = False
-                self.transport.resume_reading()
+                self._resume()
         else:
             self._pause()
             if self.wire.node.pool_left <= 0:
@@ -163,6 +191,7 @@ class Wire:
         self.loop = asyncio.get_running_loop()
         self.links: dict[Connection, _Link] = {}
         self.pool_paused: dict[_Link, None] = {}
+        self.paused: dict[_Link, None] = {}  # sockets not being read
         self.view = memoryview(bytearray(node.policy.read_chunk))
         self.on_event: Callable[[], None] | None = None  # after each slice of work, tick or lost socket (a sync re-checks)
         self._kicked = False
@@ -194,6 +223,7 @@ class Wire:
     def _drop(self, conn: Connection) -> None:
         link = self.links.pop(conn, None)
         self.pool_paused.pop(link, None)
+        self.paused.pop(link, None)
         if link is not None and link.transport is not None and not link.transport.is_closing():
             if conn.close_reason in ABORTED:
                 link.transport.abort()
@@ -215,6 +245,8 @@ class Wire:
             node.run(now, 1)
             if time.perf_counter() >= deadline:
                 break
+        if self.on_event is not None:
+            self.on_event()  # a sync may ask more: written below
         self.flush()
         for conn in node.take_touched():
             link = self.links.get(conn)
@@ -224,8 +256,6 @@ class Wire:
             for link in list(self.pool_paused):
                 del self.pool_paused[link]
                 link.update_reading()
-        if self.on_event is not None:
-            self.on_event()
         if node.has_work:
             self.kick()
 
@@ -240,6 +270,8 @@ class Wire:
         while True:
             await asyncio.sleep(self.tick_seconds)
             self.node.tick(now_ms())
+            for link in [link for link in self.paused if link.gone()]:  # free the slots of peers that left
+                link.conn.close("left")
             self.kick()
 
     async def close(self) -> None:
@@ -403,7 +435,9 @@ async def run_sync(
         if sync.reason is not None or conn.closed or (sync.done and not live):
             finished.set()
 
+    started = loop.time()
     wire.on_event = step
+    wire.tick_seconds = min(wire.tick_seconds, max(0.05, progress_timeout / 4))
     wire.attach(link, conn)
     step()
     wire.flush()
@@ -416,6 +450,7 @@ async def run_sync(
         if timer is not None:
             timer.cancel()
         summary = sync.summary()
+        summary["seconds"] = round(loop.time() - started, 3)
         sync.abandon(sync.reason or "stopped")
         wire.flush()
         for task in waiters:
