@@ -1,0 +1,38 @@
+"""Which per-post hot path is active: the compiled extension or pure Python.
+
+``cablestore._speedups`` (Cython, built by ``pip install`` when a C compiler
+is there) holds compiled twins of the hot functions: post decoding, the
+per-post view entries and groups, the reverse entry, ``Indexed.of`` and the
+rebuild's digest fold.  Each module keeps its pure-Python original and
+uses the twin when :data:`native` is set.  Both give byte-identical stores
+(``tests/test_speedups.py``).  ``CABLESTORE_PURE=1`` in the environment, or
+an extension that is missing or fails to import, selects pure Python.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+PURE_ENV = "CABLESTORE_PURE"
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
+        return None, f"pure Python ({PURE_ENV}=1)"
+    try:
+        # By name: an extension module, outside the layers (it imports nothing of cablestore).
+        speedups = importlib.import_module("cablestore._speedups")
+    except ImportError:
+        return None, "pure Python (the compiled extension is not built)"
+    return speedups, "compiled (Cython)"
+
+
+native, HOT_PATH = _load()
+"""The compiled module (None: pure Python), and how the hot path runs, in words."""
+
+COMPILED: bool = native is not None
+"""True when the compiled hot path is in use."""
+
+__all__ = ["COMPILED", "HOT_PATH", "PURE_ENV", "native"]
