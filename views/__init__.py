@@ -51,7 +51,9 @@ nothing else to know what a view holds.
 
 import msgpack
 
+from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
+from cablestore.keyspace.keys import escape
 
 from . import actions, author, blocks, channel, chat, links, roles, state, user
 
@@ -81,8 +83,17 @@ def groups(ip):
     return [(view, g) for view, view_groups in _GROUPS for g in view_groups(ip)]
 
 
+entries_py, groups_py = entries, groups
+if _native is not None:  # the compiled twins (cablestore.compiled): the same entries, in the same order
+    _native.bind_views(entries_py, groups_py, escape, state, user, channel, links)
+    entries, groups = _native.entries, _native.groups
+
+
 def ranked_groups(ip, views=VIEWS):
     """``(view, group, rank)`` for every group of ``ip`` in ``views`` (see :func:`rank`)."""
+    if _native is not None:  # the compiled groups, filtered and ranked: the same triples in the same order
+        rankers = _RANKERS
+        return [(view, g, ip.mono if rankers[view] is None else rankers[view](g, ip)) for view, g in groups(ip) if view in views]
     plan = _PLANS.get(views)
     if plan is None:
         plan = _PLANS[views] = tuple((v, v.groups, _RANKERS[v]) for v in VIEWS if v in views)

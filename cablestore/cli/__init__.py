@@ -19,6 +19,7 @@ import sys
 
 from cablestore import __version__
 from cablestore.cli import authoring, maintenance, moderation, network, posts, reading, verification
+from cablestore.compiled import HOT_PATH
 
 GROUPS = (posts, verification, maintenance, reading, authoring, moderation, network)
 
@@ -26,7 +27,7 @@ GROUPS = (posts, verification, maintenance, reading, authoring, moderation, netw
 def build_parser() -> argparse.ArgumentParser:
     """The ``cablestore`` argument parser, with every subcommand."""
     parser = argparse.ArgumentParser(prog="cablestore", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"cablestore {__version__}")
+    parser.add_argument("--version", action="version", version=f"cablestore {__version__} (hot path: {HOT_PATH})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in GROUPS:
         group.register(sub)

@@ -84,6 +84,7 @@ def format_stats(stats) -> str:
         f"  users:       {stats.users:,}",
         f"  tombstones:  {stats.tombstones:,}",
         f"  on disk:     {stats.bytes_on_disk:,} bytes",
+        f"  hot path:    {stats.hot_path}",
     ]
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import blake3
 import msgpack
 
+from cablestore.compiled import native as _native
 from cablestore.errors import CorruptRecordError
 from cablestore.keyspace.keys import canonical_channel, mono
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, CHANNEL_TYPES, POST_TYPE_NAMES, Post, decode_post, post_hash, slot_setters
@@ -131,6 +132,8 @@ class Indexed:
         """Index the post ``buf`` (decoded and hashed unless ``post`` and ``h`` are given)."""
         post = post if post is not None else decode_post(buf)
         h = h if h is not None else post_hash(buf)
+        if _new_indexed is not None and cls is Indexed and type(h) is bytes:
+            return _new_indexed(h, post, tombstones)
         channel = canonical_channel(post.channel) if post.post_type in CHANNEL_TYPES else None
         if cls is not Indexed:
             return cls(h, post, mono(post.timestamp, h), channel, tuple(tombstones))
@@ -147,3 +150,9 @@ class Indexed:
 
 _INDEXED_SETTERS = slot_setters(Indexed)
 assert len(_INDEXED_SETTERS) == 5
+
+# The compiled constructor when the extension is there (cablestore.compiled).
+_new_indexed = None
+if _native is not None:
+    _native.bind_records(Indexed, canonical_channel)
+    _new_indexed = _native.new_indexed

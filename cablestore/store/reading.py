@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cablestore.compiled import HOT_PATH
 from cablestore.keyspace.keys import as_hash, canonical_channel, escape
 from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import actions as actions_view
@@ -156,6 +157,7 @@ class StoreStats:
     users: int
     tombstones: int
     bytes_on_disk: int
+    hot_path: str = HOT_PATH  # how this process indexes: compiled (Cython) or pure Python (cablestore.compiled)
 
     def to_dict(self) -> dict[str, Any]:
         """The stats as a JSON-ready dict."""
@@ -167,6 +169,7 @@ class StoreStats:
             "users": self.users,
             "tombstones": self.tombstones,
             "bytes_on_disk": self.bytes_on_disk,
+            "hot_path": self.hot_path,
         }
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from cablestore.compiled import native as _native
 from cablestore.errors import (
     LimitError,
     PostFieldError,
@@ -187,6 +188,11 @@ def _read_info(buf: bytes, pos: int) -> tuple[tuple[tuple[str, str], ...], int]:
 
 def decode_post(buf: bytes) -> Post:
     """Decode and validate one post.  Raises only :class:`CableError` subclasses."""
+    return _decode(buf)
+
+
+def decode_post_py(buf: bytes) -> Post:
+    """:func:`decode_post` in pure Python (the compiled twin hands it every post it does not decode itself)."""
     if type(buf) is not bytes:
         if not isinstance(buf, (bytes, bytearray, memoryview)):
             raise TypeError("decode_post expects bytes")
@@ -382,3 +388,10 @@ def encode_post(post: Post) -> bytes:
 def post_hash(buf: bytes) -> bytes:
     """BLAKE2b-256 of the post's bytes: its address in Cable."""
     return hashlib.blake2b(buf, digest_size=HASH_SIZE).digest()
+
+
+# The compiled decoder when the extension is there (cablestore.compiled); the same posts, the same errors.
+_decode = decode_post_py
+if _native is not None:
+    _native.bind_codec(Post, decode_post_py)
+    _decode = _native.decode_post

@@ -1,0 +1,541 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The compiled twin of cablestore's per-post hot path (Cython).
+
+Each function here has a pure-Python original, kept where it always was and
+used when this extension is missing or ``CABLESTORE_PURE=1`` is set
+(:mod:`cablestore.compiled` chooses at import).  The two give byte-identical
+results; ``tests/test_speedups.py`` checks that on generated workloads, for
+each function and for whole stores.  Anything unusual (a moderation post,
+a post/delete, a malformed post) is handed to the pure original, so errors
+and rare cases have one definition.
+
+This module imports nothing from cablestore: the Python modules bind what
+it needs (classes, the pure originals) when they import it, so it sits
+outside the layers of docs/architecture.md.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from libc.stdint cimport uint64_t
+from libc.stdio cimport snprintf
+from libc.string cimport memchr, memcpy
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    Py_ssize_t PyUnicode_GET_LENGTH(object u)
+    object _PyLong_FromByteArray(const unsigned char* bytes, size_t n, int little_endian, int is_signed)
+
+
+DEF HEADER = 96
+DEF HASH = 32
+DEF TEXT = 0
+DEF DELETE = 1
+DEF INFO = 2
+DEF TOPIC = 3
+DEF JOIN = 4
+DEF LEAVE = 5
+
+
+# --- frozen slotted dataclasses, filled without their __init__ -------------
+# A slot of a __slots__ class is a member descriptor holding an offset into
+# the instance; the slot setter stores the object there.  Storing it directly
+# is what the setter does, without a Python call per field.
+
+cdef Py_ssize_t _offset(cls, str name) except -1:
+    descr = cls.__dict__[name]
+    if type(descr).__name__ != "member_descriptor":
+        raise TypeError(f"{cls.__name__}.{name} is not a slot")
+    return (<PyMemberDescrObject*>descr).d_member.offset
+
+
+cdef inline void _set(object obj, Py_ssize_t offset, object value):
+    cdef PyObject** slot = <PyObject**>((<char*><PyObject*>obj) + offset)
+    Py_INCREF(value)
+    Py_XDECREF(slot[0])
+    slot[0] = <PyObject*>value
+
+
+cdef object _Post = None
+cdef object _post_new = None
+cdef Py_ssize_t _POST_OFF[18]
+cdef object _decode_py = None
+
+
+def bind_codec(post_cls, decode_py):
+    """Bind the ``Post`` class and the pure decoder (called by :mod:`cablestore.wire.codec`)."""
+    global _Post, _post_new, _decode_py
+    names = tuple(post_cls.__dataclass_fields__)
+    if len(names) != 18:
+        raise TypeError("Post has changed: update cablestore/_speedups.pyx")
+    for i, name in enumerate(names):
+        _POST_OFF[i] = _offset(post_cls, name)
+    _Post, _post_new, _decode_py = post_cls, object.__new__, decode_py
+
+
+# --- decoding --------------------------------------------------------------
+
+cdef inline Py_ssize_t _varint(const unsigned char* p, Py_ssize_t pos, Py_ssize_t n, uint64_t* out) nogil:
+    """A minimal LEB128 u64 at ``pos``: the new position, or -1 for anything the pure reader refuses."""
+    cdef uint64_t result = 0
+    cdef unsigned int shift = 0
+    cdef Py_ssize_t start = pos
+    cdef unsigned char b
+    if pos >= n:
+        return -1
+    b = p[pos]
+    if b < 0x80:
+        out[0] = b
+        return pos + 1
+    while True:
+        if pos >= n or pos - start >= 10:
+            return -1
+        b = p[pos]
+        pos += 1
+        if shift == 63 and (b & 0x7F) > 1:
+            return -1  # beyond u64
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    if b == 0:
+        return -1  # non-minimal
+    out[0] = result
+    return pos
+
+
+cdef inline bytes _slice(const unsigned char* p, Py_ssize_t start, Py_ssize_t size):
+    return PyBytes_FromStringAndSize(<const char*>p + start, size)
+
+
+cdef class _Reader:
+    cdef const unsigned char* p
+    cdef Py_ssize_t pos, n
+    cdef bint bad
+
+    cdef inline uint64_t varint(self):
+        cdef uint64_t v = 0
+        cdef Py_ssize_t pos = _varint(self.p, self.pos, self.n, &v)
+        if pos < 0:
+            self.bad = True
+            return 0
+        self.pos = pos
+        return v
+
+    cdef object text(self, Py_ssize_t* size):
+        """A length-prefixed UTF-8 string, or None (bad set) when the pure reader would refuse it."""
+        cdef uint64_t length = self.varint()
+        if self.bad or length > <uint64_t>(self.n - self.pos):
+            self.bad = True
+            return None
+        try:
+            s = PyUnicode_DecodeUTF8(<const char*>self.p + self.pos, <Py_ssize_t>length, "strict")
+        except UnicodeDecodeError:
+            self.bad = True
+            return None
+        self.pos += <Py_ssize_t>length
+        size[0] = <Py_ssize_t>length
+        return s
+
+    cdef tuple hashes(self):
+        cdef uint64_t count = self.varint()
+        cdef Py_ssize_t i
+        if self.bad or count > <uint64_t>((self.n - self.pos) // HASH):
+            self.bad = True
+            return None
+        out = PyTuple_New(<Py_ssize_t>count)
+        for i in range(<Py_ssize_t>count):
+            h = _slice(self.p, self.pos + i * HASH, HASH)
+            Py_INCREF(h)
+            PyTuple_SET_ITEM(out, i, h)
+        self.pos += <Py_ssize_t>count * HASH
+        return out
+
+    cdef object channel(self):
+        cdef Py_ssize_t size = 0
+        s = self.text(&size)
+        if self.bad:
+            return None
+        cdef Py_ssize_t cps = PyUnicode_GET_LENGTH(s)
+        if cps < 1 or cps > 64:
+            self.bad = True
+            return None
+        return s
+
+
+def decode_post(buf):
+    """Compiled :func:`cablestore.wire.codec.decode_post`: types 0-5 here, everything else by the pure decoder."""
+    if type(buf) is not bytes:
+        return _decode_py(buf)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
+    if n < HEADER:
+        return _decode_py(buf)
+    cdef _Reader r = _Reader.__new__(_Reader)
+    r.p = <const unsigned char*>PyBytes_AS_STRING(buf)
+    r.n = n
+    r.pos = HEADER
+    r.bad = False
+    cdef Py_ssize_t size = 0, cps
+    cdef uint64_t post_type, timestamp
+    links = r.hashes()
+    if r.bad:
+        return _decode_py(buf)
+    post_type = r.varint()
+    if r.bad or post_type > LEAVE:
+        return _decode_py(buf)  # moderation posts, unknown types: the pure decoder
+    timestamp = r.varint()
+    if r.bad:
+        return _decode_py(buf)
+    channel = text = hashes = info = topic = None
+    if post_type == TEXT:
+        channel = r.channel()
+        if r.bad:
+            return _decode_py(buf)
+        text = r.text(&size)
+        if r.bad or size > 4096:
+            return _decode_py(buf)
+    elif post_type == DELETE:
+        hashes = r.hashes()
+        if r.bad or len(hashes) == 0:
+            return _decode_py(buf)
+    elif post_type == INFO:
+        pairs = []
+        while True:
+            key = r.text(&size)
+            if r.bad:
+                return _decode_py(buf)
+            if size == 0:
+                break
+            cps = PyUnicode_GET_LENGTH(key)
+            if cps < 1 or cps > 128:
+                return _decode_py(buf)
+            value = r.text(&size)
+            if r.bad or size > 4096:
+                return _decode_py(buf)
+            if key == "name":
+                cps = PyUnicode_GET_LENGTH(value)
+                if cps < 1 or cps > 32:
+                    return _decode_py(buf)
+            pairs.append((key, value))
+        info = tuple(pairs)
+    elif post_type == TOPIC:
+        channel = r.channel()
+        if r.bad:
+            return _decode_py(buf)
+        topic = r.text(&size)
+        if r.bad or PyUnicode_GET_LENGTH(topic) > 512:
+            return _decode_py(buf)
+    else:
+        channel = r.channel()
+        if r.bad:
+            return _decode_py(buf)
+    if r.pos != n:
+        return _decode_py(buf)
+    post = _post_new(_Post)
+    _set(post, _POST_OFF[0], _slice(r.p, 0, 32))
+    _set(post, _POST_OFF[1], _slice(r.p, 32, 64))
+    _set(post, _POST_OFF[2], links)
+    _set(post, _POST_OFF[3], <int>post_type)
+    _set(post, _POST_OFF[4], timestamp)
+    _set(post, _POST_OFF[5], channel)
+    _set(post, _POST_OFF[6], text)
+    _set(post, _POST_OFF[7], hashes)
+    _set(post, _POST_OFF[8], info)
+    _set(post, _POST_OFF[9], topic)
+    cdef int i
+    for i in range(10, 18):
+        _set(post, _POST_OFF[i], None)
+    return post
+
+
+# --- keys --------------------------------------------------------------------
+
+cdef inline bytes _mono(uint64_t ts, bytes h):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 8 + PyBytes_GET_SIZE(h))
+    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out)
+    cdef int i
+    for i in range(8):
+        q[i] = (ts >> (8 * (7 - i))) & 0xFF
+    memcpy(q + 8, PyBytes_AS_STRING(h), PyBytes_GET_SIZE(h))
+    return out
+
+
+def mono(timestamp, bytes post_hash):
+    """Compiled :func:`cablestore.keyspace.keys.mono`."""
+    return _mono(<uint64_t>timestamp, post_hash)
+
+
+cdef bytes _cat(bytes a, bytes b, bytes c=None, bytes d=None, bytes e=None):
+    """``a + b + c + d + e`` in one allocation (None parts are skipped)."""
+    cdef Py_ssize_t la = PyBytes_GET_SIZE(a), lb = PyBytes_GET_SIZE(b)
+    cdef Py_ssize_t lc = 0 if c is None else PyBytes_GET_SIZE(c)
+    cdef Py_ssize_t ld = 0 if d is None else PyBytes_GET_SIZE(d)
+    cdef Py_ssize_t le = 0 if e is None else PyBytes_GET_SIZE(e)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, la + lb + lc + ld + le)
+    cdef char* q = PyBytes_AS_STRING(out)
+    memcpy(q, PyBytes_AS_STRING(a), la)
+    q += la
+    memcpy(q, PyBytes_AS_STRING(b), lb)
+    q += lb
+    if lc:
+        memcpy(q, PyBytes_AS_STRING(c), lc)
+        q += lc
+    if ld:
+        memcpy(q, PyBytes_AS_STRING(d), ld)
+        q += ld
+    if le:
+        memcpy(q, PyBytes_AS_STRING(e), le)
+    return out
+
+
+# --- Indexed -------------------------------------------------------------------
+
+cdef object _Indexed = None
+cdef Py_ssize_t _IDX_OFF[5]
+cdef object _canonical = None
+cdef Py_ssize_t _P_KEY, _P_LINKS, _P_TYPE, _P_TS, _P_CHANNEL, _P_INFO, _P_TOPIC
+
+
+def bind_records(indexed_cls, canonical_channel):
+    """Bind ``Indexed`` and ``canonical_channel`` (called by :mod:`cablestore.keyspace.records`)."""
+    global _Indexed, _canonical, _P_KEY, _P_LINKS, _P_TYPE, _P_TS, _P_CHANNEL, _P_INFO, _P_TOPIC
+    names = tuple(indexed_cls.__dataclass_fields__)
+    if names != ("hash", "post", "mono", "channel", "tombstones"):
+        raise TypeError("Indexed has changed: update cablestore/_speedups.pyx")
+    for i, name in enumerate(names):
+        _IDX_OFF[i] = _offset(indexed_cls, name)
+    _Indexed, _canonical = indexed_cls, canonical_channel
+
+
+cdef inline object _get(object obj, Py_ssize_t offset):
+    cdef PyObject* v = (<PyObject**>((<char*><PyObject*>obj) + offset))[0]
+    if v == NULL:
+        raise AttributeError("slot not set")
+    return <object>v
+
+
+def new_indexed(bytes h, post, tombstones):
+    """Compiled twin of ``Indexed.of(buf, post, h, tombstones)`` (post and hash known)."""
+    cdef object t = post.post_type
+    cdef int pt = t
+    channel = _canonical(post.channel) if (pt == TEXT or pt == TOPIC or pt == JOIN or pt == LEAVE) else None
+    ip = _post_new(_Indexed)
+    _set(ip, _IDX_OFF[0], h)
+    _set(ip, _IDX_OFF[1], post)
+    _set(ip, _IDX_OFF[2], _mono(<uint64_t>post.timestamp, h))
+    _set(ip, _IDX_OFF[3], channel)
+    _set(ip, _IDX_OFF[4], tombstones if type(tombstones) is tuple else tuple(tombstones))
+    return ip
+
+
+# --- view entries ------------------------------------------------------------
+
+cdef object _entries_py = None
+cdef object _groups_py = None
+cdef object _escape = None
+cdef tuple _VIEWS = ()
+cdef object _V_STATE = None, _V_USER = None, _V_CHANNEL = None, _V_LINKS = None
+cdef bytes _EMPTY = b""
+cdef tuple _TYPE_BYTE = tuple(bytes([i]) for i in range(256))
+
+
+def bind_views(entries_py, groups_py, escape, state, user, channel, links):
+    """Bind the pure ``views.entries``/``views.groups``, ``escape`` and the view modules whose groups this computes."""
+    global _entries_py, _groups_py, _escape, _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS
+    _entries_py, _groups_py, _escape = entries_py, groups_py, escape
+    _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS = state, user, channel, links
+
+
+def entries(ip):
+    """Compiled ``views.entries``: every per-post entry of a post of types 0, 2-5 (others: the pure views)."""
+    post = _get(ip, _IDX_OFF[1])
+    cdef int t = post.post_type
+    if t > LEAVE or t == DELETE:
+        return _entries_py(ip)
+    cdef bytes h = _get(ip, _IDX_OFF[0])
+    cdef bytes m = _get(ip, _IDX_OFF[2])
+    cdef bytes pk = post.public_key
+    cdef bytes tb = _TYPE_BYTE[t]
+    out = []
+    cdef bytes esc
+    if t != INFO:
+        esc = _escape(_get(ip, _IDX_OFF[3]))
+    if t == TEXT:  # chat
+        out.append((_cat(b"!chat!", esc, m), _EMPTY))
+    elif t == JOIN or t == LEAVE:  # state
+        out.append((_cat(b"!state!", esc, b"m", pk, m), _EMPTY))
+    elif t == TOPIC:
+        out.append((_cat(b"!state!", esc, b"t", m), _EMPTY))
+    out.append((_cat(b"!author!", pk, tb, m), _EMPTY))  # author
+    if t == INFO:  # user
+        out.append((_cat(b"!user!", pk, b"p", m), _EMPTY))
+    else:  # channel: every channel post type
+        out.append((_cat(b"!channel!", esc, b"a", pk, m), tb))
+    links = post.links
+    cdef Py_ssize_t nl = len(links)
+    if nl == 1:  # links
+        out.append((_cat(b"!rev!", links[0], b"l", h), _EMPTY))
+    elif nl > 1:
+        for target in dict.fromkeys(links):
+            out.append((_cat(b"!rev!", target, b"l", h), _EMPTY))
+    return out
+
+
+def groups(ip):
+    """Compiled ``views.groups``: ``(view, group)`` pairs of a post of types 0, 2-5 (others: the pure views)."""
+    post = _get(ip, _IDX_OFF[1])
+    cdef int t = post.post_type
+    if t > LEAVE or t == DELETE:
+        return _groups_py(ip)
+    cdef bytes h = _get(ip, _IDX_OFF[0])
+    cdef bytes pk = post.public_key
+    cdef bytes esc
+    out = []
+    if t == INFO:
+        out.append((_V_USER, pk))
+        out.append((_V_USER, b"h" + pk))
+    else:
+        esc = _escape(_get(ip, _IDX_OFF[3]))
+        if t == JOIN or t == LEAVE:
+            out.append((_V_STATE, esc + pk))
+        out.append((_V_CHANNEL, _cat(b"m", esc, pk)))
+        if t == TOPIC:
+            out.append((_V_CHANNEL, b"t" + esc))
+        out.append((_V_LINKS, h))
+    links = post.links
+    if len(links) == 1:
+        if links[0] != h:
+            out.append((_V_LINKS, links[0]))
+    elif len(links) > 1:
+        for target in dict.fromkeys(links):
+            if target != h:
+                out.append((_V_LINKS, target))
+    return out
+
+
+# --- the reverse entry (msgpack, as msgpack.Packer() writes it) ----------------
+
+cdef object _pack_py = None
+
+
+def bind_reverse(pack_py):
+    """Bind the pure ``reverse.pack`` (post/deletes and anything unusual go there)."""
+    global _pack_py
+    _pack_py = pack_py
+
+
+cdef inline Py_ssize_t _put_uint(unsigned char* q, uint64_t v):
+    if v < 0x80:
+        q[0] = <unsigned char>v
+        return 1
+    if v <= 0xFF:
+        q[0] = 0xCC
+        q[1] = <unsigned char>v
+        return 2
+    if v <= 0xFFFF:
+        q[0] = 0xCD
+        q[1] = (v >> 8) & 0xFF
+        q[2] = v & 0xFF
+        return 3
+    cdef int i, width
+    if v <= <uint64_t>4294967295UL:
+        q[0] = 0xCE
+        width = 4
+    else:
+        q[0] = 0xCF
+        width = 8
+    for i in range(width):
+        q[1 + i] = (v >> (8 * (width - 1 - i))) & 0xFF
+    return 1 + width
+
+
+def reverse_pack(ip):
+    """Compiled ``reverse.pack``: ``[timestamp, post_type, public_key, [channel]]`` in msgpack."""
+    post = _get(ip, _IDX_OFF[1])
+    cdef int t = post.post_type
+    cdef bytes pk = post.public_key
+    if t == DELETE or t > 127 or PyBytes_GET_SIZE(pk) != 32:
+        return _pack_py(ip)
+    channel = _get(ip, _IDX_OFF[3])
+    cdef bytes ch = b"" if channel is None else channel.encode("utf-8")
+    cdef Py_ssize_t lc = PyBytes_GET_SIZE(ch)
+    if lc > 0xFFFF:
+        return _pack_py(ip)
+    cdef unsigned char buf[128]
+    cdef unsigned char* q = buf
+    cdef Py_ssize_t pos = 0
+    q[0] = 0x94
+    pos = 1
+    pos += _put_uint(q + pos, <uint64_t>post.timestamp)
+    q[pos] = <unsigned char>t
+    q[pos + 1] = 0xC4
+    q[pos + 2] = 32
+    memcpy(q + pos + 3, PyBytes_AS_STRING(pk), 32)
+    pos += 35
+    if channel is None:
+        q[pos] = 0x90
+        pos += 1
+        return PyBytes_FromStringAndSize(<char*>buf, pos)
+    q[pos] = 0x91
+    pos += 1
+    if lc < 32:
+        q[pos] = 0xA0 | lc
+        pos += 1
+    elif lc <= 0xFF:
+        q[pos] = 0xD9
+        q[pos + 1] = lc
+        pos += 2
+    else:
+        q[pos] = 0xDA
+        q[pos + 1] = (lc >> 8) & 0xFF
+        q[pos + 2] = lc & 0xFF
+        pos += 3
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, pos + lc)
+    memcpy(PyBytes_AS_STRING(out), buf, pos)
+    memcpy(PyBytes_AS_STRING(out) + pos, PyBytes_AS_STRING(ch), lc)
+    return out
+
+
+# --- the rebuild's digest fold -------------------------------------------------
+
+def fold_entries(dict digests, wanted, dict kept, long parts, dict views, pairs, blake, crc32):
+    """Compiled loop of ``rebuild.fold.Fold.add_entries`` (same sums, same buckets)."""
+    cdef bytes key, value, name, data
+    cdef Py_ssize_t lk, lv, cut
+    cdef int head_len
+    cdef const char* kp
+    cdef const void* bang
+    cdef char head[24]
+    cdef char* q
+    for key, value in pairs:
+        kp = PyBytes_AS_STRING(key)
+        lk = PyBytes_GET_SIZE(key)
+        bang = memchr(kp + 1, 33, lk - 1) if lk > 1 else NULL  # the view's "!...!" prefix
+        cut = 0 if bang == NULL else (<const char*>bang - kp) + 1
+        name = PyBytes_FromStringAndSize(kp, cut)
+        b = (views.get(name, "unknown"), crc32(key) % parts)
+        head_len = snprintf(head, sizeof(head), "%zd:", lk)
+        lv = PyBytes_GET_SIZE(value)
+        data = PyBytes_FromStringAndSize(NULL, head_len + lk + lv)
+        q = PyBytes_AS_STRING(data)
+        memcpy(q, head, head_len)
+        memcpy(q + head_len, kp, lk)
+        memcpy(q + head_len + lk, PyBytes_AS_STRING(value), lv)
+        raw = blake(data).digest()
+        digest = _PyLong_FromByteArray(<const unsigned char*>PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), 0, 0)
+        d = digests.get(b)
+        if d is None:
+            digests[b] = [digest, 1]
+        else:
+            d[0] += digest
+            d[1] += 1
+        if wanted is not None and b in wanted:
+            kept[key] = value

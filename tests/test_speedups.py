@@ -1,0 +1,189 @@
+"""The compiled hot path (cablestore._speedups) and pure Python give the same bytes.
+
+Each compiled function is compared with its pure original on generated
+posts (hypothesis), and whole stores built both ways from generated
+workloads are compared key by key, after ingest and after a reindex.  The
+pure path is selected in-process by pointing each module back at its pure
+original (what ``CABLESTORE_PURE=1`` does at import); one test also runs
+the CLI with ``CABLESTORE_PURE=1`` to check the switch itself.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cablestore import Store, compiled
+from cablestore.authoring.workload import Workload
+from cablestore.errors import CableError
+from cablestore.keyspace import records, reverse
+from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.rebuild import fold as fold_mod
+from cablestore.rebuild.fold import Fold
+from cablestore.rebuild.reindex import reindex
+from cablestore.wire import codec
+from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
+
+from .conftest import keypair, post
+
+pytestmark = pytest.mark.skipif(not compiled.COMPILED, reason="the compiled extension is not built (pure Python run)")
+native = compiled.native
+views = sys.modules["cablestore.views"]
+
+NOW = 1_900_000_000_000
+KEYS = [keypair(f"speedups-{i}") for i in range(3)]
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+chars = st.characters(blacklist_categories=("Cs",))
+channels = st.one_of(st.text(chars, min_size=1, max_size=64), st.sampled_from(["general", "Dev-Talk", "a\x00b", "ß" * 64, "😀" * 64]))
+texts = st.text(chars, max_size=300)
+timestamps = st.one_of(st.integers(0, 200), st.integers(0, 2**16 + 5), st.integers(0, 2**33), st.integers(0, 2**64 - 1))
+hashes = st.binary(min_size=32, max_size=32)
+link_lists = st.lists(st.one_of(hashes, st.sampled_from([b"\x01" * 32, b"\x02" * 32])), max_size=4)
+
+
+@st.composite
+def posts(draw):
+    """A signed post of any of types 0-5 (or a few moderation posts), with varied fields."""
+    kp = draw(st.sampled_from(KEYS))
+    t = draw(st.sampled_from([TEXT, TEXT, INFO, TOPIC, JOIN, LEAVE, DELETE, 7]))
+    ts, links = draw(timestamps), draw(link_lists)
+    if t == TEXT:
+        return post(kp, t, ts, links, channel=draw(channels), text=draw(texts))
+    if t == TOPIC:
+        return post(kp, t, ts, links, channel=draw(channels), topic=draw(texts))
+    if t in (JOIN, LEAVE):
+        return post(kp, t, ts, links, channel=draw(channels))
+    if t == INFO:
+        pairs = draw(st.lists(st.tuples(st.sampled_from(["name", "accept-role", "x"]), st.text(chars, min_size=1, max_size=20)), max_size=3))
+        return post(kp, t, ts, links, info=pairs)
+    if t == DELETE:
+        return post(kp, t, ts, links, hashes=draw(st.lists(hashes, min_size=1, max_size=3)))
+    return post(kp, 7, ts, links, reason="", privacy=0, channel="general", recipients=[KEYS[1].public_key], action=2)
+
+
+def _outcome(decode, buf):
+    try:
+        return decode(buf)
+    except CableError as exc:
+        return (type(exc), str(exc))
+
+
+@FAST
+@given(posts(), st.data())
+def test_decode_matches_pure_on_posts_and_mutations(buf, data):
+    assert native.decode_post(buf) == codec.decode_post_py(buf)
+    # Any byte changed, cut or added: the same post or the same error.
+    mutated = bytearray(buf)
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(96, len(mutated) - 1)) if len(mutated) > 96 else 0
+        mutated[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(buf) + 2))
+    for candidate in (bytes(mutated), buf[:cut], buf + b"\x00"):
+        assert _outcome(native.decode_post, candidate) == _outcome(codec.decode_post_py, candidate)
+
+
+@FAST
+@given(st.binary(min_size=96, max_size=200))
+def test_decode_matches_pure_on_random_bytes(buf):
+    assert _outcome(native.decode_post, buf) == _outcome(codec.decode_post_py, buf)
+
+
+def _pure_indexed(buf, p, h, tombstones=()):
+    saved, records._new_indexed = records._new_indexed, None
+    try:
+        return Indexed.of(buf, p, h, tombstones)
+    finally:
+        records._new_indexed = saved
+
+
+@FAST
+@given(posts())
+def test_entries_groups_and_reverse_entry_match_pure(buf):
+    p, h = codec.decode_post_py(buf), post_hash(buf)
+    made = ()
+    if p.post_type == DELETE:
+        made = tuple(Tombstone(t, h, p.public_key, channels=("general", "ünï")) for t in p.hashes)
+    ip = native.new_indexed(h, p, made)
+    pure = _pure_indexed(buf, p, h, made)
+    assert ip == pure and type(ip) is Indexed
+    assert native.entries(ip) == views.entries_py(pure)
+    assert native.groups(ip) == views.groups_py(pure)
+    assert native.reverse_pack(ip) == reverse.pack_py(pure)
+    assert native.mono(p.timestamp, h) == pure.mono
+
+
+@FAST
+@given(st.lists(posts(), min_size=1, max_size=8), st.sampled_from([None, "some"]), st.integers(1, 64))
+def test_fold_digests_match_pure(bufs, wanted, parts):
+    pairs = []
+    for buf in bufs:
+        ip = _pure_indexed(buf, codec.decode_post_py(buf), post_hash(buf))
+        pairs += views.entries_py(ip) + [(reverse.key(ip.hash), reverse.pack_py(ip)), (b"nobang", b"v"), (b"!", b"")]
+    a, b = Fold(parts), Fold(parts)
+    if wanted:
+        buckets = frozenset(("chat", i) for i in range(parts)) | frozenset(("unknown", i) for i in range(parts))
+        a.wanted = b.wanted = buckets
+    a.add_entries(pairs)
+    b.add_entries_py(pairs)
+    assert a.digests == b.digests and a.entries == b.entries
+
+
+@contextmanager
+def pure_path(monkeypatch):
+    """Point every module back at its pure original, as CABLESTORE_PURE=1 does at import."""
+    with monkeypatch.context() as m:
+        m.setattr(codec, "_decode", codec.decode_post_py)
+        m.setattr(records, "_new_indexed", None)
+        m.setattr(reverse, "pack", reverse.pack_py)
+        m.setattr(views, "entries", views.entries_py)
+        m.setattr(views, "groups", views.groups_py)
+        m.setattr(views, "_native", None)
+        m.setattr(fold_mod, "_native", None)
+        yield
+
+
+def _build(path, bufs, batch: int) -> tuple[list, list]:
+    with Store(path, now=lambda: NOW) as store:
+        for i in range(0, len(bufs), batch):
+            store.ingest_many(bufs[i : i + batch])
+        ingested = list(store.items())
+        reindex(store)
+        check = store.check()
+        assert check.consistent, check
+        return ingested, list(store.items())
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 10_000), st.integers(60, 400), st.sampled_from([1, 7, 100]), st.booleans())
+def test_whole_stores_are_byte_identical(tmp_path_factory, monkeypatch, seed, n, batch, shuffled):
+    bufs = list(Workload(seed, n, users=4, channels=3))
+    if shuffled:  # arrival order: deletes before their targets, duplicates
+        rng = random.Random(seed)
+        rng.shuffle(bufs)
+        bufs += rng.sample(bufs, min(10, len(bufs)))
+    base = tmp_path_factory.mktemp("speedups")
+    fast = _build(base / "compiled", bufs, batch)
+    with pure_path(monkeypatch):
+        slow = _build(base / "pure", bufs, batch)
+    assert fast[0] == slow[0]  # after ingest
+    assert fast[1] == slow[1]  # after a reindex
+    assert fast[0] == fast[1]
+
+
+def test_pure_switch_in_a_fresh_process():
+    env = dict(os.environ, CABLESTORE_PURE="1")
+    code = "import cablestore.compiled as c, cablestore.wire.codec as k; print(c.COMPILED, k._decode is k.decode_post_py)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert out == ["False", "True"]
+    version = subprocess.run([sys.executable, "-m", "cablestore", "--version"], env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "pure Python" in version
+    version = subprocess.run([sys.executable, "-m", "cablestore", "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "compiled" in version
