@@ -4,7 +4,9 @@
 
 For each size: a store built by trusted ingest (reused if present), then
 ``check(store)`` timed with the local engine (in one process, and with
-signatures checked in a worker process), and on Spark for each master both the
+signatures checked in a worker process; ``--skip-local`` leaves these out),
+the Parquet export (with one thread and with the default threads) and the
+snapshot's size against the store's, and on Spark for each master both the
 whole verify (export + job) and the job alone on a snapshot exported once.
 JVM start-up is not counted (the session is started first).  Results go to
 ``OUT/rebuild.json`` and a markdown table on stdout.
@@ -46,7 +48,11 @@ def timed(fn):
     return value, time.perf_counter() - start, time.process_time() - cpu
 
 
-def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int) -> dict:
+def disk_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int, skip_local: bool = False) -> dict:
     from cablestore import Store
     from cablestore.rebuild import check, export
     from cablestore.rebuild import spark as engine
@@ -54,16 +60,21 @@ def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int) 
     store = build_store(out, n, seed)
     result: dict = {"posts": n, "partitions": partitions}
     with Store(store, create=False, now=lambda: NOW) as s:
-        report, wall, cpu = timed(lambda: check(s, engine="local", partitions=partitions, verify_workers=0))
-        assert report.consistent, report.to_dict()
-        result["local"] = {"seconds": wall, "cpu_seconds": cpu, "posts": report.posts}
-        # The default: signatures checked in one worker process, a batch ahead.
-        report, wall, cpu = timed(lambda: check(s, engine="local", partitions=partitions, verify_workers=1))
-        assert report.consistent, report.to_dict()
-        result["local_1_worker"] = {"seconds": wall, "cpu_seconds": cpu}
+        if not skip_local:
+            report, wall, cpu = timed(lambda: check(s, engine="local", partitions=partitions, verify_workers=0))
+            assert report.consistent, report.to_dict()
+            result["local"] = {"seconds": wall, "cpu_seconds": cpu, "posts": report.posts}
+            # The default: signatures checked in one worker process, a batch ahead.
+            report, wall, cpu = timed(lambda: check(s, engine="local", partitions=partitions, verify_workers=1))
+            assert report.consistent, report.to_dict()
+            result["local_1_worker"] = {"seconds": wall, "cpu_seconds": cpu}
         snap = out / f"snap-{n}"
         shutil.rmtree(snap, ignore_errors=True)
-        _, result["export_seconds"], _ = timed(lambda: export(s.db, snap, partitions))
+        _, result["export_1_thread_seconds"], _ = timed(lambda: export(s.db, snap, partitions, workers=1))
+        shutil.rmtree(snap, ignore_errors=True)
+        manifest, result["export_seconds"], _ = timed(lambda: export(s.db, snap, partitions))
+        result["snapshot_bytes"] = sum(f["bytes"] for f in manifest["files"].values())
+        result["store_bytes"] = disk_bytes(store)
         for master in masters:
             spark = engine.session(master)
             try:
@@ -83,8 +94,9 @@ def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int) 
 
 def markdown(results: list[dict], command: str) -> str:
     lines = [
-        "| posts | local, one process | local, signatures in a worker | export | Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) |",
-        "|---|---|---|---|---|---|---|",
+        "| posts | local, one process | local, signatures in a worker | export (1 thread) | snapshot / store | "
+        "Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         def sp(m, r=r):
@@ -92,8 +104,12 @@ def markdown(results: list[dict], command: str) -> str:
 
         ratio = f"{r['speedup_2_over_1']:.2f}x ({r['job_speedup_2_over_1']:.2f}x)" if "speedup_2_over_1" in r else "-"
         worker = f"{r['local_1_worker']['seconds']:.1f} s" if "local_1_worker" in r else "-"
-        lines.append(f"| {r['posts']:,} | {r['local']['seconds']:.1f} s | {worker} | {r['export_seconds']:.1f} s | {sp('local[1]')} | {sp('local[2]')} | {ratio} |")
-    lines += ["", f"Command: `{command}`", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"]
+        local = f"{r['local']['seconds']:.1f} s" if "local" in r else "-"
+        export = f"{r['export_seconds']:.1f} s ({r['export_1_thread_seconds']:.1f} s)"
+        size = f"{r['snapshot_bytes'] / 1e6:.0f} MB / {r['store_bytes'] / 1e6:.0f} MB = {r['snapshot_bytes'] / r['store_bytes']:.2f}"
+        lines.append(f"| {r['posts']:,} | {local} | {worker} | {export} | {size} | {sp('local[1]')} | {sp('local[2]')} | {ratio} |")
+    load = " / ".join(f"{a:.1f}" for a in os.getloadavg())
+    lines += ["", f"Command: `{command}`", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; load average at the end {load}"]
     return "\n".join(lines)
 
 
@@ -104,6 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--masters", default="local[1],local[2]", help="Spark masters to time (default: local[1],local[2]; '' for none)")
     parser.add_argument("--out", default="bench-rebuild", help="directory for posts, stores and results")
+    parser.add_argument("--skip-local", action="store_true", help="leave the in-process engine's timings out")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,7 +129,7 @@ def main(argv=None) -> int:
     results = []
     for n in (int(s) for s in args.posts.split(",")):
         print(f"rebuild benchmark: {n:,} posts...", file=sys.stderr)
-        results.append(run_size(out, n, args.seed, masters, args.partitions))
+        results.append(run_size(out, n, args.seed, masters, args.partitions, args.skip_local))
         (out / "rebuild.json").write_text(json.dumps({"command": command, "results": results}, indent=2))
     print(markdown(results, command))
     return 0

@@ -328,7 +328,10 @@ def job_errors():
         if isinstance(exc.__context__, KeyboardInterrupt):
             raise KeyboardInterrupt from None  # an interrupted call's clean-up failed: still an interrupt
         line = _first_line(exc)
-        if "pyspark.daemon" in line or "No module named 'cablestore'" in line:
+        worker = re.search(r"Error from python worker:\s*\n\s*([^\n]+)", str(exc))
+        if worker:  # the executors' Python did not start: what it said
+            line = f"the executors' Python failed to start: {worker.group(1).strip()[:200]}"
+        if worker or "pyspark.daemon" in line or "No module named 'cablestore'" in line:
             line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or drop --no-ship-env)"
         raise failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
 
