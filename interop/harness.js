@@ -2,8 +2,12 @@
 // reference implementation on the wire (see interop/README.md).  Our code:
 // it only loads cable-core.js from the checkout given in CABLE_CORE_JS.
 //
-//   node harness.js serve PORT SECONDS        author a small workload, listen, answer
+//   node harness.js serve PORT SECONDS        author a small workload (chat and moderation), listen, answer
+//                                             (prints "listening on HOST:PORT", then "moderation {labelled
+//                                             users and post hashes}", and what it holds when it stops)
 //   node harness.js pull HOST PORT SECONDS    connect, request everything, print what it holds
+//   node harness.js pull-moderation HOST PORT CHANNEL... SECONDS
+//                                             connect, request moderation state, print the hashes it holds
 //
 // Messages are framed on the socket exactly as the wire defines them
 // (msg_len varint, then the message); cable-core's swarm takes messages
@@ -85,13 +89,50 @@ async function authorWorkload (core) {
   await step(done => core.join("second", done))
   await step(done => core.postText("second", "in the second channel", done))
   await step(done => core.leave("second", done))
+  return deleted
+}
+
+// Moderation posts by cable-core's local user (who is admin everywhere for
+// itself), each labelled so run.py can name the hashes a moderation state
+// request is answered with.  None of them hides or drops a post or channel
+// that the chat comparison reads.
+async function authorModeration (core, texts) {
+  const crypto = require(path.join(root, "node_modules", "cable.js", "cryptography.js"))
+  const constants = require(path.join(root, "node_modules", "cable.js", "constants.js"))
+  const users = {}
+  for (const name of ["mod", "admin", "spammer", "troll", "abuser", "forgiven", "elsewhere", "secret"]) users[name] = hex(crypto.generateKeypair().publicKey)
+  const posts = {}
+  let ts = Date.now()
+  const add = async (label, make) => {
+    ts += 1
+    const buf = await new Promise(resolve => { const b = make(ts, () => resolve(b)) })
+    posts[label] = { hash: hex(crypto.hash(buf)), timestamp: ts }
+  }
+  await add("role mod (cabal)", (t, done) => core.assignRole(users.mod, "", t, constants.MOD_FLAG, "cabal mod", 0, done))
+  await add("role admin (interop)", (t, done) => core.assignRole(users.admin, "interop", t, constants.ADMIN_FLAG, "channel admin", 0, done))
+  await add("role user (cabal), replaces role mod", (t, done) => core.assignRole(users.mod, "", t, constants.USER_FLAG, "stepped down", 0, done))
+  await add("role mod (elsewhere)", (t, done) => core.assignRole(users.elsewhere, "elsewhere", t, constants.MOD_FLAG, "", 0, done))
+  await add("role mod (cabal), privacy=1", (t, done) => core.assignRole(users.secret, "", t, constants.MOD_FLAG, "private", 1, done))
+  await add("hide user spammer (interop)", (t, done) => core.moderateUsers([users.spammer], "interop", constants.ACTION_HIDE_USER, "spam", 0, t, done))
+  await add("unhide user spammer (interop), replaces the hide", (t, done) => core.moderateUsers([users.spammer], "interop", constants.ACTION_UNHIDE_USER, "forgiven", 0, t, done))
+  await add("hide user troll (cabal)", (t, done) => core.moderateUsers([users.troll], "", constants.ACTION_HIDE_USER, "cabal-wide", 0, t, done))
+  await add("hide user troll (elsewhere)", (t, done) => core.moderateUsers([users.troll], "elsewhere", constants.ACTION_HIDE_USER, "", 0, t, done))
+  await add("hide post hello 3", (t, done) => core.moderatePosts([hex(crypto.hash(texts[3]))], constants.ACTION_HIDE_POST, "rude", 0, t, done))
+  await add("drop channel junk", (t, done) => core.moderateChannel("junk", constants.ACTION_DROP_CHANNEL, "off-topic", 0, t, done))
+  await add("block abuser (drop, notify)", (t, done) => core.blockUsers([users.abuser], 1, 1, "abuse", 0, t, done))
+  await add("unblock forgiven (undrop)", (t, done) => core.unblockUsers([users.forgiven], 1, "", 0, t, done))
+  return { local_user: hex(core.kp.publicKey), users, posts }
 }
 
 async function serve (port, seconds) {
   const core = new CableCore(null, { network: [TcpNetwork] })
-  await authorWorkload(core)
+  const texts = await authorWorkload(core)
+  const moderation = await authorModeration(core, texts)
   const server = net.createServer(socket => network.attach(socket))
-  server.listen(port, "127.0.0.1", () => console.log(`listening on 127.0.0.1:${server.address().port}`))
+  server.listen(port, "127.0.0.1", () => {
+    console.log(`listening on 127.0.0.1:${server.address().port}`)
+    console.log(`moderation ${JSON.stringify(moderation)}`)
+  })
   // A post written while peers are connected: live requests must receive it.
   setTimeout(() => core.postText("interop", "written while you were listening"), seconds * 500)
   setTimeout(async () => {
@@ -125,7 +166,29 @@ async function pull (host, port, seconds) {
   }, seconds * 1000)
 }
 
+// Asks a peer for the moderation state of `channels` (message type 8), so
+// cable-core.js requests and stores the posts it is answered with; prints
+// the hashes of every post it then holds.  A post cable.js refuses to parse
+// ends the process (cable-core.js does not catch it): exit status 1.
+async function pullModeration (host, port, channels, seconds) {
+  const core = new CableCore(null, { network: [TcpNetwork] })
+  const socket = net.connect(port, host, () => {
+    network.attach(socket)
+    core.requestModeration(0, channels, 0, 0)
+  })
+  setTimeout(async () => {
+    const stored = []
+    for (const key of await cb(done => core.store.authorView.api.getUniquePublicKeys(done))) {
+      for (const h of await cb(done => core.store.authorView.api.getAllHashesByAuthor(key, done))) stored.push(hex(h))
+    }
+    console.log(JSON.stringify({ stored }))
+    socket.destroy()
+    process.exit(0)
+  }, seconds * 1000)
+}
+
 const [mode, ...args] = process.argv.slice(2)
 if (mode === "serve") serve(Number(args[0]), Number(args[1]))
 else if (mode === "pull") pull(args[0], Number(args[1]), Number(args[2]))
-else { console.error("usage: harness.js serve PORT SECONDS | pull HOST PORT SECONDS"); process.exit(2) }
+else if (mode === "pull-moderation") pullModeration(args[0], Number(args[1]), args.slice(2, -1), Number(args[args.length - 1]))
+else { console.error("usage: harness.js serve PORT SECONDS | pull HOST PORT SECONDS | pull-moderation HOST PORT CHANNEL... SECONDS"); process.exit(2) }

@@ -1,18 +1,30 @@
 """Run cablestore against a real cable-core.js 0.2.1 peer over loopback TCP and compare answers.
 
-    CABLE_CORE_JS=/path/to/cable-core.js python interop/run.py [--json]
+    CABLE_CORE_JS=/path/to/cable-core.js python interop/run.py [--json] [STEP ...]
 
 Needs Node.js and a cable-core.js 0.2.1 checkout with its dependencies
-installed (see interop/README.md).  Two directions:
+installed, and cable.js linked into it (see interop/README.md; ``interop/setup.sh``
+does all of it).  Steps (all by default):
 
 * ``serve``: cable-core.js authors posts and listens; ``cablestore sync
   --live`` pulls everything, and a post cable-core.js writes while the live
   requests are open must arrive.
 * ``pull``: ``cablestore serve`` answers a cable-core.js peer that asks for
   the channel list and every channel's history and state.
+* ``moderation``: cablestore writes every kind of moderation post; cable.js
+  0.2.1's own parser decodes each (``moderation.js``) and every field, the
+  hash and cable.js's re-encoding are compared.
+* ``moderation-state``: cable-core.js authors moderation posts and answers
+  moderation state requests (message type 8); the answers are listed beside
+  cablestore's for the same posts.
+* ``moderation-deliver``: cable-core.js asks for moderation state and is sent
+  cablestore's moderation posts; what it stores, and whether it survives.
 
 Each direction prints, per channel and query, whether both peers answer the
-same, and what differs (with the post types involved).
+same, and what differs (with the post types involved).  Exit status 1 when a
+moderation post decodes differently from what is expected (cable.js refuses
+a reason of more than 128 bytes, see the README) or cable-core.js does not
+store every post whose reason fits, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+
+from moderation_steps import codec_step, deliver_step, state_step
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post
 from cablestore.authoring.workload import generate
@@ -75,6 +89,10 @@ def compare(store: Store, node: dict) -> list[dict]:
         buf = store.get(bytes.fromhex(hx))
         return POST_TYPE_NAMES[decode_post(buf).post_type] if buf else "not held here"
 
+    def stamp(hx: str) -> int | None:
+        buf = store.get(bytes.fromhex(hx))
+        return decode_post(buf).timestamp if buf else None
+
     for channel in store.channel_list():
         ours, theirs = _ours(store, channel), node.get(channel)
         if theirs is None:
@@ -82,12 +100,18 @@ def compare(store: Store, node: dict) -> list[dict]:
             continue
         for query, a in ours.items():
             b = theirs[query]
+            ties = False
             if query == "time_range":
                 same = a == b
+                # the same posts, in the same timestamp order, differing only among equal timestamps
+                ties = not same and set(a) == set(b) and [stamp(x) for x in a] == [stamp(x) for x in b]
+                same = same or ties
                 a, b = set(a), set(b)
             else:
                 same = a == b
             row = {"channel": channel, "query": query, "same": same}
+            if ties:
+                row["note"] = "posts with equal timestamps in another order"
             if not same and query == "members":
                 row["only_cablestore"], row["only_cable_core"] = len(a - b), len(b - a)
             elif not same and isinstance(a, set):
@@ -135,19 +159,73 @@ def pull_direction(tmp: Path) -> dict:
         return {"serve_exit": serve_exit, "rows": compare(store, _node_snapshot(node_out))}
 
 
+STEPS = {
+    "serve": serve_direction,
+    "pull": pull_direction,
+    "moderation": codec_step,
+    "moderation-state": lambda tmp: state_step(tmp, _node),
+    "moderation-deliver": lambda tmp: deliver_step(tmp, _node),
+}
+
+
+def _print_moderation(result: dict) -> None:
+    print(f"== cablestore writes moderation posts, cable.js 0.2.1 parses them: {result['as_expected']}/{result['cases']} as expected")
+    for row in result["rows"]:
+        if row["cable_js"] == "decodes":
+            what = f"decodes, {row['fields_compared']} fields same" if not row["differing_fields"] else f"decodes, DIFFERS in {row['differing_fields']}"
+            what += ", hash same" if row["same_hash"] else ", HASH DIFFERS"
+            what += ", re-encodes byte-exact" if row["reencoded_same"] else ", RE-ENCODES DIFFERENTLY"
+        else:
+            what = f"refused: {row['error']}"
+        print(f"  {'ok ' if row['as_expected'] else 'UNEXPECTED '}{row['case']}: {what}")
+
+
+def _print_state(result: dict) -> None:
+    print("== cable-core.js answers moderation state requests (cablestore, holding the same posts, beside it)")
+    print(f"  authored by cable-core.js's local user: {', '.join(result['authored'])}")
+    print(f"  served by a post request: {result['served_by_post_request']}; not served: {', '.join(result['not_served']) or '-'}")
+    print(f"  refused by cablestore: {', '.join(result['refused_by_cablestore']) or '-'}")
+    for req in result["requests"]:
+        print(f"  {req['request']}: responses of {req['responses']} hashes, concluded: {req['concluded']}")
+        for i, label in enumerate(req["answered"], 1):
+            print(f"    {i:2}. {label}")
+        print(f"    not answered: {', '.join(req['not_answered']) or '-'}")
+        print(f"    cablestore answers (oldest first): {', '.join(req['cablestore_answers']) or '-'}")
+
+
+def _print_deliver(result: dict) -> None:
+    print("== cable-core.js asks for moderation state and is sent cablestore's moderation posts")
+    for batch, run in result.items():
+        error = f", error: {run['cable_core_error']}" if run["cable_core_error"] else ""
+        print(f"  {batch}: {run['stored_by_cable_core']}/{run['offered']} stored, cable-core.js exit {run['cable_core_exit']}{error}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    ap.add_argument("steps", nargs="*", choices=[*STEPS, []], metavar="STEP", help=f"steps to run ({', '.join(STEPS)}; default: all)")
     args = ap.parse_args(argv)
     if not os.environ.get("CABLE_CORE_JS"):
         print("set CABLE_CORE_JS to a cable-core.js 0.2.1 checkout with its dependencies installed", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        report = {"serve": serve_direction(Path(tmp)), "pull": pull_direction(Path(tmp))}
+        report = {step: STEPS[step](Path(tmp)) for step in (args.steps or STEPS)}
+    failed = "moderation" in report and report["moderation"]["as_expected"] != report["moderation"]["cases"]
+    fits = report.get("moderation-deliver", {}).get("reasons within 128 bytes")
+    failed = failed or bool(fits and (fits["cable_core_exit"] != 0 or fits["stored_by_cable_core"] != fits["offered"]))
     if args.json:
         print(json.dumps(report, indent=1, ensure_ascii=False, default=sorted))
-        return 0
+        return int(failed)
     for direction, result in report.items():
+        if direction == "moderation":
+            _print_moderation(result)
+            continue
+        if direction == "moderation-state":
+            _print_state(result)
+            continue
+        if direction == "moderation-deliver":
+            _print_deliver(result)
+            continue
         print(f"== cable-core.js {'serves, cablestore syncs' if direction == 'serve' else 'pulls from cablestore serve'}")
         for key, value in result.items():
             if key != "rows":
@@ -155,7 +233,7 @@ def main(argv=None) -> int:
         for row in result["rows"]:
             extra = {k: v for k, v in row.items() if k not in ("channel", "query", "same")}
             print(f"  {row['channel']:>12} {row['query']:<10} {'same' if row['same'] else 'DIFFERS'} {extra if extra else ''}")
-    return 0
+    return int(failed)
 
 
 if __name__ == "__main__":
