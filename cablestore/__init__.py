@@ -11,52 +11,8 @@ user in :mod:`cablestore.authoring.author`; the rebuild in
 
 Every refusal raises a subclass of :class:`CableError` and leaves the store
 unchanged; no exception of another library crosses the API.  The classes,
-all importable from ``cablestore`` (defined in :mod:`cablestore.errors`):
-
-- ``CableError`` (Exception)
-- ``DecodeError`` (CableError)
-- ``TruncatedError`` (DecodeError)
-- ``TrailingBytesError`` (DecodeError)
-- ``VarintError`` (DecodeError)
-- ``Utf8Error`` (DecodeError)
-- ``UnknownPostTypeError`` (DecodeError)
-- ``LimitError`` (CableError)
-- ``SignatureError`` (CableError)
-- ``FutureTimestampError`` (CableError)
-- ``UnauthorizedDeleteError`` (CableError)
-- ``DeletedPostError`` (CableError)
-- ``StoreError`` (CableError)
-- ``StoreLockedError`` (StoreError)
-- ``CorruptRecordError`` (StoreError)
-- ``StoreClosedError`` (StoreError)
-- ``NotFoundError`` (CableError)
-- ``RebuildError`` (CableError)
-- ``ArgumentError`` (CableError, TypeError, ValueError)
-- ``QueryError`` (ArgumentError)
-- ``ChannelNotFoundError`` (QueryError)
-- ``MessageError`` (CableError)
-- ``FramingError`` (MessageError)
-- ``MessageTooLargeError`` (FramingError)
-- ``UnknownMessageTypeError`` (MessageError)
-- ``TtlError`` (MessageError)
-- ``PeerError`` (CableError)
-- ``UnknownRequestError`` (PeerError)
-- ``DuplicateRequestError`` (PeerError)
-- ``UnsolicitedPostError`` (PeerError)
-- ``RequestTableFullError`` (PeerError)
-- ``TransportError`` (CableError)
-- ``SparkUnavailableError`` (RebuildError)
-- ``SparkMasterUnreachableError`` (SparkUnavailableError)
-- ``PostFieldError`` (CableError)
-- ``NotYourPostError`` (UnauthorizedDeleteError)
-- ``KeyFileError`` (CableError)
-- ``PostsFileError`` (CableError)
-- ``StoreNotFoundError`` (StoreError)
-- ``NotAStoreError`` (StoreError)
-- ``StoreExistsError`` (StoreError)
-- ``StoreCorruptError`` (StoreError)
-- ``StoreIOError`` (StoreError)
-- ``DiskFullError`` (StoreIOError)
+all importable from ``cablestore`` (defined in :mod:`cablestore.errors`), are listed
+below.
 """
 
 __version__ = "0.1.0"
@@ -90,6 +46,10 @@ if not (_Path(__file__).resolve().parent / "views").is_dir() and (_CHECKOUT / "v
 
 from cablestore.errors import *  # noqa: E402,F401,F403
 from cablestore.errors import CableError  # noqa: E402
+from cablestore.errors import error_classes as _error_classes  # noqa: E402
+
+__doc__ += "\n" + "\n".join(f"- ``{c.__name__}`` ({c.__bases__[0].__name__}): {(c.__doc__ or '').strip().splitlines()[0]}" for c in _error_classes())
+
 from cablestore.wire.codec import (  # noqa: E402
     DELETE,
     INFO,

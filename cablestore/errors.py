@@ -227,3 +227,8 @@ class DroppedError(ModerationRefusalError):
 
 class BlockedError(ModerationRefusalError):
     """The post's author is blocked for the local user, or blocks the local user (a notified block)."""
+
+
+def error_classes() -> list[type]:
+    """Every exception class of the hierarchy, in the order this module defines them (for the package page)."""
+    return [c for c in globals().values() if isinstance(c, type) and issubclass(c, CableError)]

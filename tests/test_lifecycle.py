@@ -296,3 +296,23 @@ def test_every_public_store_method_is_guarded():
 def test_errors_are_cable_errors():
     for cls in (StoreNotFoundError, NotAStoreError, StoreCorruptError, StoreClosedError, StoreLockedError):
         assert issubclass(cls, CableError)
+
+
+def test_a_store_whose_creation_was_cut_short_opens_as_new(tmp_path):
+    """A SIGKILL between LevelDB's first MANIFEST and its CURRENT left a directory no open accepted (crash harness)."""
+    import shutil
+
+    made = tmp_path / "made"
+    with Store(made):
+        pass
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    for name in ("LOCK", "LOG"):
+        (cut / name).write_bytes(b"")
+    manifest = next(p for p in made.iterdir() if p.name.startswith("MANIFEST-"))
+    shutil.copy(manifest, cut / "MANIFEST-000001")
+    (cut / "000001.dbtmp").write_bytes(b"MANIFEST-000001\n")
+    with Store(cut, now=lambda: 1) as s:
+        assert len(s) == 0
+    with Store(cut, create=False) as s:  # and it is a store now
+        assert s.stats().posts == 0

@@ -26,6 +26,7 @@ without a tombstone: the resolved rows are the record of why.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from cablestore.errors import BlockedError, DroppedError, ModerationRefusalError
 from cablestore.keyspace.keys import canonical_channel
@@ -39,7 +40,7 @@ DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
 ROW_PREFIXES = (actions.PREFIX + b"d", actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
 
 
-def memo_for(reader) -> dict | None:
+def memo_for(reader: Any) -> dict | None:
     """A per-transaction cache for :func:`refusal`: None when no row keeps anything out (the check is then free)."""
     for prefix in ROW_PREFIXES:
         with reader.iterator(prefix=prefix, include_value=False) as it:
@@ -87,7 +88,7 @@ def _memoized(get, memo: dict):
     return cached
 
 
-def candidates(txn, changed: set[bytes]) -> set[bytes]:
+def candidates(txn: Any, changed: set[bytes]) -> set[bytes]:
     """Hashes of stored channel posts that resolved rows ``changed`` (keys newly written) may keep out."""
     found: set[bytes] = set()
     for key in changed:

@@ -82,9 +82,12 @@ def classify(path: Path) -> Kind:
         return Kind.STORE
     if "manifest.json" in names:
         return Kind.SNAPSHOT
-    if any(_DATA_FILE.match(n) for n in names):
+    if any(_DATA_FILE.match(n) and not n.startswith("MANIFEST-") for n in names):
         return Kind.HEADLESS
-    if names <= _HARMLESS:
+    # A creation cut short (a crash between LevelDB writing its first MANIFEST
+    # and CURRENT) leaves a MANIFEST and no table or log: nothing was ever
+    # stored, and LevelDB creates the store anew over it.
+    if names <= _HARMLESS | {n for n in names if n.startswith("MANIFEST-") or n.endswith(".dbtmp")}:
         return Kind.EMPTY
     return Kind.OTHER
 
