@@ -374,3 +374,47 @@ def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(s
     assert len(node.requests) == 1 and fifth.req_id in node.requests
     node.tick(WALL + 9_000)
     assert job.done and not job.complete and not node._inflight
+
+
+# --- answering in slices ------------------------------------------------------------------
+
+
+def test_a_live_time_range_answered_page_by_page_misses_and_repeats_nothing_committed_meanwhile(chat):
+    s, hashes, alice, _ = chat
+    node = Node(s, policy=PeerLimits(hashes_per_page=2, slice_units=1))
+    conn = node.connect("x")
+    conn.feed(M.encode(M.TimeRangeRequest(RID, "general", 0, 0, 0)), WALL)
+    node.run(WALL, 1)  # the request and its first page: the two newest
+    assert hashes_of(responses(conn.data_to_send())) == [hashes[6], hashes[5]]
+    newer = s.ingest(post(alice, TEXT, T0 + 50, channel="general", text="newer than every page"))
+    older = s.ingest(post(alice, TEXT, T0 + 11, channel="general", text="one the pages will reach"))
+    while node.run(WALL, 1):
+        pass
+    rest = hashes_of(responses(conn.data_to_send()))
+    assert sorted(rest) == sorted([newer, hashes[4], hashes[3], older, hashes[2]])  # pushed or paged, each once
+    assert rest[0] == newer and node.requests[RID].live  # the push, then the pages
+
+
+def test_a_sync_asks_for_a_few_channels_at_a_time(stores):
+    many = stores("many")
+    kp = keypair("alice")
+    many.ingest_many([post(kp, TEXT, T0 + i, channel=f"ch{i:02}", text="hi") for i in range(20)])
+    mine = stores("mine")
+    a, b = link(Node(many), Node(mine))
+    sync = Sync(b, "many", parallel=3)
+    most = 0
+    for _ in range(200):
+        sync.poll(WALL)
+        for src, dst in ((b, a), (a, b)):
+            data = src.data_to_send()
+            if data:
+                dst.receive_data(data, WALL)
+        most = max(most, sum(1 for e in b.outbound.values() if not isinstance(e.request, (M.PostRequest, M.ChannelListRequest))))
+        if sync.done:
+            break
+    assert sync.summary()["complete"] and len(mine.channel_list()) == 20
+    assert most <= 2 * 3  # a history and a state request per channel in progress
+
+
+def hashes_of(answers) -> list[bytes]:
+    return [h for m in answers for h in m.hashes]

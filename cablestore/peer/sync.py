@@ -143,9 +143,9 @@ class Sync:
 
     def _check_progress(self, now: int) -> None:
         jobs = self._jobs()
-        # Useful: an answer concluded, a post received.  Hashes alone are not (a peer can list
-        # hashes forever and deliver no post).
-        mark = (sum(j.posts_received for j in jobs), sum(j.concluded for j in jobs))
+        # Useful: a request answered, a post received.  Hashes alone are not (a peer can list
+        # hashes forever and deliver no post), nor a request that failed.
+        mark = (sum(j.posts_received for j in jobs), sum(j.concluded and not j.failed for j in jobs))
         if mark != self._progress_mark:
             self._progress_mark, self._progress_at = mark, now
         elif not self.finite_done and now - self._progress_at > self.progress_timeout:
