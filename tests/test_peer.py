@@ -85,7 +85,7 @@ def test_channel_state_list_and_moderation(chat):
     conn = Node(s).connect()
     assert ask(conn, M.ChannelStateRequest(RID, "general", 0)) == [M.HashResponse(RID, tuple(s.channel_state("general"))), M.HashResponse(RID)]
     assert ask(conn, M.ChannelListRequest(b"rid2", 1, 1)) == [M.ChannelListResponse(b"rid2", ("other",))]
-    assert ask(conn, M.ModerationStateRequest(b"rid3", ("general",), 1, 0)) == [M.HashResponse(b"rid3")]
+    assert ask(conn, M.ModerationStateRequest(b"rid3", ("general",), 0, 0)) == [M.HashResponse(b"rid3")]  # none: concluded
     assert not conn.node.requests
 
 

@@ -128,6 +128,9 @@ def check_relayed(buf: bytes, now: int) -> bytes:
     return post_hash(buf)
 
 
+MODERATION_LIVE = ("moderation state",)  # where live moderation state requests are indexed: not a channel name
+
+
 class Answering:
     """The answering half of a connection (see :class:`cablestore.peer.protocol.Connection`)."""
 
@@ -191,7 +194,7 @@ class Answering:
             while i < len(hashes) and size < POST_PAGE_BYTES and len(posts) < per:
                 chunk = hashes[i : i + 16]
                 i += len(chunk)
-                for h, buf in zip(chunk, store.get_many(chunk), strict=True):
+                for h, buf in zip(chunk, store.shareable(chunk), strict=True):  # never a local-only post
                     if buf is not None:
                         posts.append(buf)
                         size += len(buf)
@@ -203,6 +206,8 @@ class Answering:
 
     def _answer_time_range(self, entry: Inbound, m: TimeRangeRequest, now: int) -> Iterator | None:
         entry.channel = canonical_channel(m.channel)
+        if self.node.store.channel_dropped(m.channel):
+            return None  # a dropped channel is answered with nothing (moderation.md §5.1.3.7)
         if m.time_end == 0 and not self._take_live(entry):
             return None
         entry.remaining = m.limit or None
@@ -226,6 +231,8 @@ class Answering:
 
     def _answer_state(self, entry: Inbound, m: ChannelStateRequest, now: int) -> Iterator | None:
         entry.channel = canonical_channel(m.channel)
+        if self.node.store.channel_dropped(m.channel):
+            return None
         if m.future == 1 and not self._take_live(entry):
             return None
         hashes = channel_state_answer(self.node.store, m.channel)
@@ -240,7 +247,13 @@ class Answering:
         return None
 
     def _answer_moderation_state(self, entry: Inbound, m: ModerationStateRequest, now: int) -> Iterator | None:
-        """Not answered yet: concluded with an empty hash response."""
+        """moderation.md §5.2.1.1: what ``Store.moderation_state`` lists; ``future = 1`` stays live."""
+        entry.channel = MODERATION_LIVE
+        if m.future == 1 and not self._take_live(entry):
+            return None
+        hashes = self.node.store.moderation_state(m.channels, m.oldest)
+        entry.state = set(hashes)
+        self._push(entry, hashes)
         return None
 
     # --- long answers -----------------------------------------------------------------

@@ -13,7 +13,8 @@ is closed rather than buffered without bound.
 from __future__ import annotations
 
 from cablestore.keyspace.keys import canonical_channel, mono
-from cablestore.peer.answering import channel_state_answer
+from cablestore.moderation import RELEVANT_TYPES
+from cablestore.peer.answering import MODERATION_LIVE, channel_state_answer
 from cablestore.peer.table import Inbound
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC
 from cablestore.wire.messages import TimeRangeRequest
@@ -29,8 +30,10 @@ class LivePushes:
             if not self._live_index:
                 return
             chat, state, every_state = self._touched_channels(change)
-            pushed = False
+            pushed = self._push_moderation(change)
             for channel in set(chat) | state | (set(self._live_index) if every_state else set()):
+                if channel == MODERATION_LIVE:
+                    continue
                 entries = [e for e in self._live_index.get(channel, ()) if e.live]
                 answer = None
                 for entry in entries:
@@ -48,6 +51,21 @@ class LivePushes:
                         pushed = True
         if pushed and self.on_output is not None:
             self.on_output()
+
+    def _push_moderation(self, change) -> bool:
+        """Push to live moderation state requests what a commit of moderation posts added to their answer."""
+        entries = [e for e in self._live_index.get(MODERATION_LIVE, ()) if e.live]
+        if not entries or not (change.removed or any(p.post_type in RELEVANT_TYPES for _, p in change.added)):
+            return False
+        pushed = False
+        for entry in entries:
+            answer = self.store.moderation_state(entry.request.channels, entry.request.oldest)
+            hashes = [h for h in answer if h not in entry.state]
+            entry.state = set(answer)
+            if hashes and not entry.origin.closed and entry.origin._room_for_push(40 * len(hashes) + 16):
+                entry.origin._push(entry, hashes)
+                pushed = True
+        return pushed
 
     def _touched_channels(self, change) -> tuple[dict[str, list], set[str], bool]:
         """The channels whose chat the commit added to (with the posts), whose state it may have changed, and whether it may change every channel's state."""

@@ -22,6 +22,7 @@ from cablestore.wire.messages import (
     ChannelListResponse,
     ChannelStateRequest,
     HashResponse,
+    ModerationStateRequest,
     PostRequest,
     PostResponse,
     TimeRangeRequest,
@@ -38,6 +39,11 @@ class Requesting:
     def request_state(self, channel: str, future: int = 0, *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
         """Ask for a channel's state; missing posts are then requested automatically."""
         return self._request(lambda r: ChannelStateRequest(r, channel, future, ttl=ttl), now, job, live=future == 1)
+
+    def request_moderation_state(self, channels: Iterable[str], future: int = 0, oldest: int = 0, *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
+        """Ask for the moderation state of ``channels`` (and the cabal; message type 8); missing posts are then requested."""
+        names = tuple(channels)
+        return self._request(lambda r: ModerationStateRequest(r, names, future, oldest, ttl=ttl), now, job, live=future == 1)
 
     def request_channel_list(self, offset: int = 0, limit: int = 0, *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
         """Ask for the channel list; the names arrive in ``job.channels``."""
@@ -100,7 +106,7 @@ class Requesting:
         for h, buf in zip(fresh, store.get_many(fresh), strict=True):
             if buf is not None:
                 held.append(h)
-            elif not store.is_deleted(h):
+            elif not store.is_deleted(h) and not store.is_dropped(h):  # a dropped post is not requested (§4.4.6)
                 missing.append(h)
         fits = True
         room = node.policy.max_pending_hashes() - len(inflight)
@@ -166,7 +172,7 @@ class Requesting:
 
     def _handle_answer(self, entry: Outbound, m, now: int) -> None:
         job, request = entry.job, entry.request
-        if isinstance(m, HashResponse) and isinstance(request, (TimeRangeRequest, ChannelStateRequest)):
+        if isinstance(m, HashResponse) and isinstance(request, (TimeRangeRequest, ChannelStateRequest, ModerationStateRequest)):
             if m.hashes:
                 entry.started = now
                 if job.newest is None and isinstance(request, TimeRangeRequest):

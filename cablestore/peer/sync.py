@@ -96,6 +96,8 @@ class Sync:
         self.wanted = None if channels is None else list(dict.fromkeys(canonical_channel(c) for c in channels))
         self.channels: dict[str, _Channel] = {}
         self.listing: Job | None = None
+        self.moderation: Job | None = None  # the moderation state request (message type 8), once the channels are known
+        self.moderation_live: Job | None = None
         self.started = False
         self.reason: str | None = None
         self._progress_mark: tuple = ()
@@ -125,6 +127,12 @@ class Sync:
                     return
                 self._add(canonical_channel(c) for c in self.listing.channels)
                 self._listed = True
+            if self.moderation is None and (self.listing is None or self._listed) and all(ch.finished for ch in self.channels.values()):
+                # Once the channels are in: every block and unblock, and the roles and actions for
+                # these channels and the cabal (§5.2.1.1), applied to what is held.
+                self.moderation = self.conn.request_moderation_state(sorted(self.channels), 0, 0, now=now, job=Job(tag=self))
+            if self.live and self.moderation_live is None and self.moderation is not None and self.moderation.done and not self.conn.closed:
+                self.moderation_live = self.conn.request_moderation_state(sorted(self.channels), 1, 0, now=now, job=Job(tag=self))
             running = 0
             for ch in self.channels.values():
                 if ch.history is not None and not ch.finished:
@@ -218,6 +226,8 @@ class Sync:
         """True once the listing and every channel's history and state concluded."""
         if not self.started or (self.listing is not None and not self._listed):
             return False
+        if self.moderation is None or not self.moderation.done:
+            return False
         return all(ch.finished for ch in self.channels.values())
 
     @property
@@ -227,7 +237,7 @@ class Sync:
 
     def _jobs(self) -> list[Job]:
         jobs = [j for ch in self.channels.values() for j in (ch.history, ch.state, *ch.live) if j is not None]
-        return jobs + ([self.listing] if self.listing is not None else [])
+        return jobs + [j for j in (self.listing, self.moderation, self.moderation_live) if j is not None]
 
     def summary(self) -> dict:
         """What was asked, received and refused, for humans and ``--json``; ``reason`` is None only when complete."""

@@ -19,7 +19,7 @@ from cablestore.store.inflight import guarded
 from cablestore.store.resolving import refresh
 from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
-from cablestore.wire.codec import ADMIN, HASH_SIZE, HEADER_FIXED, MOD, MODERATION_TYPES, decode_post, read_varint
+from cablestore.wire.codec import ADMIN, BLOCK, HASH_SIZE, HEADER_FIXED, MOD, MODERATION_TYPES, decode_post, read_varint
 
 LOCAL_USER_KEY = b"!local!user"
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
@@ -137,7 +137,7 @@ class ModerationQueries:
         roles and the relevant post/moderation for ``channels`` and for the
         cabal with a timestamp at or after ``oldest`` (compared as numbers);
         roles of users who opted out are not relevant, so never listed;
-        never a ``privacy=1`` post.
+        never a ``privacy=1`` post, nor a post/block with ``notify=0`` (see :meth:`shareable`).
         """
         if isinstance(channels, (str, bytes)):
             raise QueryError("channels is a list of channel names, not one string")
@@ -180,11 +180,24 @@ class ModerationQueries:
         }
 
     @guarded
-    def shareable(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
-        """Answer a peer's post request: the posts' bytes, ``None`` for those unknown or local-only (``privacy=1``).
+    def is_dropped(self, h: HashLike) -> bool:
+        """Whether an applied ``drop post`` names this hash (held or not): it is not requested nor stored."""
+        return self.db.get(actions.dropped_post_key(as_hash(h))) is not None
 
-        A local-only post never leaves the store (moderation.md §4.5); dropped
-        posts and posts of blocked users are not stored, so never answered.
+    @guarded
+    def channel_dropped(self, channel: str) -> bool:
+        """Whether an applied ``drop channel`` keeps ``channel`` out (its posts removed, new ones refused)."""
+        return self.db.get(actions.dropped_channel_key(_channel_context(channel))) is not None
+
+    @guarded
+    def shareable(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
+        """Answer a peer's post request: the posts' bytes, ``None`` for those unknown or not to be sent.
+
+        A local-only post (``privacy=1``) never leaves the store (moderation.md
+        §4.5); a ``post/block`` with ``notify=0`` is not sent either: it must
+        not reach the blocked user (§5.1.4), and peers are not authenticated,
+        so no peer can be told apart from them.  Dropped posts and posts of
+        blocked users are not stored, so never answered.
         """
         return [None if blob is None or not _is_public(blob) else blob for blob in self.get_many(hashes)]
 
@@ -207,7 +220,10 @@ def _is_public(blob: bytes | None) -> bool:
         return False
     links, pos = read_varint(blob, HEADER_FIXED)
     post_type, _ = read_varint(blob, pos + links * HASH_SIZE)
-    return post_type not in MODERATION_TYPES or decode_post(blob).privacy != 1
+    if post_type not in MODERATION_TYPES:
+        return True
+    post = decode_post(blob)
+    return post.privacy != 1 and not (post.post_type == BLOCK and post.notify == 0)
 
 
 __all__ = ["ModerationQueries", "adopt_local_user", "LOCAL_USER_KEY"]
