@@ -267,7 +267,10 @@ _KINDS = {
 }
 
 
-def post_with_keyfile(store_path: str | os.PathLike, key_path: str | os.PathLike, kind: str, args: Sequence[str], *, now: Callable[[], int] | None = None) -> bytes:
+def post_with_keyfile(
+    store_path: str | os.PathLike, key_path: str | os.PathLike, kind: str, args: Sequence[str], *,
+    now: Callable[[], int] | None = None, local_user: HashLike | None = None,
+) -> bytes:
     """Write one post of ``kind`` (text, join, leave, topic, name, delete) as the key file's owner.
 
     Returns the stored post's bytes.  The key and the arguments are checked
@@ -289,7 +292,7 @@ def post_with_keyfile(store_path: str | os.PathLike, key_path: str | os.PathLike
         _checked_draft(keypair.public_key, post_type, body)
     if kind == "delete":
         _require_store(store_path)
-    with Store(store_path) as store:
+    with Store(store_path, local_user=local_user) as store:
         h = getattr(Author(store, keypair, now=now), kind)(*args)
         return store.get(h)
 

@@ -82,11 +82,14 @@ def require_store(path: str) -> None:
         raise refused
 
 
-def open_existing(path: str):
-    """Open the store at ``path`` without creating anything; a path that holds none is refused."""
+def open_existing(path: str, **options):
+    """Open the store at ``path`` without creating anything; a path that holds none is refused.
+
+    ``options``: more :class:`cablestore.Store` arguments (``local_user=``, say).
+    """
     from cablestore.store.store import Store
 
-    return Store(path, create=False)
+    return Store(path, create=False, **options)
 
 
 def require_channel(store, channel: str) -> str:
@@ -141,6 +144,14 @@ def partitions_int(text: str) -> int:
     if value > 256:
         raise argparse.ArgumentTypeError(f"must be at most 256, got {value}")
     return value
+
+
+def add_local_user_flag(p) -> None:
+    """Add ``--local-user HEX``: the store's local user, the root of moderation authority (kept once set)."""
+    p.add_argument(
+        "--local-user", default=None, metavar="HEX",
+        help="the public key whose moderation this store applies (kept in the store once set; a different one is refused)",
+    )
 
 
 def add_output_flags(p) -> None:

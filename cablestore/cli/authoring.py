@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cablestore.cli.args import open_existing, print_json, require_channel, require_store
+from cablestore.cli.args import add_local_user_flag, open_existing, print_json, require_channel, require_store
 
 
 def _cmd_keygen(args) -> int:
@@ -20,7 +20,7 @@ def _cmd_post(args) -> int:
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
     if args.kind == "delete":  # a delete needs the posts: refuse a missing store as every command does
         require_store(args.store)
-    buf = post_with_keyfile(args.store, args.key, args.kind, values)
+    buf = post_with_keyfile(args.store, args.key, args.kind, values, local_user=args.local_user)
     if not args.json:
         print(post_hash(buf).hex())
         return 0
@@ -59,6 +59,7 @@ def register(sub) -> None:
     p = sub.add_parser("post", help="write a post as the key file's owner, linked to the channel's heads")
     p.add_argument("store", help="the store directory (created if missing, except for delete)")
     p.add_argument("--key", required=True, help="the key file (see `cablestore keygen`)")
+    add_local_user_flag(p)
     p.add_argument("--json", action="store_true", help="print the stored post as JSON (the fields `dump` prints)")
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, names, text in (

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 
-from cablestore.cli.args import int_at_least, open_existing, positive_float, positive_int, print_json
+from cablestore.cli.args import add_local_user_flag, int_at_least, open_existing, positive_float, positive_int, print_json
 from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
 
 
@@ -46,7 +46,7 @@ def _cmd_serve(args) -> int:
             print(f"listening on {host}:{port}", flush=True)
 
     try:
-        with open_existing(args.store) as store:
+        with open_existing(args.store, local_user=args.local_user) as store:
             summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy))
     finally:
         for path in wrote:
@@ -71,6 +71,7 @@ def _cmd_sync(args) -> int:
             sync_path(
                 args.store,
                 args.connect,
+                local_user=args.local_user,
                 channels=args.channel or None,
                 live=args.live,
                 progress=progress,
@@ -102,6 +103,7 @@ def register(sub) -> None:
         description="Answer Cable peers over TCP from a store, within the limits below (see docs/hostile-peers.md).",
     )
     p.add_argument("store", help="the store directory (must exist)")
+    add_local_user_flag(p)
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
     p.add_argument("--quiet", action="store_true", help="do not print the listening address")
     p.add_argument("--json", action="store_true", help='JSON lines: {"listening": ..., "port": ...} once listening, the counts on exit')
@@ -130,6 +132,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("sync", help="pull what a Cable peer has and this store lacks (created if missing)")
     p.add_argument("store", help="the store directory to fill (created if missing)")
+    add_local_user_flag(p)
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")
     p.add_argument("--channel", action="append", metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
     p.add_argument("--live", action="store_true", help="stay connected and keep receiving new posts (Ctrl-C stops)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cablestore.cli.args import add_output_flags, positive_int, print_json
+from cablestore.cli.args import add_local_user_flag, add_output_flags, positive_int, print_json
 
 
 def _cmd_demo(args) -> int:
@@ -41,7 +41,7 @@ def _cmd_ingest(args) -> int:
     progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))
     refused: dict[str, int] = {}
     new = 0
-    with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers) as store:
+    with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers, local_user=args.local_user) as store:
         for i in range(0, len(bufs), args.batch):
             for r in store.ingest_many(bufs[i : i + args.batch]):
                 if r.ok:
@@ -89,6 +89,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("ingest", help="ingest posts files into a store (created if missing)")
     p.add_argument("store", help="the store directory (created if missing)")
+    add_local_user_flag(p)
     p.add_argument("files", nargs="+", help="posts files ([u32 big-endian length][post] records)")
     p.add_argument("--batch", type=positive_int, default=1000, help="posts per WriteBatch (default: 1000)")
     p.add_argument("--sync", action="store_true", help="sync every batch to disk")

@@ -339,14 +339,17 @@ async def dial(host: str, port: int) -> _Link:
 async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     """:func:`run_sync` into the store at ``path``, created if missing, once ``address`` has answered.
 
+    ``local_user=``: the store's local user (see :class:`cablestore.Store`).
+
     The connection is made first, so a peer that cannot be reached (or a bad
     address) leaves no new, empty store behind.
     """
     from cablestore.store.store import Store
 
+    local_user = kw.pop("local_user", None)
     link = await dial(*parse_address(address))
     try:
-        store = Store(path)
+        store = Store(path, local_user=local_user)
     except BaseException:
         link.transport.abort()
         raise
