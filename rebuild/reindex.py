@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import plyvel
 
 from cablestore import views
+from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import next_prefix
 from cablestore.moderation import resolve
@@ -50,6 +51,7 @@ from cablestore.store.gcpause import gc_paused
 from cablestore.store.moderation_queries import LOCAL_USER_KEY
 from cablestore.store.resolving import moderation_posts
 from cablestore.store.txn import DELETED, POSTS
+from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -109,9 +111,12 @@ class _Writer:
         # are unique, so sorting by key alone (half the cost of comparing tuples).
         self.puts.sort(key=itemgetter(0))
         with self.db.write_batch(sync=self.sync) as wb:
-            put = wb.put
-            for key, value in self.puts:
-                put(key, value)
+            if _native is not None:
+                _native.put_all(wb.put, self.puts)
+            else:
+                put = wb.put
+                for key, value in self.puts:
+                    put(key, value)
         self.puts.clear()  # in place: callers may hold the list
 
     def put_all(self, entries: list) -> int:
@@ -180,8 +185,11 @@ def _drop_derived(db, writer: _Writer, progress) -> int:
             keys = snap.iterator(start=start, stop=stop, include_value=False)
             while batch := list(islice(keys, _BATCH_KEYS)):
                 with db.write_batch(sync=writer.sync) as wb:
-                    for key in batch:
-                        wb.delete(key)
+                    if _native is not None:
+                        _native.delete_all(wb.delete, batch)
+                    else:
+                        for key in batch:
+                            wb.delete(key)
                 dropped += len(batch)
                 if progress:
                     progress.advance(len(batch))
@@ -228,36 +236,64 @@ def _tombstones(db, report: ReindexReport):
 def _index_posts(db, writer: _Writer, on_target, made_by, report: ReindexReport, progress) -> dict:
     """Write every sound post's entries; return the best candidate of each group of the grouped views."""
     best: dict = {}
-    no_tombs: tuple = ()
     puts = writer.puts  # flush() empties it in place
-    ranked_groups, start = views.ranked_groups, len(POSTS)
     posts = indexed = written = 0
     with db.snapshot() as snap:
-        for key, blob in snap.iterator(prefix=POSTS):
-            h = key[start:]
-            posts += 1
-            if progress and not posts % _PROGRESS_EVERY:
-                progress.advance(_PROGRESS_EVERY)
-            faults, post = classify(h, blob, on_target.get(h, no_tombs), check_signatures=False)
-            if faults:
-                report.faults.extend(faults)
-            if post is None:
-                continue
-            ip, entries = post_entries(h, blob, post, made_by.get(h, no_tombs))
-            indexed += 1
-            written += len(entries)
-            puts += entries
-            if len(puts) >= _BATCH_KEYS:
-                writer.flush()
-            for view, group, rank in ranked_groups(ip, _GROUPED):
-                held = best.get((view.NAME, group))
-                if held is None or rank > held[0]:  # ranks are unique within a group
-                    best[(view.NAME, group)] = (rank, h)
+        stored = snap.iterator(prefix=POSTS)
+        if _native is None:
+            posts, (indexed, written) = _index_some(stored, writer, on_target, made_by, report, progress, best)
+        else:
+            # The compiled loop takes the plain posts of each chunk; the rest (tombstones, faults) go the pure way.
+            rankers = {v: getattr(v, "rank", None) for v in _GROUPED}
+            while chunk := list(islice(stored, _CHUNK)):
+                slow, n_indexed, n_written = _native.reindex_chunk(chunk, len(POSTS), on_target, made_by, puts, best, _GROUPED, rankers, post_hash)
+                posts += len(chunk) - len(slow)
+                indexed += n_indexed
+                written += n_written
+                if progress:
+                    progress.advance(len(chunk) - len(slow))
+                n, (w_indexed, w_written) = _index_some(slow, writer, on_target, made_by, report, progress, best)
+                posts, indexed, written = posts + n, indexed + w_indexed, written + w_written
+                if len(puts) >= _BATCH_KEYS:
+                    writer.flush()
     writer.flush()
     report.posts += posts
     report.indexed += indexed
     report.written += written
     return best
+
+
+_CHUNK = 1024  # posts per call of the compiled loop
+
+
+def _index_some(stored, writer: _Writer, on_target, made_by, report: ReindexReport, progress, best: dict) -> tuple[int, tuple[int, int]]:
+    """The posts phase in pure Python for ``(key, blob)`` pairs: ``(posts read, (posts indexed, entries written))``."""
+    no_tombs: tuple = ()
+    puts = writer.puts
+    ranked_groups, start = views.ranked_groups, len(POSTS)
+    posts = indexed = written = 0
+    for key, blob in stored:
+        h = key[start:]
+        posts += 1
+        if progress and not posts % _PROGRESS_EVERY:
+            progress.advance(_PROGRESS_EVERY)
+        faults, post = classify(h, blob, on_target.get(h, no_tombs), check_signatures=False)
+        if faults:
+            report.faults.extend(faults)
+        if post is None:
+            continue
+        ip, entries = post_entries(h, blob, post, made_by.get(h, no_tombs))
+        indexed += 1
+        written += len(entries)
+        puts += entries
+        if len(puts) >= _BATCH_KEYS:
+            writer.flush()
+        for view, group, rank in ranked_groups(ip, _GROUPED):
+            held = best.get((view.NAME, group))
+            if held is None or rank > held[0]:  # ranks are unique within a group
+                best[(view.NAME, group)] = (rank, h)
+    return posts, (indexed, written)
+
 
 def _winner_hash(item) -> bytes:
     return item[1][1]

@@ -26,6 +26,7 @@ from cablestore.errors import CableError
 from cablestore.keyspace import records, reverse
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.rebuild import fold as fold_mod
+from cablestore.rebuild import reindex as reindex_mod
 from cablestore.rebuild.fold import Fold
 from cablestore.rebuild.reindex import reindex
 from cablestore.wire import codec
@@ -36,6 +37,7 @@ from .conftest import keypair, post
 pytestmark = pytest.mark.skipif(not compiled.COMPILED, reason="the compiled extension is not built (pure Python run)")
 native = compiled.native
 views = sys.modules["cablestore.views"]
+links_view = sys.modules["cablestore.views.links"]
 
 NOW = 1_900_000_000_000
 KEYS = [keypair(f"speedups-{i}") for i in range(3)]
@@ -147,6 +149,8 @@ def pure_path(monkeypatch):
         m.setattr(views, "groups", views.groups_py)
         m.setattr(views, "_native", None)
         m.setattr(fold_mod, "_native", None)
+        m.setattr(reindex_mod, "_native", None)
+        m.setattr(links_view, "_native", None)
         yield
 
 
@@ -170,6 +174,7 @@ def test_whole_stores_are_byte_identical(tmp_path_factory, monkeypatch, seed, n,
         rng.shuffle(bufs)
         bufs += rng.sample(bufs, min(10, len(bufs)))
     base = tmp_path_factory.mktemp("speedups")
+    assert views.entries is native.entries and reindex_mod._native is native  # the compiled path is the one under test
     fast = _build(base / "compiled", bufs, batch)
     with pure_path(monkeypatch):
         slow = _build(base / "pure", bufs, batch)
@@ -187,3 +192,15 @@ def test_pure_switch_in_a_fresh_process():
     assert "pure Python" in version
     version = subprocess.run([sys.executable, "-m", "cablestore", "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
     assert "compiled" in version
+
+
+def test_links_heads_in_bulk_match_pure(tmp_path):
+    bufs = list(Workload(3, 400, users=4, channels=3))
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest_many(bufs)
+        keys = [k for k, _ in store.items(reverse.PREFIX)]
+        # A damaged reverse entry and a non-channel post go the pure way in both.
+        store.db.put(keys[0][:37], b"\xc1")
+        fast = links_view.bulk_latest(iter(keys), store.db.get)
+        slow = list(links_view._bulk_latest_py(iter(keys), store.db.get))
+    assert fast == slow and len(fast) > 10

@@ -24,6 +24,7 @@ their 37-byte prefix.
 
 from msgpack import UnpackException
 
+from cablestore.compiled import native as _native
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.keyspace.reverse import PREFIX as REV
 from cablestore.keyspace.reverse import channel_of, stand_in
@@ -124,6 +125,12 @@ def bulk_latest(reverse_keys, get):
     linker, which ``latest`` never makes a head.  Nothing is held but the
     previous key, and only the unlinked posts' entries are read.
     """
+    if _native is not None:  # the compiled loop (cablestore.compiled): the same entries
+        return _native.links_bulk_latest(reverse_keys, get, len(REV), channel_of, escape, _latest_of)
+    return _bulk_latest_py(reverse_keys, get)
+
+
+def _bulk_latest_py(reverse_keys, get):
     own = None  # the last post entry's key, not yet seen linked
     start = len(REV)
     for key in reverse_keys:
