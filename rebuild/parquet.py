@@ -180,6 +180,21 @@ def rows(data, name: str, info: dict, columns: list[str] | None = None, batch: i
         raise RebuildError(f"{name}: not a readable Parquet file of this snapshot: {_one_line(exc)}") from None
 
 
+def pick(data, name: str, info: dict, wanted: set) -> dict:
+    """``{hash: blob}`` of the posts of one checked posts file whose hash is in ``wanted`` (only those blobs are decoded)."""
+    checked(data, name, info)
+    try:
+        table = pq.read_table(pa.BufferReader(pa.py_buffer(data)), columns=["hash"])
+        hashes = table.column("hash").to_pylist()
+        at = [i for i, h in enumerate(hashes) if h in wanted]
+        if not at:
+            return {}
+        blobs = pq.read_table(pa.BufferReader(pa.py_buffer(data)), columns=["blob"]).column("blob").take(at).to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        raise RebuildError(f"{name}: not a readable Parquet file of this snapshot: {_one_line(exc)}") from None
+    return {hashes[i]: blob for i, blob in zip(at, blobs, strict=True)}
+
+
 def read_file(fs: pafs.FileSystem, root: str, name: str) -> bytes:
     """The bytes of one snapshot file (a snapshot's files are bounded in size by the export)."""
     try:

@@ -35,7 +35,7 @@ from cablestore.errors import RebuildError
 
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
-from .parquet import MANIFEST, files_of, parse_manifest, rows, spark_uri
+from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
 from .recompute import newer, partition_of
 from .result import EngineResult
 from .sparksession import executor_python, is_local, job_errors, log_path, quiet_gateway, session  # noqa: F401 - the engine's public names
@@ -47,12 +47,12 @@ def read_manifest(spark, uri: str, where: str | None = None) -> dict:
     """The snapshot's manifest, read through Spark (so from any filesystem the cluster reads); ``where`` names it in errors."""
     where = where or uri
     try:
-        text = spark.read.text(f"{uri}/{MANIFEST}", wholetext=True).first()
+        found = spark.sparkContext.binaryFiles(f"{uri}/{MANIFEST}").collect()  # a small job: no SQL planning
     except Exception as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+        if "does not exist" in str(exc) or "PATH_NOT_FOUND" in str(exc):
             raise RebuildError(f"{where} is not a snapshot (no {MANIFEST}; an interrupted export leaves none)") from None
         raise
-    return parse_manifest(text[0] if text else "", where)
+    return parse_manifest(found[0][1] if found else b"", where)
 
 
 def _files(spark, uri: str, names: list[str]):
@@ -95,7 +95,7 @@ def _cross_check(spark, uri: str, manifest: dict, by_part: dict) -> list:
         name, data = item
         part = infos[name]["part"]
         makers = {t.by for t in pickle.loads(wanted.value[part])}
-        return [(part, {h: blob for h, blob in rows(data, name, infos[name]) if h in makers})]
+        return [(part, pick(data, name, infos[name], makers))]
 
     def check(pair):
         return pickle.dumps(_check(wanted.value[pair[0]], pair[1], parts))

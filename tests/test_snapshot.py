@@ -350,3 +350,9 @@ def test_spark_reads_a_file_uri_snapshot_and_agrees_with_the_local_engine(tmp_pa
     assert on_spark == local and local["views"]["chat"]["missing"] == 1
     with pytest.raises(RebuildError, match="cannot read a snapshot whose location holds ,"):
         spark.run(str(tmp_path / "a,b"), spark=spark_session)
+    with pytest.raises(RebuildError, match=r"nowhere is not a snapshot \(no manifest.json"):
+        spark.run(str(tmp_path / "nowhere"), spark=spark_session)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps({"format": "cablestore-snapshot-1", "partitions": 2, "files": {}}))
+    with pytest.raises(RebuildError, match="export the store again: cablestore export STORE NEWDIR"):
+        spark.run(str(tmp_path / "old"), spark=spark_session)
