@@ -124,3 +124,11 @@ def test_show_leaves_hidden_messages_out_and_all_shows_them_marked(tmp_path, key
     assert "visible" in out and "rude" not in out
     assert main(["show", store, "dev", "--all"]) == 0
     assert "[hidden] rude" in _out(capsys)
+
+
+def test_a_reason_deployed_peers_would_refuse_is_not_written(tmp_path, keys, capsys):
+    """128 codepoints are valid (the spec); over 128 bytes cable.js 0.2.1 refuses them and cable-core.js dies (interop)."""
+    store = str(tmp_path / "s.ldb")
+    assert main(["block", store, "--key", keys["me"][0], keys["eve"][1], "--reason", "ü" * 64]) == 0  # 128 bytes
+    assert main(["block", store, "--key", keys["me"][0], keys["eve"][1], "--reason", "ü" * 65]) == 2
+    assert "cable.js 0.2.1" in capsys.readouterr().err

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cablestore import views
-from cablestore.errors import ArgumentError, NotYourPostError, PostFieldError, QueryError, StoreError
+from cablestore.errors import ArgumentError, LimitError, NotYourPostError, PostFieldError, QueryError, StoreError
 from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
 from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
 from cablestore.store.txn import POSTS
@@ -157,6 +157,11 @@ class Author:
     # --- the common path ----------------------------------------------------
     def post(self, post_type: int, **body: Any) -> bytes:
         """Build, link, stamp, sign and ingest a post of ``post_type``; return its hash."""
+        reason = body.get("reason")
+        if isinstance(reason, str) and len(reason.encode("utf-8", "surrogatepass")) > DEPLOYED_REASON_BYTES:
+            # The spec allows 128 codepoints; cable.js 0.2.1 counts bytes, refuses the post, and a
+            # cable-core.js 0.2.1 peer sent one dies (interop/README.md, "Moderation").  Read, never write.
+            raise LimitError(f"reason is {len(reason.encode('utf-8', 'surrogatepass'))} bytes: deployed peers (cable.js 0.2.1) refuse more than {DEPLOYED_REASON_BYTES}")
         if post_type == DELETE and "hashes" in body:
             body["hashes"] = self._own_posts(body["hashes"])
         draft = _checked_draft(self.public_key, post_type, body)
@@ -219,6 +224,9 @@ class Author:
                 raise NotYourPostError(f"post {h.hex()} was written by {blob[:32].hex()}, not by you")
             out.append(h)
         return tuple(dict.fromkeys(out))
+
+
+DEPLOYED_REASON_BYTES = 128  # what cable.js 0.2.1 accepts: the spec's 128 codepoints, counted in bytes
 
 
 def _key(value: HashLike) -> bytes:
