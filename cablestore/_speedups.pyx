@@ -621,3 +621,12 @@ def delete_all(delete, keys):
     """``delete(key)`` for every key."""
     for key in keys:
         delete(key)
+
+
+def write_all(put, delete, dict writes):
+    """A transaction's writes into a WriteBatch: ``put`` each value, ``delete`` each key whose value is None."""
+    for key, value in writes.items():
+        if value is None:
+            delete(key)
+        else:
+            put(key, value)

@@ -29,6 +29,7 @@ from cablestore.rebuild import fold as fold_mod
 from cablestore.rebuild import reindex as reindex_mod
 from cablestore.rebuild.fold import Fold
 from cablestore.rebuild.reindex import reindex
+from cablestore.store import txn as txn_mod
 from cablestore.wire import codec
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 
@@ -151,6 +152,7 @@ def pure_path(monkeypatch):
         m.setattr(fold_mod, "_native", None)
         m.setattr(reindex_mod, "_native", None)
         m.setattr(links_view, "_native", None)
+        m.setattr(txn_mod, "_native", None)
         yield
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 
+from cablestore.compiled import native as _native
 from cablestore.keyspace.keys import next_prefix
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.views import latest_keys, needs_winner, rank
@@ -244,11 +245,14 @@ class Txn:
             self._it = None
         if self.writes:
             with self.db.write_batch(sync=sync) as wb:
-                for key, value in self.writes.items():
-                    if value is None:
-                        wb.delete(key)
-                    else:
-                        wb.put(key, value)
+                if _native is not None:  # the same loop, compiled (cablestore.compiled)
+                    _native.write_all(wb.put, wb.delete, self.writes)
+                else:
+                    for key, value in self.writes.items():
+                        if value is None:
+                            wb.delete(key)
+                        else:
+                            wb.put(key, value)
         if self._winners is not None:  # only once the batch is written
             if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
                 self._winners.clear()  # bounded memory; refilled as groups are touched again
