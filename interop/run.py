@@ -39,7 +39,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from moderation_steps import codec_step, deliver_step, state_step
+from moderation_steps import codec_step, deliver_step, state_step, sync_step
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post
 from cablestore.authoring.workload import generate
@@ -165,6 +165,7 @@ STEPS = {
     "moderation": codec_step,
     "moderation-state": lambda tmp: state_step(tmp, _node),
     "moderation-deliver": lambda tmp: deliver_step(tmp, _node),
+    "moderation-sync": lambda tmp: sync_step(tmp, _node),
 }
 
 
@@ -225,6 +226,11 @@ def main(argv=None) -> int:
             continue
         if direction == "moderation-deliver":
             _print_deliver(result)
+            continue
+        if direction == "moderation-sync":
+            print("== cablestore syncs a cable-core.js peer's moderation state, as its local user")
+            for key, value in result.items():
+                print(f"  {key}: {value}")
             continue
         print(f"== cable-core.js {'serves, cablestore syncs' if direction == 'serve' else 'pulls from cablestore serve'}")
         for key, value in result.items():
