@@ -66,7 +66,8 @@ def channel_state_answer(store: Store, channel: str) -> list[bytes]:
     each member), plus, for each member or ex-member whose membership is
     decided by a post/topic (a topic counts as joining, spec 5.4.3) that is
     not the channel's latest, that topic: without it a peer syncing from
-    here could not tell they are a member.
+    here could not tell they are a member.  Those topics come first, so a
+    peer applying the posts in the order listed ends on the latest topic.
     """
     from cablestore.views import channel as channel_view
 
@@ -86,7 +87,57 @@ def channel_state_answer(store: Store, channel: str) -> list[bytes]:
             if key.startswith(candidates + pk) and value == bytes([TOPIC]):
                 extra.append(key[-32:])
     known = set(hashes)
-    return hashes + [h for h in dict.fromkeys(extra) if h not in known]
+    # Superseded post/topics first, the current state after them: a peer that applies posts in the
+    # order they arrive and keeps the last topic it saw (cable-core.js 0.2.1 does) must end on the
+    # latest topic, so no older topic may arrive after it.
+    return [h for h in dict.fromkeys(extra) if h not in known] + hashes
+
+
+def listed_spelling(store: Store, channel: str) -> str:
+    """The spelling a channel is listed under in answers: the ``channel`` field of a post it holds.
+
+    Names are case-insensitive (spec 5.4.1) and the store keys them
+    casefolded, but deployed peers (cable-core.js 0.2.1) compare them
+    exactly, so a name is listed as posts spell it: the spelling of the
+    newer of the channel's newest post/text and its latest post/topic (the
+    later timestamp, ties to the higher hash); for a channel with neither,
+    of its newest post/join or post/leave.  One deterministic choice per
+    channel; a channel with no post left to read is listed casefolded.
+    """
+    from cablestore.views import chat, state
+
+    ch = channel_key(channel)
+    found: list[bytes] = []
+    with store.db.snapshot() as snap, snap.iterator(include_value=False) as it:
+        for prefix in (chat.channel_prefix(channel), state.topic_prefix(ch)):
+            it.seek(next_prefix(prefix))
+            try:
+                key = it.prev()
+            except StopIteration:
+                continue
+            if key.startswith(prefix):
+                found.append(key[-40:])  # <mono>: the timestamp, then the hash
+    if found:
+        candidates = [max(found)[-32:]]
+    else:
+        candidates = store.channel_state(channel)
+    best = None
+    for h in candidates:
+        buf = store.get(h)
+        if buf is None:
+            continue
+        post = decode_post(buf)
+        name = getattr(post, "channel", None)
+        if name is not None and canonical_channel(name) == canonical_channel(channel):
+            rank = (post.timestamp, h)
+            if best is None or rank > best[0]:
+                best = (rank, name)
+    return channel if best is None else best[1]
+
+
+def listed_spellings(store: Store, channels: list[str]) -> list[str]:
+    """:func:`listed_spelling` of each of ``channels`` (casefolded names, as ``Store.channel_list`` gives them)."""
+    return [listed_spelling(store, c) for c in channels]
 
 
 def time_range_bounds(channel: str, start: int, end: int) -> tuple[bytes, bytes]:
@@ -174,7 +225,7 @@ class Answering:
         if first not in (0, self.serial) and not isinstance(m, CancelRequest):
             self.node.stats["duplicates_concluded"] += 1
             if isinstance(m, ChannelListRequest):
-                self._send(ChannelListResponse(m.req_id, tuple(self.node.store.channel_list(m.offset, m.limit))))
+                self._send(ChannelListResponse(m.req_id, tuple(self._listed_channels(m))))
             else:
                 self._send(self._concluding(m))
         raise DuplicateRequestError(f"req_id {m.req_id.hex()} is already known")
@@ -242,9 +293,14 @@ class Answering:
         return None
 
     def _answer_channel_list(self, entry: Inbound, m: ChannelListRequest, now: int) -> Iterator | None:
-        self._send(ChannelListResponse(m.req_id, tuple(self.node.store.channel_list(m.offset, m.limit))))
+        self._send(ChannelListResponse(m.req_id, tuple(self._listed_channels(m))))
         entry.answered = True  # the one response, which concludes it
         return None
+
+    def _listed_channels(self, m: ChannelListRequest) -> list[str]:
+        """The channel list answered: the store's channels, each in the spelling its posts use (:func:`listed_spelling`)."""
+        store = self.node.store
+        return listed_spellings(store, store.channel_list(m.offset, m.limit))
 
     def _answer_moderation_state(self, entry: Inbound, m: ModerationStateRequest, now: int) -> Iterator | None:
         """moderation.md §5.2.1.1: what ``Store.moderation_state`` lists; ``future = 1`` stays live."""

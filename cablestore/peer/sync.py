@@ -54,23 +54,48 @@ def write_cursor(store: Store, peer: str, channel: str, timestamp: int) -> None:
 
 
 class _Channel:
-    def __init__(self, name: str):
+    """One channel (its casefolded key) and the spellings it is asked for under."""
+
+    def __init__(self, name: str, spellings: Iterable[str] = ()):
         self.name = name
-        self.history: Job | None = None
-        self.state: Job | None = None
+        self.spellings: list[str] = list(dict.fromkeys(spellings)) or [name]
+        self.jobs: dict[str, tuple[Job, Job]] | None = None  # spelling -> (time range, state), once asked
         self.live: list[Job] = []
         self.finished = False
+
+    @property
+    def asked(self) -> bool:
+        return self.jobs is not None
+
+    @property
+    def answered(self) -> bool:
+        return self.jobs is not None and all(h.done and s.done for h, s in self.jobs.values())
+
+    @property
+    def complete(self) -> bool:
+        return self.jobs is not None and all(h.complete and s.complete for h, s in self.jobs.values())
+
+    def finite_jobs(self) -> list[Job]:
+        return [j for pair in (self.jobs or {}).values() for j in pair]
 
 
 class Sync:
     """Pull a remote peer's channels into the store.
 
-    ``channels``: names to sync (None: all the peer lists); ``window``:
+    ``channels``: names to sync (None: all the peer lists); ``also``:
+    channels to ask for besides those the peer lists (``serve`` pulls the
+    channels either side knows); ``window``:
     ``(start, end)`` ms to fetch instead of ``[cursor, now + 7 days)`` (an
     explicit window leaves the cursor alone); ``live``: afterwards keep live
     time range and state requests open.  ``progress_timeout``: ms without an
     answer or a post after which a finite sync gives up.  ``done`` once every
     request concluded, or the sync was abandoned (``reason`` says why).
+
+    Channel names are case-insensitive (spec 5.4.1) but deployed peers
+    (cable-core.js 0.2.1) compare them exactly: a channel is asked for under
+    every spelling the peer lists for it (and the one given), and what comes
+    is stored under the casefolded key.  The channel list is always asked
+    for, also with ``channels``, to learn those spellings.
     """
 
     def __init__(
@@ -79,6 +104,7 @@ class Sync:
         peer: str,
         *,
         channels: Iterable[str] | None = None,
+        also: Iterable[str] = (),
         live: bool = False,
         window: tuple[int, int] | None = None,
         margin: int = DEFAULT_MARGIN,
@@ -93,7 +119,12 @@ class Sync:
         self.margin = margin
         self.progress_timeout = progress_timeout
         self.parallel = parallel
-        self.wanted = None if channels is None else list(dict.fromkeys(canonical_channel(c) for c in channels))
+        self.wanted: dict[str, list[str]] | None = None  # casefolded -> spellings given
+        if channels is not None:
+            self.wanted = {}
+            for c in channels:
+                self.wanted.setdefault(canonical_channel(c), []).append(c)
+        self.also = list(also)
         self.channels: dict[str, _Channel] = {}
         self.listing: Job | None = None
         self.moderation: Job | None = None  # the moderation state request (message type 8), once the channels are known
@@ -113,36 +144,33 @@ class Sync:
             if not self.started:
                 self.started = True
                 self._progress_at = now
-                if self.wanted is None:
-                    self.listing = self.conn.request_channel_list(now=now, job=Job(tag=self))
-                else:
-                    self._add(self.wanted)
+                self.listing = self.conn.request_channel_list(now=now, job=Job(tag=self))
             if self.conn.closed:
                 if self.conn.error is not None or not self.finite_done:
                     self.abandon(self._closed_reason())
                 return
-            if self.listing is not None and self.listing.done and not self.channels:
-                if not self.listing.complete:
+            if self.listing is not None and self.listing.done and not self._listed:
+                if not self.listing.complete and self.wanted is None:
                     self.abandon(f"channel list: {self.listing.reason}")
                     return
-                self._add(canonical_channel(c) for c in self.listing.channels)
+                self._add_listed(self.listing.channels if self.listing.complete else ())
                 self._listed = True
-            if self.moderation is None and (self.listing is None or self._listed) and all(ch.finished for ch in self.channels.values()):
+            if self.moderation is None and self._listed and all(ch.finished for ch in self.channels.values()):
                 # Once the channels are in: every block and unblock, and the roles and actions for
                 # these channels and the cabal (§5.2.1.1), applied to what is held.
-                self.moderation = self.conn.request_moderation_state(sorted(self.channels), 0, 0, now=now, job=Job(tag=self))
+                self.moderation = self.conn.request_moderation_state(self._spellings(), 0, 0, now=now, job=Job(tag=self))
             if self.live and self.moderation_live is None and self.moderation is not None and self.moderation.done and not self.conn.closed:
-                self.moderation_live = self.conn.request_moderation_state(sorted(self.channels), 1, 0, now=now, job=Job(tag=self))
+                self.moderation_live = self.conn.request_moderation_state(self._spellings(), 1, 0, now=now, job=Job(tag=self))
             running = 0
             for ch in self.channels.values():
-                if ch.history is not None and not ch.finished:
+                if ch.asked and not ch.finished:
                     running += 1
             for ch in self.channels.values():
-                if ch.history is None and running >= self.parallel:
+                if not ch.asked and running >= self.parallel:
                     break
-                started = ch.history is None
+                started = not ch.asked
                 self._advance(ch, now)
-                running += started and ch.history is not None
+                running += started and ch.asked
             failed = self._live_failure()
             if failed:
                 self.abandon(failed)
@@ -167,32 +195,53 @@ class Sync:
                 + (f"; before that: {first}" if first else "")
             )
 
-    def _add(self, names) -> None:
-        for name in names:
-            self.channels.setdefault(name, _Channel(name))
+    def _add_listed(self, listed) -> None:
+        """The channels to sync, each with the spellings to ask for: every one the peer listed, and the one given."""
+        spellings: dict[str, list[str]] = {}
+        for c in listed:
+            spellings.setdefault(canonical_channel(c), []).append(c)
+        if self.wanted is not None:
+            names = {name: given + spellings.get(name, []) for name, given in self.wanted.items()}
+        else:
+            names = dict(spellings)
+            for c in self.also:
+                names.setdefault(canonical_channel(c), [c])
+        for name, spelled in names.items():
+            self.channels.setdefault(name, _Channel(name, spelled))
+
+    def _spellings(self) -> list[str]:
+        return sorted({s for ch in self.channels.values() for s in ch.spellings})
 
     def _advance(self, ch: _Channel, now: int) -> None:
         if ch.finished:
             return
-        if ch.history is None:
+        if not ch.asked:
             if ch.name in self.node.syncing:
                 return  # another sync holds this channel: wait for it
             self.node.syncing.add(ch.name)
             start, end = self.window or (read_cursor(self.node.store, self.peer, ch.name) or 0, now + WEEK_MS)
-            ch.history = self.conn.request_time_range(ch.name, start, end, 0, now=now, job=Job(tag=self))
-            ch.state = self.conn.request_state(ch.name, 0, now=now, job=Job(tag=self))
+            ch.jobs = {
+                spelling: (
+                    self.conn.request_time_range(spelling, start, end, 0, now=now, job=Job(tag=self)),
+                    self.conn.request_state(spelling, 0, now=now, job=Job(tag=self)),
+                )
+                for spelling in ch.spellings
+            }
             return
-        if not (ch.history.done and ch.state.done):
+        if not ch.answered:
             return
         ch.finished = True
         self.node.syncing.discard(ch.name)
-        if ch.history.complete and ch.history.newest is not None and self.window is None:
-            buf = self.node.store.get(ch.history.newest)
-            if buf is not None:
-                write_cursor(self.node.store, self.peer, ch.name, decode_post(buf).timestamp - self.margin)
+        if ch.complete and self.window is None:
+            # One cursor for the channel: the oldest of its spellings' newest posts, so none is skipped next time.
+            newest = [self.node.store.get(h.newest) for h, _ in ch.jobs.values() if h.newest is not None]
+            stamps = [decode_post(buf).timestamp for buf in newest if buf is not None]
+            if stamps:
+                write_cursor(self.node.store, self.peer, ch.name, min(stamps) - self.margin)
         if self.live and not self.conn.closed:
-            ch.live.append(self.conn.request_time_range(ch.name, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
-            ch.live.append(self.conn.request_state(ch.name, 1, now=now, job=Job(tag=self)))
+            for spelling in ch.spellings:
+                ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
+                ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
 
     def _live_failure(self) -> str | None:
         for ch in self.channels.values():
@@ -213,7 +262,7 @@ class Sync:
             if self.reason is None:
                 self.reason = reason
             for ch in self.channels.values():
-                if ch.history is not None and not ch.finished:
+                if ch.asked and not ch.finished:
                     ch.finished = True
                     self.node.syncing.discard(ch.name)
             if not self.conn.closed:
@@ -224,7 +273,7 @@ class Sync:
     @property
     def finite_done(self) -> bool:
         """True once the listing and every channel's history and state concluded."""
-        if not self.started or (self.listing is not None and not self._listed):
+        if not self.started or not self._listed:
             return False
         if self.moderation is None or not self.moderation.done:
             return False
@@ -236,19 +285,20 @@ class Sync:
         return self.reason is not None or self.conn.closed or self.finite_done
 
     def _jobs(self) -> list[Job]:
-        jobs = [j for ch in self.channels.values() for j in (ch.history, ch.state, *ch.live) if j is not None]
+        jobs = [j for ch in self.channels.values() for j in (*ch.finite_jobs(), *ch.live)]
         return jobs + [j for j in (self.listing, self.moderation, self.moderation_live) if j is not None]
 
     def summary(self) -> dict:
         """What was asked, received and refused, for humans and ``--json``; ``reason`` is None only when complete."""
         jobs = self._jobs()
         stats = self.conn.stats
-        incomplete = sorted(ch.name for ch in self.channels.values() if not (ch.history and ch.history.complete and ch.state.complete))
+        incomplete = sorted(ch.name for ch in self.channels.values() if not ch.complete)
         reason = self.reason
         if reason is None and self.conn.closed and (self.conn.error is not None or not self.finite_done):
             reason = self._closed_reason()
         if reason is None:
-            failed = next((j for j in jobs if j.failed), None)
+            # With channels named, the list only teaches spellings: a peer that does not answer it is no failure.
+            failed = next((j for j in jobs if j.failed and not (j is self.listing and self.wanted is not None)), None)
             if failed is not None:
                 reason = failed.reason
             elif incomplete:
@@ -273,6 +323,12 @@ class Sync:
             "dropped_by_error": dict(sorted(self.conn.errors.items())),
             "requests_from_peer": stats["requests"],
             "incomplete_channels": incomplete,
+            # Per spelling asked for: requests sent (time range, state and their post requests), hashes and posts got.
+            "spellings": {
+                spelling: {"asked": h.requests + s.requests, "hashes": h.hashes_seen + s.hashes_seen, "posts": h.posts_received + s.posts_received}
+                for ch in self.channels.values()
+                for spelling, (h, s) in (ch.jobs or {}).items()
+            },
             "complete": complete,
             "reason": None if complete else reason,
         }
