@@ -89,7 +89,9 @@ def test_usage_and_environment_errors_exit_2(tmp_path, capsys, monkeypatch):
 
 def test_version_and_module_entry_point():
     out = subprocess.run([sys.executable, "-m", "cablestore", "--version"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == f"cablestore {__version__}"
+    from cablestore.compiled import HOT_PATH
+
+    assert out.stdout.strip() == f"cablestore {__version__} (hot path: {HOT_PATH})"
     helptext = subprocess.run([sys.executable, "-m", "cablestore", "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("demo", "generate", "ingest", "export", "rebuild", "check"):
         assert command in helptext
