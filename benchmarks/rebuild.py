@@ -8,8 +8,10 @@ signatures checked in a worker process; ``--skip-local`` leaves these out),
 the Parquet export (with one thread and with the default threads) and the
 snapshot's size against the store's, and on Spark for each master both the
 whole verify (export + job) and the job alone on a snapshot exported once.
-JVM start-up is not counted (the session is started first).  Results go to
-``OUT/rebuild.json`` and a markdown table on stdout.
+JVM start-up is not counted (the session is started first).  Spark runs
+also record the CPU seconds of the whole process tree (driver, JVM, Python
+workers), which, unlike wall time, do not grow when other jobs share the
+machine.  Results go to ``OUT/rebuild.json`` and a markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -48,6 +50,32 @@ def timed(fn):
     return value, time.perf_counter() - start, time.process_time() - cpu
 
 
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and every live descendant (Spark's JVM, its Python workers), with their reaped children."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, times = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            times[int(entry)] = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    found = frontier = {os.getpid()}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found = found | frontier
+    return sum(times.get(p, 0) for p in found) / tick
+
+
+def cpu_timed(fn):
+    """``(value, wall seconds, CPU seconds of this process tree)``: the CPU part does not grow when other jobs share the cores."""
+    start, cpu = time.perf_counter(), tree_cpu()
+    value = fn()
+    return value, time.perf_counter() - start, tree_cpu() - cpu
+
+
 def disk_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -79,10 +107,10 @@ def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int, 
             spark = engine.session(master)
             try:
                 spark.sparkContext.parallelize([0], 1).count()  # executors' Python started before timing
-                report, wall, _ = timed(lambda: check(s, engine="spark", partitions=partitions))
+                report, wall, cpu = cpu_timed(lambda: check(s, engine="spark", partitions=partitions))
                 assert report.consistent, report.to_dict()
-                _, job, _ = timed(lambda spark=spark: engine.run(snap, spark=spark))
-                result[master] = {"seconds": wall, "job_seconds": job}
+                _, job, job_cpu = cpu_timed(lambda spark=spark: engine.run(snap, spark=spark))
+                result[master] = {"seconds": wall, "job_seconds": job, "cpu_seconds": cpu, "job_cpu_seconds": job_cpu}
             finally:
                 spark.stop()
         shutil.rmtree(snap, ignore_errors=True)
@@ -95,8 +123,8 @@ def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int, 
 def markdown(results: list[dict], command: str) -> str:
     lines = [
         "| posts | local, one process | local, signatures in a worker | export (1 thread) | snapshot / store | "
-        "Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) |",
-        "|---|---|---|---|---|---|---|---|",
+        "Spark local[1]: verify (job) | Spark local[2]: verify (job) | local[2] / local[1] (job) | CPU of a verify, local[1] / local[2] |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         def sp(m, r=r):
@@ -107,7 +135,8 @@ def markdown(results: list[dict], command: str) -> str:
         local = f"{r['local']['seconds']:.1f} s" if "local" in r else "-"
         export = f"{r['export_seconds']:.1f} s ({r['export_1_thread_seconds']:.1f} s)"
         size = f"{r['snapshot_bytes'] / 1e6:.0f} MB / {r['store_bytes'] / 1e6:.0f} MB = {r['snapshot_bytes'] / r['store_bytes']:.2f}"
-        lines.append(f"| {r['posts']:,} | {local} | {worker} | {export} | {size} | {sp('local[1]')} | {sp('local[2]')} | {ratio} |")
+        cpu = " / ".join(f"{r[m]['cpu_seconds']:.1f} s" if m in r and "cpu_seconds" in r[m] else "-" for m in ("local[1]", "local[2]"))
+        lines.append(f"| {r['posts']:,} | {local} | {worker} | {export} | {size} | {sp('local[1]')} | {sp('local[2]')} | {ratio} | {cpu} |")
     load = " / ".join(f"{a:.1f}" for a in os.getloadavg())
     lines += ["", f"Command: `{command}`", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; load average at the end {load}"]
     return "\n".join(lines)

@@ -331,7 +331,7 @@ def job_errors():
         worker = re.search(r"Error from python worker:\s*\n\s*([^\n]+)", str(exc))
         if worker:  # the executors' Python did not start: what it said
             line = f"the executors' Python failed to start: {worker.group(1).strip()[:200]}"
-        if worker or "pyspark.daemon" in line or "No module named 'cablestore'" in line:
+        if worker or "pyspark.daemon" in line or "No module named 'cablestore'" in line or "Cannot run program" in line:
             line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or drop --no-ship-env)"
         raise failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
 

@@ -99,6 +99,14 @@ def test_a_snapshot_at_a_file_uri_verifies_like_the_store(tmp_path, store_path):
     assert {k: v for k, v in on_snapshot.items() if k != "partitions"} == {k: v for k, v in from_store.items() if k != "partitions"}
 
 
+def test_an_empty_store_exports_and_verifies(tmp_path):
+    with Store(tmp_path / "empty", now=lambda: NOW) as s:
+        manifest = export(s.db, tmp_path / "snap", partitions=4, decoded=True)
+    assert manifest["counts"] == {"posts": 0, "tombstones": 0, "live": 0, "decoded": 0, "undecodable": 0} and manifest["files"] == {}
+    report = verify("local", snapshot=tmp_path / "snap")
+    assert report.consistent and report.posts == 0 and report.partitions == 4
+
+
 @pytest.mark.parametrize(
     "damage",
     ["flip a byte", "truncate", "remove a file", "change the row count", "old format", "no manifest", "manifest not JSON", "foreign file name"],
@@ -200,8 +208,8 @@ def test_an_interrupted_export_leaves_nothing_behind(tmp_path, store_path, monke
 
 def test_ctrl_c_during_a_cli_export_exits_130_and_leaves_no_snapshot(tmp_path):
     store = tmp_path / "store"
-    with Store(store, now=lambda: NOW) as s:
-        s.ingest_many(generate(seed=33, posts=12000))
+    with Store(store, now=lambda: NOW, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=33, posts=30000))  # a decoded export of it takes a second or two
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.Popen(
@@ -350,6 +358,9 @@ def test_spark_reads_a_file_uri_snapshot_and_agrees_with_the_local_engine(tmp_pa
     assert on_spark == local and local["views"]["chat"]["missing"] == 1
     with pytest.raises(RebuildError, match="cannot read a snapshot whose location holds ,"):
         spark.run(str(tmp_path / "a,b"), spark=spark_session)
+    with Store(tmp_path / "empty", now=lambda: NOW) as s:
+        export(s.db, tmp_path / "empty-snap", partitions=2)
+    assert _report(verify("spark", snapshot=tmp_path / "empty-snap")) == _report(verify("local", snapshot=tmp_path / "empty-snap"))
     with pytest.raises(RebuildError, match=r"nowhere is not a snapshot \(no manifest.json"):
         spark.run(str(tmp_path / "nowhere"), spark=spark_session)
     (tmp_path / "old").mkdir()
