@@ -121,3 +121,181 @@ def test_channel_list_uses_the_spelling_of_the_newest_post(stores):
     s.ingest(post(a, TOPIC, T0 + 9, channel="DEV-talk", topic="t"))
     assert listed_spellings(s, ["dev-talk"]) == ["DEV-talk"]
     assert s.channel_list() == ["dev-talk", "plain"]  # the store's keys stay casefolded
+
+
+# --- serve pulls: real sockets on 127.0.0.1 ---------------------------------------------
+
+async def _serving(store, **kw):
+    import asyncio
+
+    from cablestore.peer.transport import run_server
+
+    ready, stop = asyncio.Event(), asyncio.Event()
+    port = []
+
+    def on_ready(host, p):
+        port.append(p)
+        ready.set()
+
+    task = asyncio.create_task(run_server(store, "127.0.0.1:0", ready=on_ready, stop=stop, **kw))
+    await asyncio.wait_for(ready.wait(), 10)
+    return port[0], stop, task
+
+
+async def _until(check, timeout=10.0):
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def test_serve_pulls_from_an_answer_only_peer_and_pushes_what_it_writes_to_a_third_peer(stores):
+    import asyncio
+
+    from cablestore.wire import messages as M
+
+    from .exact_peer import ExactPeerClient
+    from .peer_helpers import RawPeer, hashes_of
+
+    served = stores("served")
+    a, c = keypair("alice"), keypair("carol")
+    served.ingest(post(a, JOIN, T0, channel="general"))
+    before = post(c, TEXT, T0 + 5, channel="General", text="held before connecting")
+    after_text = post(c, TEXT, WALL, channel="General", text="written while connected")
+
+    async def scenario():
+        port, stop, task = await _serving(served)
+        try:
+            third = await RawPeer.connect(port)  # holds a live time range on the served store
+            rid = b"\x00\x00\x07\x01"
+            await third.send(M.TimeRangeRequest(rid, "general", 0, 0, 0))
+            client = await ExactPeerClient(ExactPeer([before])).connect("127.0.0.1", port)
+            assert await _until(lambda: served.get(post_hash(before)) is not None), "the held post was not pulled"
+            asked = {type(m).__name__ for m in client.peer.asked}
+            assert {"ChannelListRequest", "TimeRangeRequest", "ChannelStateRequest", "ModerationStateRequest"} <= asked
+            assert any(isinstance(m, M.TimeRangeRequest) and m.channel == "General" and m.time_end == 0 for m in client.peer.asked)
+            client.post(after_text)  # the peer only answers its live requests: serve must hold one
+            assert await _until(lambda: served.get(post_hash(after_text)) == after_text), "the new post was not pulled"
+
+            async def pushed():
+                while post_hash(after_text) not in hashes_of(m for m in third.inbox if getattr(m, "req_id", None) == rid):
+                    if not await third.read(0.2):
+                        return False
+                return True
+
+            assert await asyncio.wait_for(pushed(), 10)
+            await client.close()
+            third.writer.close()
+        finally:
+            stop.set()
+            summary = await asyncio.wait_for(task, 20)
+        return summary
+
+    summary = asyncio.run(scenario())
+    assert summary["pulls"] >= 2 and summary["pulled_posts"] >= 2
+
+
+def test_serve_no_pull_only_answers(stores):
+    import asyncio
+
+    from .exact_peer import ExactPeerClient
+
+    served = stores("served")
+    held = post(keypair("carol"), TEXT, T0, channel="general", text="never asked for")
+
+    async def scenario():
+        port, stop, task = await _serving(served, pull=False)
+        try:
+            client = await ExactPeerClient(ExactPeer([held])).connect("127.0.0.1", port)
+            await asyncio.sleep(0.5)
+            assert client.peer.asked == []
+            await client.close()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    asyncio.run(scenario())
+    assert served.get(post_hash(held)) is None
+
+
+def test_a_reconnecting_peer_is_asked_only_from_the_cursor(stores):
+    import asyncio
+
+    from cablestore.wire import messages as M
+
+    from .exact_peer import ExactPeerClient
+
+    served = stores("served")
+    posts = mixed_case_posts()
+
+    async def once():
+        port, stop, task = await _serving(served)
+        try:
+            client = await ExactPeerClient(ExactPeer(posts)).connect("127.0.0.1", port)
+            await _until(lambda: all(served.get(post_hash(p)) for p in posts))
+            await _until(lambda: any(isinstance(m, M.TimeRangeRequest) and m.time_end == 0 for m in client.peer.asked))
+            await client.close()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+        return [m for m in client.peer.asked if isinstance(m, M.TimeRangeRequest) and m.time_end != 0]
+
+    first = asyncio.run(once())
+    second = asyncio.run(once())
+    assert first and all(m.time_start == 0 for m in first)
+    newest = max(decode_post(p).timestamp for p in posts if decode_post(p).post_type == TEXT and decode_post(p).channel == "dev-talk")
+    assert second and all(m.time_start > 0 for m in second)  # from the cursor, not the whole history
+    assert all(m.time_start <= newest - 3_600_000 + 1 for m in second)
+
+
+def test_a_peer_comparing_names_exactly_syncs_a_mixed_case_channel_from_serve_completely(stores):
+    import asyncio
+
+    from cablestore.wire import messages as M
+
+    from .peer_helpers import RawPeer, hashes_of
+
+    served = stores("served")
+    posts = mixed_case_posts()
+    for p in posts:
+        served.ingest(p)
+
+    async def scenario():
+        port, stop, task = await _serving(served, pull=False)
+        try:
+            peer = await RawPeer.connect(port)
+            n = 0
+
+            def rid():
+                nonlocal n
+                n += 1
+                return n.to_bytes(4, "big")
+
+            r = rid()
+            await peer.send(M.ChannelListRequest(r, 0, 0))
+            (listing,) = await peer.answers(r)
+            got = {}
+            for name in listing.channels:  # asked exactly as listed, as cable-core.js does
+                wanted = []
+                for req in (M.TimeRangeRequest(rid(), name, 0, 1 << 62, 0),
+                            M.ChannelStateRequest(rid(), name, 0)):
+                    await peer.send(req)
+                    wanted += hashes_of(await peer.answers(req.req_id))
+                r = rid()
+                await peer.send(M.PostRequest(r, tuple(dict.fromkeys(wanted))))
+                for m in await peer.answers(r):
+                    for buf in m.posts:
+                        got[post_hash(buf)] = buf
+            peer.writer.close()
+            return listing.channels, got
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    listed, got = asyncio.run(scenario())
+    assert listed == ("dev-talk",)  # the newest post (bob's) spells it so
+    assert set(got) == {post_hash(p) for p in posts}  # every post, under the one name listed

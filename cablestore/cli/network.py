@@ -47,7 +47,7 @@ def _cmd_serve(args) -> int:
 
     try:
         with open_existing(args.store, local_user=args.local_user) as store:
-            summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy))
+            summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull))
     finally:
         for path in wrote:
             try:
@@ -99,8 +99,16 @@ def register(sub) -> None:
     d = DEFAULT_POLICY
     p = sub.add_parser(
         "serve",
-        help="answer Cable peers over TCP from a store (Ctrl-C stops)",
-        description="Answer Cable peers over TCP from a store, within the limits below (see docs/hostile-peers.md).",
+        help="a Cable peer over TCP: answer peers from a store and pull what they have (Ctrl-C stops)",
+        description=(
+            "Answer Cable peers over TCP from a store, within the limits below (see docs/hostile-peers.md). "
+            "By default serve also pulls from every peer that connects: its channel list, then time range and "
+            "channel state of every channel either side knows (under each spelling the peer uses), the moderation "
+            "state, and live requests kept open, so posts written on a connected client reach this store and its "
+            "other peers; a reconnecting peer is asked only for what is newer than its cursor (kept per remote "
+            "host). --no-pull only answers. While serving, read and post commands on the same store "
+            "(show, stats, post, ...) run through the serving process (a control socket in the store directory)."
+        ),
     )
     p.add_argument("store", help="the store directory (must exist)")
     add_local_user_flag(p)
@@ -108,6 +116,7 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="do not print the listening address")
     p.add_argument("--json", action="store_true", help='JSON lines: {"listening": ..., "port": ...} once listening, the counts on exit')
     p.add_argument("--port-file", metavar="PATH", help="write the port listened on to PATH once listening (removed on exit)")
+    p.add_argument("--no-pull", action="store_true", help="only answer: do not sync from the peers that connect (default: pull their posts, then live)")
     g = p.add_argument_group("limits (a peer over its share is refused or closed; others are not affected)")
     g.add_argument(
         "--max-connections", type=positive_int, default=d.max_connections, metavar="N", help=f"connections at once; more are closed at once (default: {d.max_connections})"

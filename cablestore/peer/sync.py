@@ -18,7 +18,7 @@ nothing useful (an answer, a post) for ``progress_timeout`` ms; its
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cablestore.keyspace.keys import canonical_channel, channel_key
@@ -83,8 +83,9 @@ class Sync:
     """Pull a remote peer's channels into the store.
 
     ``channels``: names to sync (None: all the peer lists); ``also``:
-    channels to ask for besides those the peer lists (``serve`` pulls the
-    channels either side knows); ``window``:
+    channels to ask for besides those the peer lists, or a function giving
+    them once the list came (``serve`` pulls the channels either side
+    knows); ``window``:
     ``(start, end)`` ms to fetch instead of ``[cursor, now + 7 days)`` (an
     explicit window leaves the cursor alone); ``live``: afterwards keep live
     time range and state requests open.  ``progress_timeout``: ms without an
@@ -104,7 +105,7 @@ class Sync:
         peer: str,
         *,
         channels: Iterable[str] | None = None,
-        also: Iterable[str] = (),
+        also: Iterable[str] | Callable[[], Iterable[str]] = (),
         live: bool = False,
         window: tuple[int, int] | None = None,
         margin: int = DEFAULT_MARGIN,
@@ -124,7 +125,7 @@ class Sync:
             self.wanted = {}
             for c in channels:
                 self.wanted.setdefault(canonical_channel(c), []).append(c)
-        self.also = list(also)
+        self.also = also if callable(also) else list(also)
         self.channels: dict[str, _Channel] = {}
         self.listing: Job | None = None
         self.moderation: Job | None = None  # the moderation state request (message type 8), once the channels are known
@@ -204,7 +205,7 @@ class Sync:
             names = {name: given + spellings.get(name, []) for name, given in self.wanted.items()}
         else:
             names = dict(spellings)
-            for c in self.also:
+            for c in self.also() if callable(self.also) else self.also:
                 names.setdefault(canonical_channel(c), [c])
         for name, spelled in names.items():
             self.channels.setdefault(name, _Channel(name, spelled))
@@ -311,7 +312,7 @@ class Sync:
             "channels": sorted(self.channels),
             "channels_listed": None if self.listing is None else len(self.listing.channels),
             "requests_sent": sum(j.requests for j in jobs),
-            "requests_answered": sum(1 for j in jobs if j.concluded and not j.failed),
+            "requests_answered": sum(j.answered for j in jobs),
             "hashes_received": sum(j.hashes_seen for j in jobs),
             "posts_requested": sum(j.posts_requested for j in jobs),
             "posts_received": sum(j.posts_received for j in jobs),

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cablestore.errors import TooManyConnectionsError, TransportError
 from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
 from cablestore.peer.protocol import Connection, Node
+from cablestore.peer.pulling import Puller
 from cablestore.peer.sync import DEFAULT_PROGRESS_TIMEOUT, Sync
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ class _Link(asyncio.BufferedProtocol):
             transport.abort()
             return
         self.wire.attach(self, conn)
+        if self.wire.on_accept is not None:
+            self.wire.on_accept(conn)
+            self.wire.kick()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         n = self.conn.read_allowance() if self.conn is not None else 0
@@ -194,6 +198,7 @@ class Wire:
         self.paused: dict[_Link, None] = {}  # sockets not being read
         self.view = memoryview(bytearray(node.policy.read_chunk))
         self.on_event: Callable[[], None] | None = None  # after each slice of work, tick or lost socket (a sync re-checks)
+        self.on_accept: Callable[[Connection], None] | None = None  # a peer connected (serve starts pulling from it)
         self._kicked = False
         self._closing = False
         node.on_output = self._wake
@@ -373,11 +378,22 @@ async def run_server(
     ready: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
     policy: PeerLimits = DEFAULT_POLICY,
+    pull: bool = True,
 ) -> dict:
-    """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts."""
+    """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts.
+
+    ``pull``: also sync from every peer that connects (:class:`cablestore.peer.pulling.Puller`):
+    its channels and ours, the moderation state, then live, so what it writes reaches the store
+    and the other peers' live requests.  False: only answer.
+    """
     host, port = parse_address(address, listening=True)
     node = Node(store, policy=policy)
     server = await PeerServer(node, host, port).start()
+    puller = None
+    if pull:
+        puller = Puller(node)
+        server.wire.on_accept = lambda conn: puller.accept(conn, now_ms())
+        server.wire.on_event = lambda: puller.poll(now_ms())
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     _on_signals(loop, stop, True)
@@ -387,6 +403,9 @@ async def run_server(
         await stop.wait()
     finally:
         _on_signals(loop, stop, False)
+        if puller is not None:
+            puller.close()
+            server.wire.flush()
         await server.close()
         node.close()
     return {"listen": f"{server.host}:{server.port}", **node.snapshot()}
