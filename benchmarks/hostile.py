@@ -40,6 +40,7 @@ from cablestore import Store
 from cablestore.authoring.workload import generate
 
 PY = sys.executable
+SLACK_S = 2.0  # a sync may pass its deadline by a tick and the message it is handling (longer on a loaded machine)
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ def verdict(report: dict) -> list[str]:
             bad.append(f"sync against {row['attack']}: exit {row['exit']}, reason {row['reason']!r}")
         if row["rss_mb"] > report["memory_mb"]:
             bad.append(f"sync against {row['attack']}: RSS {row['rss_mb']} MB")
-        if row["sync_s"] is None or row["sync_s"] > row["deadline_s"] + 1.0:  # the deadline, plus a tick and the last answers
+        if row["sync_s"] is None or row["sync_s"] > row["deadline_s"] + SLACK_S:
             bad.append(f"sync against {row['attack']}: ended after {row['sync_s']} s, deadline {row['deadline_s']} s")
     return bad
 

@@ -30,4 +30,4 @@ def test_the_short_hostile_run_holds_every_bound(tmp_path):
     assert report["serve_counts"]["requests_refused"] > 0 and report["serve_counts"]["connections_refused"] > 0
     assert [r["attack"] for r in report["sync"]] == [a[0] for a in SYNC_ATTACKS]
     for row in report["sync"]:
-        assert row["exit"] == 1 and row["reason"] and row["sync_s"] <= row["deadline_s"] + 1.0 and row["rss_mb"] <= report["memory_mb"], row
+        assert row["exit"] == 1 and row["reason"] and row["sync_s"] <= row["deadline_s"] + 2.0 and row["rss_mb"] <= report["memory_mb"], row

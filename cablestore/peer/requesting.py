@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cablestore.errors import UnknownRequestError, UnsolicitedPostError
+from cablestore.errors import CableError, UnknownRequestError, UnsolicitedPostError
 from cablestore.peer.table import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT, Concluded, Job, Outbound
 from cablestore.wire.codec import post_hash
 from cablestore.wire.messages import (
@@ -27,6 +27,26 @@ from cablestore.wire.messages import (
     PostResponse,
     TimeRangeRequest,
 )
+
+
+def _with_tombstones(store, hashes: list[bytes]) -> set[bytes]:
+    """The hashes among ``hashes`` that have a tombstone (candidates for ``Store.is_deleted``), found with one iterator.
+
+    Most hashes a peer lists have none; one seek each is much cheaper than
+    ``is_deleted``'s snapshot and iterator per hash (a 65,536-hash response).
+    """
+    from cablestore.store.txn import DELETED
+
+    found: set[bytes] = set()
+    if not hashes:
+        return found
+    with store.db.iterator(include_value=False) as it:
+        for h in hashes:
+            it.seek(DELETED + h)
+            key = next(it, None)
+            if key is not None and key.startswith(DELETED + h):
+                found.add(h)
+    return found
 
 
 class Requesting:
@@ -102,12 +122,14 @@ class Requesting:
                         known.add(channel)
             else:
                 fresh.append(h)
-        missing, held = [], []
+        held, unheld = [], []
         for h, buf in zip(fresh, store.get_many(fresh), strict=True):
-            if buf is not None:
-                held.append(h)
-            elif not store.is_deleted(h) and not store.is_dropped(h):  # a dropped post is not requested (§4.4.6)
-                missing.append(h)
+            (held if buf is not None else unheld).append(h)
+        tombstoned = _with_tombstones(store, unheld)
+        missing = [
+            h for h in unheld
+            if (h not in tombstoned or not store.is_deleted(h)) and not store.is_dropped(h)  # a dropped post is not requested (§4.4.6)
+        ]
         fits = True
         room = node.policy.max_pending_hashes() - len(inflight)
         if len(missing) > room:
@@ -156,6 +178,8 @@ class Requesting:
             job.fail(f"{reason}: {type(entry.request).__name__} {self._what(reason)}")
         elif entry.wanted:
             job.fail(f"missing: {len(entry.wanted)} posts asked for did not come")
+        else:
+            job.answered += 1
         if not isinstance(entry.request, PostRequest):
             job.concluded = True
         else:
@@ -185,7 +209,13 @@ class Requesting:
             else:
                 self._conclude_outbound(entry, "answered")
         elif isinstance(m, PostResponse) and isinstance(request, PostRequest):
-            self._ingest(entry, m.posts)
+            try:
+                self._ingest(entry, m.posts)
+            except CableError as exc:  # the store could not take them (closed, disk full): the request fails now
+                job.fail(f"store: {type(exc).__name__}: {exc}")
+                self._conclude_outbound(entry, "store")
+                self._send_queued(now)
+                raise
             entry.started = now  # answers are arriving: time out from the last one
             if m.concludes or not entry.wanted:
                 self._conclude_outbound(entry, "answered")

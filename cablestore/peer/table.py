@@ -54,6 +54,7 @@ class Job:
     newest: bytes | None = None  # the first hash of a time range answer: the newest post
     hashes_seen: int = 0
     requests: int = 0  # messages sent for it (the request and its post requests)
+    answered: int = 0  # of those, answered whole
     posts_requested: int = 0
     posts_received: int = 0
     channels: tuple[str, ...] = ()
