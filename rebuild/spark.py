@@ -32,11 +32,12 @@ import pickle
 from urllib.parse import unquote
 
 from cablestore.errors import RebuildError
+from cablestore.moderation import RELEVANT_TYPES
 
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
-from .recompute import newer, partition_of
+from .recompute import enforcement_rows, newer, partition_of, post_type_of
 from .result import EngineResult
 from .sparksession import executor_python, is_local, job_errors, log_path, quiet_gateway, session  # noqa: F401 - the engine's public names
 
@@ -127,13 +128,17 @@ def _routes(checked: list, parts: int) -> tuple[dict, list]:
     return {k: pickle.dumps(v) for k, v in per.items()}, faults
 
 
-def _fold_task(infos: dict, parts: int, routes, check_signatures: bool, wanted, skip):
-    """One file's fold: a posts file recomputed (with the tombstones routed to its partition), a live file digested."""
+def _fold_task(infos: dict, parts: int, routes, check_signatures: bool, wanted, skip, kept_out_rows=None):
+    """One file's fold: a posts file recomputed (with the tombstones routed to its partition), a live file digested.
+
+    ``kept_out_rows``: a broadcast of the resolved rows that keep posts out (None: nothing is kept out).
+    """
 
     def one(item):
         name, data = item
         info = infos[name]
         fold = Fold(parts, wanted)
+        fold.rows = kept_out_rows.value if kept_out_rows is not None else None
         if info["part"] is None:  # a live file
             fold.add_entries(rows(data, name, info))
             kind = "live"
@@ -145,6 +150,27 @@ def _fold_task(infos: dict, parts: int, routes, check_signatures: bool, wanted, 
         return [((_FOLD, kind, name), fold), *best.items()]
 
     return one
+
+
+def _kept_out_rows(spark, uri: str, manifest: dict, routing: dict, local_user, check_signatures: bool):
+    """A first, light pass for a store with a local user: the moderation posts, resolved on the driver into
+    the rows that keep posts out, broadcast to the folds (None when nothing can be kept out)."""
+    if local_user is None:
+        return None
+    post_infos = dict(files_of(manifest, "posts"))
+    if not post_infos:
+        return None
+
+    def moderation(item):
+        name, data = item
+        return [(h, blob) for h, blob in rows(data, name, post_infos[name]) if post_type_of(blob) in RELEVANT_TYPES]
+
+    candidates = _files(spark, uri, list(post_infos)).flatMap(moderation).collect()
+    on_target: dict = {}
+    for blob in routing.values():
+        on_target.update(pickle.loads(blob)[0])
+    found = enforcement_rows(local_user, candidates, on_target, check_signatures)
+    return None if found is None else spark.sparkContext.broadcast(found)
 
 
 def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=None, skip=frozenset(), local_user=None) -> tuple[Fold, Fold]:
@@ -168,8 +194,9 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     rec.faults += faults
     routes = sc.broadcast(routing)
     infos = {n: i for table in ("posts", "live") for n, i in files_of(manifest, table)}
+    kept_out_rows = _kept_out_rows(spark, uri, manifest, routing, local_user, check_signatures)
     if infos:
-        task = _fold_task(infos, parts, routes, check_signatures, wanted, skip)
+        task = _fold_task(infos, parts, routes, check_signatures, wanted, skip, kept_out_rows)
 
         def latest(items):
             fold, out = Fold(parts, wanted), []
@@ -184,6 +211,8 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     else:
         collected = []
     routes.unpersist()
+    if kept_out_rows is not None:
+        kept_out_rows.unpersist()
     live = Fold(parts, wanted)
     for kind, fold in collected:
         (rec if kind == "rec" else live).merge(fold)

@@ -160,3 +160,15 @@ def test_check_reports_a_post_the_state_keeps_out_and_repair_removes_it(store):
     with Store(store.path.parent / "plain", now=lambda: NOW) as plain:
         plain.ingest_many([spam, block_post(URSULA, EVE, T0 + 5, drop=1)[0]])
         assert plain.get(h) is not None and plain.check().consistent
+
+
+@pytest.mark.spark
+def test_spark_check_reports_and_repairs_a_post_the_state_keeps_out_like_the_local_engine(store, spark_session):
+    spam = text(EVE, T0 + 1, "dev", "spam")[0]
+    h = store.ingest(spam)
+    ing(store, block_post(URSULA, EVE, T0 + 5, drop=1))
+    store.db.put(b"!post!" + h, spam)
+    local, spark = store.check(), store.check(engine="spark")
+    assert [f.kind for f in spark.faults] == [f.kind for f in local.faults] == ["kept_out"]
+    assert spark.to_dict()["views"] == local.to_dict()["views"]
+    assert store.check(engine="spark", fix=True).consistent and store.get(h) is None
