@@ -9,6 +9,7 @@ snapshot (``rebuild/parquet.py`` describes it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -17,12 +18,13 @@ from .verify import Report, apply_repair, check, verify
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
+    from cablestore.store.store import Store
 
 __all__ = ["Report", "apply_repair", "check", "export", "rebuild", "verify"]
 
 
 def rebuild(
-    store_path: str | os.PathLike | None = None,
+    store_path: str | os.PathLike | Store | None = None,
     *,
     snapshot: str | os.PathLike | None = None,
     repair: bool = False,
@@ -64,7 +66,8 @@ def rebuild(
         if snapshot is None or repair:
             raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")
         return verify(snapshot=snapshot, **kw)
-    with Store(store_path, create=False) as store, store.in_flight():
+    held = isinstance(store_path, Store)  # a store held open (by `serve`, for a control client): left open
+    with contextlib.nullcontext(store_path) if held else Store(store_path, create=False) as store, store.in_flight():
         if snapshot is not None:
             if repair:
                 raise RebuildError("--repair works on a STORE, not on --snapshot")

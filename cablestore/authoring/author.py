@@ -276,10 +276,13 @@ _KINDS = {
 
 
 def post_with_keyfile(
-    store_path: str | os.PathLike, key_path: str | os.PathLike, kind: str, args: Sequence[str], *,
+    store_path: str | os.PathLike | Store, key_path: str | os.PathLike, kind: str, args: Sequence[str], *,
     now: Callable[[], int] | None = None, local_user: HashLike | None = None,
 ) -> bytes:
     """Write one post of ``kind`` (text, join, leave, topic, name, delete) as the key file's owner.
+
+    ``store_path`` may be a :class:`cablestore.Store` held open (``serve``
+    does so for its control clients): it is written to and left open.
 
     Returns the stored post's bytes.  The key and the arguments are checked
     before the store is opened, so a refusal creates nothing; the store is
@@ -298,11 +301,30 @@ def post_with_keyfile(
         if kind == "name":
             body = {"info": [("name", body["name"])]}
         _checked_draft(keypair.public_key, post_type, body)
+    if isinstance(store_path, Store):  # a store held open already (by `serve`): used, not closed
+        _check_local_user(store_path, local_user)
+        h = getattr(Author(store_path, keypair, now=now), kind)(*args)
+        return store_path.get(h)
     if kind == "delete":
         _require_store(store_path)
     with Store(store_path, local_user=local_user) as store:
         h = getattr(Author(store, keypair, now=now), kind)(*args)
         return store.get(h)
+
+
+def _check_local_user(store: Store, local_user: HashLike | None) -> None:
+    """A store held open keeps its local user: a different one (or one it has none of) is refused."""
+    from cablestore.errors import LocalUserError
+
+    if local_user is None:
+        return
+    try:
+        key = as_hash(local_user)
+    except (QueryError, ValueError, TypeError) as exc:
+        raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
+    if key != store.local_user:
+        held = store.local_user.hex() if store.local_user else "none"
+        raise LocalUserError(f"{store.path} is held open with local user {held}, not {key.hex()} (serve it with --local-user)")
 
 
 def read_heads(store_path: str | os.PathLike, channel: str) -> list[bytes]:

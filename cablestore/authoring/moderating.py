@@ -7,10 +7,11 @@ user refuses (:class:`cablestore.errors.LocalUserError`) before anything is writ
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 
-from cablestore.authoring.author import Author
+from cablestore.authoring.author import Author, _check_local_user
 from cablestore.authoring.keyfile import read_keyfile
 from cablestore.errors import PostFieldError
 from cablestore.store.store import Store
@@ -40,7 +41,7 @@ COMMANDS = ("role", *ACTIONS, "block", "unblock")
 
 
 def moderate_with_keyfile(
-    store_path: str | os.PathLike,
+    store_path: str | os.PathLike | Store,
     key_path: str | os.PathLike,
     command: str,
     targets: Sequence[str],
@@ -58,12 +59,18 @@ def moderate_with_keyfile(
     """Write one moderation post of ``command`` (see :data:`COMMANDS`); return its bytes.
 
     ``targets``: public keys (users), or post hashes with ``posts=True``; a
-    ``drop``/``undrop`` with no targets acts on ``channel``.
+    ``drop``/``undrop`` with no targets acts on ``channel``.  ``store_path``
+    may be a :class:`cablestore.Store` held open (by ``serve``): left open.
     """
     if command not in COMMANDS:
         raise PostFieldError(f"unknown moderation command {command!r}; one of {', '.join(COMMANDS)}")
     keypair = read_keyfile(key_path)
-    with Store(store_path, local_user=keypair.public_key, now=now) as store:
+    if isinstance(store_path, Store):  # a store held open already (by `serve`): used, not closed
+        _check_local_user(store_path, keypair.public_key)
+        opened = contextlib.nullcontext(store_path)
+    else:
+        opened = Store(store_path, local_user=keypair.public_key, now=now)
+    with opened as store:
         author = Author(store, keypair, now=now)
         common = {"reason": reason, "private": private}
         if command == "role":

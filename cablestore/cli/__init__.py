@@ -34,20 +34,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Commands that run through a ``serve`` holding their store (its control socket) instead of failing on its lock.
+THROUGH_SERVE = frozenset({
+    "show", "stats", "dump", "channels", "heads", "check", "post", "roles", "moderation",
+    "role", "hide", "unhide", "drop", "undrop", "block", "unblock",
+})
+
+
+def run_served(store):
+    """The function ``serve`` runs its control clients' commands with: ``main(argv)`` on ``store``, the one it holds."""
+    from cablestore.cli.args import serving
+
+    def run(argv: list, cwd: str) -> int:
+        if not argv or argv[0] not in THROUGH_SERVE:
+            print(f"cablestore: {argv[0] if argv else '(nothing)'} does not run through serve", file=sys.stderr)
+            return 2
+        with serving(store, cwd):
+            return main(argv)
+
+    return run
+
+
+def _through_serve(args, argv: list, locked) -> int:
+    """The store is locked: run the command in the ``serve`` holding it; re-raise ``locked`` if none does."""
+    from cablestore.peer.control import call
+
+    if args.command not in THROUGH_SERVE or getattr(args, "store", None) is None:
+        raise locked
+    if args.command == "check" and (args.repair or args.snapshot is not None or args.engine != "local"):
+        raise type(locked)(f"{locked} (check --repair, --snapshot or --engine spark need the store to themselves: stop serve first)")
+    status = call(args.store, argv)
+    if status is None:
+        raise locked
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``cablestore`` with ``argv`` (default: the command line); return the exit status."""
+    """Run ``cablestore`` with ``argv`` (default: the command line); return the exit status.
+
+    A command of :data:`THROUGH_SERVE` whose store is held by ``cablestore
+    serve`` runs in that process instead (:mod:`cablestore.peer.control`), with
+    the same output and exit status.
+    """
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from cablestore.cli.args import report_error
-    from cablestore.errors import CableError
+    from cablestore.cli.args import report_error, served_store
+    from cablestore.errors import CableError, StoreLockedError
 
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        except StoreLockedError as exc:
+            if served_store() is not None:
+                raise
+            return _through_serve(args, argv, exc)
     except BrokenPipeError:  # `cablestore dump STORE | head`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if served_store() is None:  # (run through serve: the client left; nothing of this process to silence)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (CableError, OSError) as exc:  # one line on stderr (and the class in --json output): exit 2
         return report_error(args, exc)

@@ -5,8 +5,11 @@ must already exist.  The command modules import this one and never each other.""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,13 +85,51 @@ def require_store(path: str) -> None:
         raise refused
 
 
+_served = threading.local()  # in a serving process, the thread running a command for a control client
+
+
+@contextlib.contextmanager
+def serving(store, cwd: str):
+    """Within this block (in this thread), the store commands open is ``store``, held by ``serve``; relative paths are from ``cwd``.
+
+    ``serve`` runs the commands of its control socket so (see :mod:`cablestore.peer.control`).
+    """
+    _served.store, _served.cwd = store, cwd
+    try:
+        yield
+    finally:
+        _served.store = _served.cwd = None
+
+
+def served_store():
+    """The store ``serve`` holds, when this thread runs a command for a control client; else None."""
+    return getattr(_served, "store", None)
+
+
+def client_path(path: str | None) -> str | None:
+    """``path`` as the command's caller meant it: relative to the client's directory when run through ``serve``."""
+    cwd = getattr(_served, "cwd", None)
+    return path if path is None or cwd is None else os.path.join(cwd, path)
+
+
+def store_or_path(path: str):
+    """The store ``serve`` holds when run through it, else ``path`` (for the library functions taking either)."""
+    store = served_store()
+    return path if store is None else store
+
+
 def open_existing(path: str, **options):
     """Open the store at ``path`` without creating anything; a path that holds none is refused.
 
     ``options``: more :class:`cablestore.Store` arguments (``local_user=``, say).
+    Run through ``serve`` (:func:`serving`): the store it holds, left open at
+    the end of the ``with`` block.
     """
     from cablestore.store.store import Store
 
+    store = served_store()
+    if store is not None:
+        return contextlib.nullcontext(store)
     return Store(path, create=False, **options)
 
 

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from cablestore.cli.args import add_local_user_flag, open_existing, print_json, require_channel, require_store
+from cablestore.cli.args import (
+    add_local_user_flag,
+    client_path,
+    open_existing,
+    print_json,
+    require_channel,
+    require_store,
+    served_store,
+    store_or_path,
+)
 
 
 def _cmd_keygen(args) -> int:
@@ -18,9 +27,9 @@ def _cmd_post(args) -> int:
     from cablestore.wire.codec import post_hash
 
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
-    if args.kind == "delete":  # a delete needs the posts: refuse a missing store as every command does
+    if args.kind == "delete" and served_store() is None:  # a delete needs the posts: refuse a missing store as every command does
         require_store(args.store)
-    buf = post_with_keyfile(args.store, args.key, args.kind, values, local_user=args.local_user)
+    buf = post_with_keyfile(store_or_path(args.store), client_path(args.key), args.kind, values, local_user=args.local_user)
     if not args.json:
         print(post_hash(buf).hex())
         return 0

@@ -4,7 +4,7 @@ who is the store's local user; see cablestore.authoring.moderating)."""
 
 from __future__ import annotations
 
-from cablestore.cli.args import open_existing, print_json
+from cablestore.cli.args import client_path, open_existing, print_json, store_or_path
 from cablestore.errors import ArgumentError
 
 ROLE_HELP = "admin, mod or user"
@@ -49,7 +49,7 @@ def _cmd_write(args) -> int:
     if posts and args.targets:
         raise ArgumentError(f"{args.command}: give --user KEYs or --post HASHes, not both")
     buf = moderate_with_keyfile(
-        args.store, args.key, args.command, posts or args.targets,
+        store_or_path(args.store), client_path(args.key), args.command, posts or args.targets,
         role=getattr(args, "role", None), posts=bool(posts), channel=args.channel or "",
         reason=args.reason, private=args.private, drop=getattr(args, "drop", False),
         notify=getattr(args, "notify", False), undrop=getattr(args, "undrop", False),

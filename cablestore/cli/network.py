@@ -30,6 +30,8 @@ def _serve_policy(args) -> PeerLimits:
 
 
 def _cmd_serve(args) -> int:
+    from cablestore.cli import run_served  # the package's entry point, not a command module
+    from cablestore.peer.control import ControlServer
     from cablestore.peer.transport import parse_address, run_server
 
     policy = _serve_policy(args)
@@ -46,7 +48,7 @@ def _cmd_serve(args) -> int:
             print(f"listening on {host}:{port}", flush=True)
 
     try:
-        with open_existing(args.store, local_user=args.local_user) as store:
+        with open_existing(args.store, local_user=args.local_user) as store, ControlServer(args.store, run_served(store)):
             summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull))
     finally:
         for path in wrote:

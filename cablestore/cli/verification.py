@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from cablestore.cli.args import add_output_flags, partitions_int, positive_int, print_json
+from cablestore.cli.args import add_output_flags, partitions_int, positive_int, print_json, store_or_path
 
 
 def _cmd_export(args) -> int:
@@ -55,7 +55,7 @@ def _cmd_rebuild(args) -> int:
         return 2
     with terminate_as_interrupt():
         report = rebuild(
-            args.store,
+            store_or_path(args.store) if args.store is not None else None,
             snapshot=args.snapshot,
             repair=args.repair,
             engine=args.engine,
