@@ -60,10 +60,14 @@ CURVE_POINTS = 20  # samples of rate and memory through each ingest
 def _ingest_child(path, posts_file, n, verify, batch, workers, conn):
     # Posts are streamed from the file, so the memory is the store's, not the input's.
     peak_anon = 0.0
-    curve = []  # [posts stored, posts/s over the last stretch, anonymous MB]
+    # [posts stored, posts/s over the last stretch, anonymous MB, CPU µs per post of the
+    # whole process (with LevelDB's compaction thread), CPU µs per post of the indexing thread]
+    curve = []
     every = max(batch, n // CURVE_POINTS)
     with Store(path, verify_signatures=verify, verify_workers=workers, now=lambda: NOW) as store:
         start = last = time.perf_counter()
+        cpu = cpu_start = time.process_time()
+        main = main_start = time.thread_time()
         done = mark = 0
         for chunk in iter_posts(posts_file, batch):
             store.ingest_many(chunk)
@@ -71,11 +75,14 @@ def _ingest_child(path, posts_file, n, verify, batch, workers, conn):
             anon = _anon_mb()
             peak_anon = max(peak_anon, anon)
             if done - mark >= every:
-                now = time.perf_counter()
-                curve.append([done, (done - mark) / (now - last), anon])
-                mark, last = done, now
+                now, cpu_now, main_now = time.perf_counter(), time.process_time(), time.thread_time()
+                k = 1e6 / (done - mark)
+                curve.append([done, (done - mark) / (now - last), anon, (cpu_now - cpu) * k, (main_now - main) * k])
+                mark, last, cpu, main = done, now, cpu_now, main_now
         seconds = time.perf_counter() - start
-    conn.send((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_anon, curve))
+        cpu_us = (time.process_time() - cpu_start) * 1e6 / max(done, 1)
+        main_us = (time.thread_time() - main_start) * 1e6 / max(done, 1)
+    conn.send((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_anon, curve, cpu_us, main_us))
 
 
 def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int = 1000, workers: int = 0) -> dict:
@@ -85,9 +92,14 @@ def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int 
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), n, verify, batch, workers, child))
     proc.start()
-    seconds, rss, anon, curve = parent.recv()
+    seconds, rss, anon, curve, cpu_us, main_us = parent.recv()
     proc.join()
-    return {"posts_per_s": n / seconds, "seconds": seconds, "peak_rss_mb": rss / 2**20, "peak_anon_mb": anon, "curve": curve}
+    out = {"posts_per_s": n / seconds, "seconds": seconds, "peak_rss_mb": rss / 2**20, "peak_anon_mb": anon, "curve": curve}
+    out.update(cpu_us_per_post=cpu_us, main_thread_cpu_us_per_post=main_us, load_average=os.getloadavg()[0])
+    if len(curve) >= 2:  # the first and the last stretch (50k posts each at 1M)
+        out["last_over_first"] = curve[-1][1] / curve[0][1]
+        out["last_over_first_cpu"] = curve[0][3] / curve[-1][3]
+    return out
 
 
 def _reindex_child(path, conn):
@@ -173,12 +185,18 @@ def run_size(out: Path, n: int, seed: int, spark: bool, sweep_posts: int) -> dic
     bufs = posts_for(out, n, seed)
     posts_file = out / f"posts-{n}-seed{seed}.bin"
     result: dict = {"posts": n}
-    result["raw_verify_per_s"] = raw_verify_rate(bufs)
+    # The reference is taken right before and right after the verified ingests and
+    # averaged: on a shared machine the load changes within minutes.
+    sample = bufs[: min(len(bufs), 20_000)]
+    before = raw_verify_rate(sample)
     result["verified_ingest"] = timed_ingest(out / "verified.ldb", posts_file, n, verify=True)
-    result["verified_ingest"]["ratio_to_raw_verify"] = result["verified_ingest"]["posts_per_s"] / result["raw_verify_per_s"]
     workers = os.cpu_count() or 1
-    if workers > 1:
-        par = timed_ingest(out / "verified-workers.ldb", posts_file, n, verify=True, workers=workers)
+    par = timed_ingest(out / "verified-workers.ldb", posts_file, n, verify=True, workers=workers) if workers > 1 else None
+    after = raw_verify_rate(sample)
+    result["raw_verify_per_s"] = (before + after) / 2
+    result["raw_verify_before_after"] = [before, after]
+    result["verified_ingest"]["ratio_to_raw_verify"] = result["verified_ingest"]["posts_per_s"] / result["raw_verify_per_s"]
+    if par is not None:
         par["ratio_to_raw_verify"] = par["posts_per_s"] / result["raw_verify_per_s"]
         par["workers"] = workers
         result["verified_ingest_workers"] = par
@@ -203,6 +221,8 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         ("verified ingest, signatures in worker processes", lambda r: _workers(r)),
         ("trusted ingest (no signature checks)", lambda r: f"{r['trusted_reindex']['posts_per_s']:,.0f} /s"),
         ("trusted ingest / at the smallest size", lambda r: f"{r['trusted_reindex']['posts_per_s'] / results[0]['trusted_reindex']['posts_per_s']:.2f}"),
+        ("trusted ingest, last / first stretch of 5% (wall; CPU per post)", lambda r: _flat(r["trusted_reindex"])),
+        ("ingest CPU per post: process / indexing thread (verified; trusted)", lambda r: _cpu(r)),
         ("bulk reindex (`cablestore reindex`)", lambda r: _reindex(r)),
         ("ingest peak RSS (of which anonymous, not mmapped tables)", lambda r: _rss(r["verified_ingest"])),
         ("channel time range (limit 50) p50 / p99", lambda r: _lat(r, "channel_time_range_50")),
@@ -224,6 +244,19 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         lines.append("`ingest_many` batch size sweep (verified): " + ", ".join(f"{k}: {v:,.0f}/s" for k, v in s.items()))
     lines += ["", f"Command: `{command}`", f"Machine: {machine}"]
     return "\n".join(lines)
+
+
+def _flat(ingest):
+    if "last_over_first" not in ingest:
+        return "n/a"
+    return f"{ingest['last_over_first']:.2f} ({ingest['curve'][0][1]:,.0f} → {ingest['curve'][-1][1]:,.0f} /s); {ingest['last_over_first_cpu']:.2f}"
+
+
+def _cpu(r):
+    v, t = r["verified_ingest"], r["trusted_reindex"]
+    if "cpu_us_per_post" not in v:
+        return "n/a"
+    return f"{v['cpu_us_per_post']:.0f} / {v['main_thread_cpu_us_per_post']:.0f} µs; {t['cpu_us_per_post']:.0f} / {t['main_thread_cpu_us_per_post']:.0f} µs"
 
 
 def _reindex(r):
@@ -266,7 +299,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.posts.split(",")]
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}"
+    from cablestore.compiled import HOT_PATH
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}; hot path: {HOT_PATH}"
     command = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
     results = []
     for i, n in enumerate(sizes):

@@ -170,7 +170,7 @@ def translated(path: str | os.PathLike) -> Iterator[None]:
 
 
 # --- opening ------------------------------------------------------------------
-def open_db(path: Path, *, create: bool, cache_mb: int = 32, write_buffer_mb: int = 16) -> tuple[plyvel.DB, str]:
+def open_db(path: Path, *, create: bool, cache_mb: int = 32, write_buffer_mb: int = 64) -> tuple[plyvel.DB, str]:
     """Open the store at ``path``; return ``(db, registry key)`` for :func:`release`.
 
     ``create=True`` creates a store at a missing path or in an empty
@@ -198,7 +198,7 @@ def open_db(path: Path, *, create: bool, cache_mb: int = 32, write_buffer_mb: in
         raise
 
 
-def reopen_db(path: Path, *, cache_mb: int = 32, write_buffer_mb: int = 16) -> plyvel.DB:
+def reopen_db(path: Path, *, cache_mb: int = 32, write_buffer_mb: int = 64) -> plyvel.DB:
     """Open again a store this process has registered and just closed."""
     return _plyvel_open(path, False, cache_mb, write_buffer_mb)
 
@@ -218,13 +218,21 @@ def _make_dirs(path: Path) -> None:
 # ~12 µs (docs/performance.md, "Scale": disk).  Only new tables use it: a store written
 # with another size opens and reads as before.
 BLOCK_SIZE = 32 << 10
+# Table files of 16 MB instead of LevelDB's 2 MB: fewer files to open, seek and
+# compact as a store grows (measured with the write buffer below; on its own
+# the effect is within noise).
+MAX_FILE_SIZE = 16 << 20
 
 
 def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) -> plyvel.DB:
     try:
         # A larger write buffer and block cache than LevelDB's 4 MB / 8 MB
-        # keep ingest from slowing as the store grows (measured: +20% at
-        # 100k posts), for ~50 MB of memory that does not grow further.
+        # keep ingest from slowing as the store grows.  The write buffer is
+        # 64 MB (Store's default): LevelDB's own work (flushes, compactions,
+        # on its background thread) over a 300k-post trusted ingest was
+        # 15-19 µs of CPU per post against 40-43 µs with 16 MB, in two runs
+        # (docs/performance.md, "Compiled hot path"), for up to ~100 MB more
+        # memory during an ingest (a memtable and the one being flushed).
         return plyvel.DB(
             str(path),
             create_if_missing=create,
@@ -235,6 +243,7 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
             # but the memtable instead of reading a block from each level.
             bloom_filter_bits=10,
             block_size=BLOCK_SIZE,
+            max_file_size=MAX_FILE_SIZE,
         )
     except plyvel.IOError as exc:
         if "lock" in message(exc).lower() and "not a directory" not in message(exc).lower():

@@ -107,7 +107,7 @@ class Store(Reading, Queries, ModerationQueries):
         verify_workers: int = 0,
         now: Callable[[], int] | None = None,
         cache_mb: int = 32,
-        write_buffer_mb: int = 16,
+        write_buffer_mb: int = 64,
         local_user: HashLike | None = None,
     ) -> None:
         self.path = arguments.store_path(path)
