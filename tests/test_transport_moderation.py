@@ -35,6 +35,8 @@ def served(tmp_path):
             "silent": [h for h in s.moderation_posts() if s.post(h).type_name == "post/block" and s.post(h).notify == 0],
             "public": [h for h in s.moderation_posts() if s.shareable([h]) != [None]],
             "roles": s.roles("dev"),
+            "hidden": [m.hash for m in s.messages("dev", include_hidden=True) if m.hidden_by is not None],
+            "dev": s.channel_time_range("dev"),
             "channels": s.channel_list(),
         }
     proc = subprocess.Popen([PY, "-m", "cablestore", "serve", str(path), "--listen", "127.0.0.1:0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -86,6 +88,15 @@ def test_a_wire_client_gets_the_moderation_state_and_nothing_local_only(served):
     listed = next(a.channels for a in out if isinstance(a, M.ChannelListResponse))
     assert list(listed) == facts["channels"] and "junk" not in listed  # a dropped channel is not listed
     assert hashes(out, b"tr01") == []
+
+
+def test_hidden_posts_and_hidden_users_posts_are_still_answered_over_tcp(served):
+    """Hide is a display rule (§5.1.3.4-5): stored, answered, requested like any post."""
+    port, facts = served
+    assert facts["hidden"]
+    out = ask(port, M.TimeRangeRequest(b"tr02", "dev", 0, WALL + 10**9, 0), M.PostRequest(b"pr02", tuple(facts["hidden"])))
+    assert hashes(out, b"tr02") == facts["dev"] and set(facts["hidden"]) <= set(facts["dev"])
+    assert sorted(H(p) for p in posts(out, b"pr02")) == sorted(facts["hidden"])
 
 
 def test_sync_of_a_moderated_cabal_over_tcp_resolves_the_same_roles(served, tmp_path):
