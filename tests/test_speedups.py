@@ -206,3 +206,19 @@ def test_links_heads_in_bulk_match_pure(tmp_path):
         fast = links_view.bulk_latest(iter(keys), store.db.get)
         slow = list(links_view._bulk_latest_py(iter(keys), store.db.get))
     assert fast == slow and len(fast) > 10
+
+
+def test_ingest_batches_pipelines_verification_and_stores_what_ingest_many_does(tmp_path):
+    bufs = list(Workload(5, 1200, users=4, channels=3))
+    forged = bytearray(bufs[700])
+    forged[40] ^= 1  # a signature byte: refused in its own batch, the rest stored
+    bufs[700] = bytes(forged)
+    batches = [bufs[i : i + 300] for i in range(0, len(bufs), 300)]
+    with Store(tmp_path / "many", now=lambda: NOW) as store:
+        expected = [[(r.index, r.ok) for r in store.ingest_many(b)] for b in batches]
+        many = list(store.items())
+    with Store(tmp_path / "piped", verify_workers=2, now=lambda: NOW) as store:
+        got = [[(r.index, r.ok) for r in results] for results in store.ingest_batches(iter(batches))]
+        piped = list(store.items())
+    assert got == expected and (100, False) in got[2]
+    assert piped == many

@@ -254,11 +254,40 @@ class Store(Reading, Queries, ModerationQueries):
         with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
             return self._ingest_many(bufs, now)
 
+    @guarded
+    def ingest_batches(self, batches: Iterable[Iterable[bytes]], *, now: int | None = None) -> Iterator[list[IngestResult]]:
+        """:meth:`ingest_many` of each batch in turn (one WriteBatch each), yielding each batch's results.
+
+        With ``verify_workers > 1`` the workers check the next batch's
+        signatures while this thread indexes the current one, so neither
+        waits for the other between batches; two batches are held at most.
+        A bad batch (not a list of bytes) raises when it is reached: the
+        batches before it are stored.
+        """
+        pending = None
+        for batch in batches:
+            bufs = arguments.post_list(batch)
+            ahead = (bufs, self._signatures(bufs))  # the workers start on it now
+            if pending is not None:
+                with gc_paused():  # not across the yield: the caller's code runs with the collector on
+                    results = self._ingest_checked(*pending, now)
+                yield results
+            pending = ahead
+        if pending is not None:
+            with gc_paused():
+                results = self._ingest_checked(*pending, now)
+            yield results
+
+    def _signatures(self, bufs: list[bytes]) -> Iterator[bool] | None:
+        # Verification needs only the bytes: start it first, decode meanwhile.
+        return verify_many(bufs, self._pool()) if self.verify_signatures else None
+
     def _ingest_many(self, bufs: Iterable[bytes], now: int | None) -> list[IngestResult]:
         bufs = arguments.post_list(bufs)
+        return self._ingest_checked(bufs, self._signatures(bufs), now)
+
+    def _ingest_checked(self, bufs: list[bytes], signatures: Iterator[bool] | None, now: int | None) -> list[IngestResult]:
         now = self._now() if now is None else now
-        # Verification needs only the bytes: start it first, decode meanwhile.
-        signatures = verify_many(bufs, self._pool()) if self.verify_signatures else None
         checked = []
         for i, buf in enumerate(bufs):
             try:
