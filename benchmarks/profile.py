@@ -3,6 +3,7 @@
     python -m benchmarks.profile reindex --posts 100000
     python -m benchmarks.profile ingest --posts 20000 --verify
     python -m benchmarks.profile disk --posts 100000
+    python -m benchmarks.profile speedups --posts 100000
 
 ``reindex`` builds a store by trusted ingest (reused if present under
 ``--out``), copies it and profiles ``cablestore reindex`` on the copy.
@@ -12,6 +13,7 @@ print the run's phase seconds and the functions with the most time of their
 own (cProfile; ``--sort cumulative`` for totals).  ``disk`` compacts the
 store and sums key and value bytes per key family, and the compacted bytes
 each family takes in a LevelDB of its own (with the store's options).
+``speedups`` times each compiled function against its pure original.
 Results are for comparing within one run: the machine is shared.
 """
 
@@ -148,9 +150,62 @@ def disk_families(out: Path, n: int, seed: int) -> None:
         print(row)
 
 
+def compare_speedups(out: Path, n: int, seed: int, count: int = 30_000) -> None:
+    """CPU per post of each compiled function against its pure original (best of 5)."""
+    import cablestore.views as views
+    from cablestore import compiled
+    from cablestore.authoring.workload import read_posts
+    from cablestore.keyspace import records, reverse
+    from cablestore.keyspace.records import Indexed
+    from cablestore.rebuild.fold import Fold
+    from cablestore.wire import codec
+    from cablestore.wire.codec import post_hash
+
+    native = compiled.native
+    if native is None:
+        print(f"no compiled hot path here: {compiled.HOT_PATH}")
+        return
+    bufs = read_posts(_posts_file(out, n, seed))[:count]
+    hashes = [post_hash(b) for b in bufs]
+    posts = [codec.decode_post_py(b) for b in bufs]
+
+    def cpu(fn) -> float:
+        best = float("inf")
+        for _ in range(5):
+            start = time.thread_time()
+            fn()
+            best = min(best, time.thread_time() - start)
+        return best / len(bufs) * 1e6
+
+    def pure_indexed():
+        saved, records._new_indexed = records._new_indexed, None
+        try:
+            return [Indexed.of(b, p, h) for b, p, h in zip(bufs, posts, hashes, strict=True)]
+        finally:
+            records._new_indexed = saved
+
+    ips = pure_indexed()
+    pairs = [e for ip in ips for e in views.entries_py(ip)]
+    rows = [
+        ("decode_post", lambda: [codec.decode_post_py(b) for b in bufs], lambda: [native.decode_post(b) for b in bufs]),
+        ("Indexed.of", pure_indexed, lambda: [native.new_indexed(h, p, ()) for p, h in zip(posts, hashes, strict=True)]),
+        ("view entries", lambda: [views.entries_py(ip) for ip in ips], lambda: [native.entries(ip) for ip in ips]),
+        ("view groups", lambda: [views.groups_py(ip) for ip in ips], lambda: [native.groups(ip) for ip in ips]),
+        ("reverse entry", lambda: [reverse.pack_py(ip) for ip in ips], lambda: [native.reverse_pack(ip) for ip in ips]),
+        ("digest fold of the entries", lambda: Fold(64).add_entries_py(pairs), lambda: Fold(64).add_entries(pairs)),
+    ]
+    print(f"| per post (CPU, best of 5, {len(bufs):,} posts) | pure Python | compiled | speed-up |\n|---|---|---|---|")
+    total_pure = total_fast = 0.0
+    for name, pure, fast in rows:
+        a, b = cpu(pure), cpu(fast)
+        total_pure, total_fast = total_pure + a, total_fast + b
+        print(f"| {name} | {a:.2f} µs | {b:.2f} µs | {a / b:.1f}x |")
+    print(f"| all of the above | {total_pure:.2f} µs | {total_fast:.2f} µs | {total_pure / total_fast:.1f}x |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("reindex", "ingest", "disk"))
+    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
@@ -167,6 +222,8 @@ def main(argv=None) -> int:
         profile_reindex(out, args.posts, args.seed, args.sort, args.limit)
     elif args.what == "ingest":
         profile_ingest(out, args.posts, args.seed, args.verify, args.sort, args.limit)
+    elif args.what == "speedups":
+        compare_speedups(out, args.posts, args.seed)
     else:
         disk_families(out, args.posts, args.seed)
     return 0
