@@ -89,6 +89,10 @@ async function authorWorkload (core) {
   await step(done => core.join("second", done))
   await step(done => core.postText("second", "in the second channel", done))
   await step(done => core.leave("second", done))
+  // A mixed-case channel: cable-core.js compares names exactly, cablestore casefolds them.
+  await step(done => core.join("Dev-Talk", done))
+  await step(done => core.setTopic("Dev-Talk", "Mixed Case", done))
+  for (let i = 0; i < 3; i++) await step(done => core.postText("Dev-Talk", `mixed ${i}`, done))
   return deleted
 }
 
