@@ -19,6 +19,11 @@ does all of it).  Steps (all by default):
   cablestore's for the same posts.
 * ``moderation-deliver``: cable-core.js asks for moderation state and is sent
   cablestore's moderation posts; what it stores, and whether it survives.
+* ``client``: cable-client.js 0.1.1 (``client.js``; CABLE_CLIENT_JS, default
+  beside CABLE_CORE_JS) connects to ``cablestore serve`` over its own
+  tcp-network.js; its channels, messages, topics and members are compared
+  with the store's, and the messages it posts must reach the served store
+  and a second ``cablestore sync`` from that serve.
 
 Each direction prints, per channel and query, whether both peers answer the
 same, and what differs (with the post types involved).  Exit status 1 when a
@@ -36,13 +41,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
 from moderation_steps import codec_step, deliver_step, state_step, sync_step
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post
-from cablestore.authoring.workload import generate
+from cablestore.authoring.workload import Workload, generate
+from cablestore.wire.codec import DELETE, JOIN, TEXT
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -159,6 +166,124 @@ def pull_direction(tmp: Path) -> dict:
         return {"serve_exit": serve_exit, "rows": compare(store, _node_snapshot(node_out))}
 
 
+DAYS_140_MS = 140 * 24 * 60 * 60 * 1000  # cable-client.js's JoinedPolicy/UnjoinedPolicy window (2 * 10 weeks)
+
+
+def _client_path() -> Path:
+    """cable-client.js: CABLE_CLIENT_JS, else beside CABLE_CORE_JS (where setup.sh puts it)."""
+    return Path(os.environ.get("CABLE_CLIENT_JS") or Path(os.environ["CABLE_CORE_JS"]).parent / "cable-client.js")
+
+
+def _client_rows(store: Store, snap: dict, asked_from: int) -> list[dict]:
+    """What cable-client.js shows against what the store answers, one row per channel and view."""
+    rows = []
+    shown: dict[str, dict] = {}
+    for name, v in snap["channels"].items():
+        shown.setdefault(name.casefold(), {"spellings": [], "views": []})
+        shown[name.casefold()]["spellings"].append(name)
+        shown[name.casefold()]["views"].append(v)
+    ours = store.channel_list()
+    for key in sorted(set(shown) - set(ours)):
+        v = shown[key]["views"][0]
+        rows.append({"channel": key, "view": "listed", "same": False, "only_client": shown[key]["spellings"],
+                     "client_messages": len(v["messages"]), "client_members": len(v["members"]), "client_topic": v["topic"]})
+    for channel in ours:
+        if channel not in shown:
+            rows.append({"channel": channel, "view": "listed", "same": False, "only_cablestore": True})
+            continue
+        spellings, views = shown[channel]["spellings"], shown[channel]["views"]
+        if spellings != [channel]:
+            rows.append({"channel": channel, "view": "spelling", "same": len(spellings) == 1, "client": spellings})
+        msgs = list(reversed(store.messages(channel)))  # oldest first, as the client shows them
+        texts = [m for m in msgs if m.post_type == TEXT]
+        client = [m for v in views for m in v["messages"]]
+        a, b = [m.hash.hex() for m in texts], [m["hash"] for m in client]
+        only_a, only_b = set(a) - set(b), set(b) - set(a)
+        row = {"channel": channel, "view": "messages", "same": not only_a and not only_b, "cablestore": len(a), "client": len(b)}
+        if only_a:
+            old = sum(1 for m in texts if m.hash.hex() in only_a and m.timestamp < asked_from)
+            row["only_cablestore"] = {"older than 140 days": old, "newer": len(only_a) - old}
+        if only_b:
+            row["only_client"] = len(only_b)
+        deletes = sum(1 for m in msgs if m.post_type == DELETE)
+        if deletes:
+            row["note"] = f"{deletes} post/delete in cablestore's time range, not shown by the client (getChat lists post/text)"
+        rows.append(row)
+        common = set(a) & set(b)
+        a_order, b_order = [h for h in a if h in common], [h for h in b if h in common]
+        order = {"channel": channel, "view": "order", "same": a_order == b_order}
+        if a_order != b_order:
+            stamp = {m.hash.hex(): m.timestamp for m in texts}
+            order["differs_only_on_equal_timestamps"] = [stamp[h] for h in a_order] == [stamp[h] for h in b_order]
+            pos = {h: i for i, h in enumerate(b_order)}
+            pairs = [(h, ln.hex()) for h in common for ln in store.links(bytes.fromhex(h))
+                     if ln.hex() in common and stamp[ln.hex()] == stamp[h]]
+            order["equal_timestamp_link_pairs"] = len(pairs)
+            order["client_shows_linking_post_first"] = sum(1 for h, ln in pairs if pos[h] < pos[ln])
+        rows.append(order)
+        topic = {"channel": channel, "view": "topic", "same": store.topic(channel) == views[-1]["topic"]}
+        if not topic["same"]:
+            topic["cablestore"], topic["client"] = store.topic(channel), [v["topic"] for v in views]
+        rows.append(topic)
+        ma, mb = {k.hex() for k in store.members(channel)}, {k for v in views for k in v["members"]}
+        members = {"channel": channel, "view": "members", "same": ma == mb, "cablestore": len(ma), "client": len(mb)}
+        if ma != mb:
+            def joined(key: str, channel: str = channel) -> bool:
+                return any(store.post(h).channel.casefold() == channel for h in store.author_posts(bytes.fromhex(key), JOIN))
+            members["only_cablestore"] = {"with a post/join here": sum(map(joined, ma - mb)),
+                                          "joined only by text/topic": sum(not joined(k) for k in ma - mb)}
+            members["only_client"] = len(mb - ma)
+        rows.append(members)
+    return rows
+
+
+def client_direction(tmp: Path) -> dict:
+    """cable-client.js 0.1.1 connects to ``cablestore serve``: what it shows, and whether its posts come back."""
+    now = int(time.time() * 1000)
+    old, recent = Workload(seed=5, posts=200), Workload(seed=4, posts=800)  # old: 2023; recent: the last hour
+    recent.clock = now - 3_600_000
+    with Store(tmp / "client-full") as store:
+        store.ingest_many([*old, *recent])
+    serve = subprocess.Popen([PY, "-m", "cablestore", "serve", str(tmp / "client-full"), "--listen", "127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    texts = {"general": f"from cable-client.js to general {now}", "default": f"from cable-client.js to default {now}"}
+    sync = None
+    try:
+        port = _port(serve)
+        client = subprocess.Popen(["node", str(HERE / "client.js"), "127.0.0.1", str(port), "16", *(f"{c}={t}" for c, t in texts.items())],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "CABLE_CLIENT_JS": str(_client_path())})
+        try:
+            client_out, client_err = client.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client_out, client_err = client.communicate(timeout=30)
+        sync = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp / "client-second"), "--connect", f"127.0.0.1:{port}", "--json", "--quiet", "--timeout", "60"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve_exit = serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve_exit = serve.wait(timeout=30)
+    result = {"serve_exit": serve_exit, "client_exit": client.returncode, "client_stderr": client_err.strip()[-800:]}
+    if client.returncode != 0 or not client_out.strip():
+        return {**result, "rows": []}
+    snap = json.loads(client_out.strip().splitlines()[-1])
+    with Store(tmp / "client-second") as second:
+        reached_second = {w["text"]: second.get(bytes.fromhex(w["hash"])) is not None for w in snap["written"]}
+    with Store(tmp / "client-full") as store:
+        reached = {w["text"]: store.get(bytes.fromhex(w["hash"])) is not None for w in snap["written"]}
+        result.update({
+            "client_posts_reached_serve": reached,
+            "second_sync_exit": sync.returncode if sync else None,
+            "client_posts_reached_second_peer": reached_second,
+            "client_joined_default_stored": any(store.post(h).channel == "default" for h in store.author_posts(bytes.fromhex(snap["local_user"]), JOIN)),
+            "rows": _client_rows(store, snap, now - DAYS_140_MS),
+        })
+    return result
+
+
 STEPS = {
     "serve": serve_direction,
     "pull": pull_direction,
@@ -166,6 +291,7 @@ STEPS = {
     "moderation-state": lambda tmp: state_step(tmp, _node),
     "moderation-deliver": lambda tmp: deliver_step(tmp, _node),
     "moderation-sync": lambda tmp: sync_step(tmp, _node),
+    "client": client_direction,
 }
 
 
@@ -226,6 +352,15 @@ def main(argv=None) -> int:
             continue
         if direction == "moderation-deliver":
             _print_deliver(result)
+            continue
+        if direction == "client":
+            print("== cable-client.js 0.1.1 connects to cablestore serve")
+            for key, value in result.items():
+                if key != "rows":
+                    print(f"  {key}: {value}")
+            for row in result["rows"]:
+                extra = {k: v for k, v in row.items() if k not in ("channel", "view", "same")}
+                print(f"  {row['channel']:>12} {row['view']:<9} {'same' if row['same'] else 'DIFFERS'} {extra if extra else ''}")
             continue
         if direction == "moderation-sync":
             print("== cablestore syncs a cable-core.js peer's moderation state, as its local user")
