@@ -3,12 +3,13 @@
 // cablestore against the deployed client (see interop/README.md).  Our code:
 // it only loads cable-client.js from the checkout given in CABLE_CLIENT_JS.
 //
-//   node client.js HOST PORT SECONDS [CHANNEL=TEXT ...]
+//   node client.js HOST PORT SECONDS [CHANNEL=TEXT | del:CHANNEL=TEXT ...]
 //
 // Starts the client as cable-cli does with --tcp (shim.js's Client, an
 // in-memory store, DHT and LAN transports off, tcp-network.js connecting to
 // HOST:PORT), lets it sync for half of SECONDS, then posts each TEXT to its
-// CHANNEL with the client's own postText, and at SECONDS prints one JSON line
+// CHANNEL with the client's own postText (del:CHANNEL=TEXT: and then deletes
+// it with deleteSingle), and at SECONDS prints one JSON line
 // of what the client shows through its API: every channel (getAllChannels),
 // each channel's messages in the order getChat gives them (virtual status
 // messages left out), topic (getTopic) and members (getChannelMembers), the
@@ -76,7 +77,10 @@ client.addCabal(hex(crypto.randomBytes(32))).then(details => {
     for (const p of posts) {
       const i = p.indexOf("=")
       const channel = p.slice(0, i), text = p.slice(i + 1)
-      cc.postText(text, channel)
+      const del = channel.startsWith("del:")
+      cc.postText(text, del ? channel.slice(4) : channel)
+      // del:CHANNEL=TEXT: the post is then deleted with the client's deleteSingle (a post/delete)
+      if (del) setTimeout(() => cc.deleteSingle(written[written.length - 1].hash), 500)
     }
   }, seconds * 500)
   // cable-core.js 0.2.1's postText returns the post's bytes: wrapped to record the hashes written.

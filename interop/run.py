@@ -246,7 +246,8 @@ def client_direction(tmp: Path) -> dict:
         store.ingest_many([*old, *recent])
     serve = subprocess.Popen([PY, "-m", "cablestore", "serve", str(tmp / "client-full"), "--listen", "127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    texts = {"general": f"from cable-client.js to general {now}", "default": f"from cable-client.js to default {now}"}
+    texts = {"general": f"from cable-client.js to general {now}", "default": f"from cable-client.js to default {now}",
+             "del:general": f"deleted on cable-client.js {now}"}  # del: the client deletes it again (post/delete)
     sync = None
     try:
         port = _port(serve)
@@ -274,6 +275,8 @@ def client_direction(tmp: Path) -> dict:
         reached_second = {w["text"]: second.get(bytes.fromhex(w["hash"])) is not None for w in snap["written"]}
     with Store(tmp / "client-full") as store:
         reached = {w["text"]: store.get(bytes.fromhex(w["hash"])) is not None for w in snap["written"]}
+        mine = [store.post(h) for h in store.author_posts(bytes.fromhex(snap["local_user"]))]
+        result["client_posts_stored_by_serve"] = sorted(f"{p.type_name} {p.channel or ''} {p.text or ''}".strip() for p in mine)
         result.update({
             "client_posts_reached_serve": reached,
             "second_sync_exit": sync.returncode if sync else None,
