@@ -299,3 +299,35 @@ def test_a_peer_comparing_names_exactly_syncs_a_mixed_case_channel_from_serve_co
     listed, got = asyncio.run(scenario())
     assert listed == ("dev-talk",)  # the newest post (bob's) spells it so
     assert set(got) == {post_hash(p) for p in posts}  # every post, under the one name listed
+
+
+def test_serve_pulls_a_channel_the_client_joined_after_connecting(stores):
+    """cable-client.js joins its default channel ~15 ms after connecting, after answering serve's one channel
+    list request with nothing (the interop run): serve learns the channel from the client's own requests."""
+    import asyncio
+
+    from cablestore.wire import messages as M
+
+    from .exact_peer import ExactPeerClient
+
+    served = stores("served")
+    c = keypair("carol")
+    written = post(c, TEXT, WALL, channel="default", text="written in a channel joined late")
+
+    async def scenario():
+        port, stop, task = await _serving(served)
+        try:
+            client = await ExactPeerClient(ExactPeer()).connect("127.0.0.1", port)  # lists no channel
+            assert await _until(lambda: any(isinstance(m, M.ChannelListRequest) for m in client.peer.asked))
+            await asyncio.sleep(0.2)
+            client.writer.write(M.encode(M.TimeRangeRequest(b"\x00\x00\x09\x01", "default", 0, 0, 0)))  # as the client asks
+            assert await _until(lambda: any(isinstance(m, M.TimeRangeRequest) and m.channel == "default" and m.time_end == 0 for m in client.peer.asked)), \
+                "serve did not start pulling the channel the client asked about"
+            client.post(written)
+            assert await _until(lambda: served.get(post_hash(written)) == written), "the post in the late channel was not pulled"
+            await client.close()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    asyncio.run(scenario())

@@ -27,6 +27,7 @@ from __future__ import annotations
 from cablestore.peer.answering import listed_spellings
 from cablestore.peer.protocol import Connection, Node
 from cablestore.peer.sync import DEFAULT_PROGRESS_TIMEOUT, Sync
+from cablestore.wire.messages import ChannelStateRequest, TimeRangeRequest
 
 
 def cursor_name(remote: str) -> str:
@@ -60,9 +61,24 @@ class Puller:
         """Advance every pull; forget those whose connection closed or that gave up."""
         with self.node.lock:
             for conn, sync in list(self.syncs.items()):
+                self._learn_from_requests(conn, sync)
                 sync.poll(now)
                 if conn.closed or sync.reason is not None:
                     self._end(conn, "pulls_given_up" if sync.reason and not conn.closed else "pulls_ended")
+
+    @staticmethod
+    def _learn_from_requests(conn: Connection, sync: Sync) -> None:
+        """A channel the peer asks us about is one it knows: pull it too.
+
+        The peer's channel list is asked once, when it connects; a client
+        that joins a channel afterwards (cable-client.js joins its default
+        channel just after connecting) is known to write there because it
+        asks for that channel's time range or state (interop, cable-client.js).
+        """
+        for entry in list(conn.inbound.values()):
+            spelling = getattr(entry.request, "channel", None)
+            if isinstance(entry.request, (TimeRangeRequest, ChannelStateRequest)) and spelling:
+                sync.learn(spelling)
 
     def _end(self, conn: Connection, outcome: str) -> None:
         sync = self.syncs.pop(conn)

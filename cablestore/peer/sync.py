@@ -210,6 +210,16 @@ class Sync:
         for name, spelled in names.items():
             self.channels.setdefault(name, _Channel(name, spelled))
 
+    def learn(self, spelling: str) -> bool:
+        """Sync one more channel, spelled as the peer spells it (one it asked us about); True if it is new."""
+        if self.wanted is not None or not self._listed:
+            return False  # a sync of named channels keeps to them; before the listing, the listing decides
+        name = canonical_channel(spelling)
+        if name in self.channels:
+            return False
+        self.channels[name] = _Channel(name, [spelling])
+        return True
+
     def _spellings(self) -> list[str]:
         return sorted({s for ch in self.channels.values() for s in ch.spellings})
 
