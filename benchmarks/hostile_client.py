@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from cablestore import Store
-from cablestore.peer.answering import channel_state_answer, listed_spellings
+from cablestore.peer.answers import channel_state_answer, listed_spellings
 from cablestore.wire import messages as M
 from cablestore.wire.decoding import Decoder
 

@@ -13,7 +13,7 @@ import pytest
 from benchmarks.hostile_serve import Sockets
 from cablestore import Keypair, Store, make_post, post_hash
 from cablestore.authoring.workload import generate
-from cablestore.peer.answering import channel_state_answer, listed_spellings
+from cablestore.peer.answers import channel_state_answer, listed_spellings
 from cablestore.peer.limits import MIB, PeerLimits
 from cablestore.peer.protocol import Connection, Node
 from cablestore.peer.transport import PeerServer

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cablestore import JOIN, TEXT, TOPIC, Store, post_hash
-from cablestore.peer.answering import channel_state_answer, listed_spellings
+from cablestore.peer.answers import channel_state_answer, listed_spellings
 from cablestore.peer.protocol import Node
 from cablestore.peer.sync import Sync
 from cablestore.wire.codec import decode_post

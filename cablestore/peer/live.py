@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from cablestore.keyspace.keys import canonical_channel, mono
 from cablestore.moderation import RELEVANT_TYPES
-from cablestore.peer.answering import MODERATION_LIVE, channel_state_answer
+from cablestore.peer.answering import MODERATION_LIVE
+from cablestore.peer.answers import channel_state_answer
 from cablestore.peer.table import Inbound
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC
 from cablestore.wire.messages import TimeRangeRequest

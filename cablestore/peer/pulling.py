@@ -24,7 +24,7 @@ hour older than the first's newest.  Sans-I/O: the transport calls
 
 from __future__ import annotations
 
-from cablestore.peer.answering import listed_spellings
+from cablestore.peer.answers import listed_spellings
 from cablestore.peer.protocol import Connection, Node
 from cablestore.peer.sync import DEFAULT_PROGRESS_TIMEOUT, Sync
 from cablestore.wire.messages import ChannelStateRequest, TimeRangeRequest
