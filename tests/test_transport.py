@@ -251,3 +251,21 @@ def test_a_sync_error_on_a_terminal_starts_on_its_own_line(tmp_path):
     assert proc.returncode == 2 and "sync: posts ingested" in text  # the progress line was drawn
     lines = text.replace("\r\n", "\n").split("\n")
     assert any(line.startswith("cablestore sync: ") for line in lines), text
+
+
+def test_sync_of_a_channel_the_peer_does_not_list_fails_and_creates_nothing(tmp_path):
+    """Issue 21 §3: `sync --channel nosuch` reported success and left an empty store."""
+    posts = tmp_path / "posts.bin"
+    write_posts(posts, generate(seed=4, posts=100))
+    subprocess.run([PY, "-m", "cablestore", "ingest", str(tmp_path / "full"), str(posts), "--quiet"], check=True, capture_output=True)
+    proc, port = _start_serve(tmp_path / "full")
+    try:
+        out = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "copy"), "--connect", f"127.0.0.1:{port}", "--channel", "nosuch"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1 and "the peer does not list 'nosuch'" in out.stdout, out.stdout + out.stderr
+        assert not (tmp_path / "copy").exists()
+        ok = subprocess.run([PY, "-m", "cablestore", "sync", str(tmp_path / "copy"), "--connect", f"127.0.0.1:{port}", "--channel", "GENERAL", "--quiet"],
+                            capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0 and (tmp_path / "copy").exists(), ok.stdout + ok.stderr
+    finally:
+        assert stop(proc) == 0

@@ -135,6 +135,7 @@ class Sync:
         self._progress_mark: tuple = ()
         self._progress_at: int | None = None
         self._listed = False
+        self.unlisted: list[str] = []  # channels named that the peer's channel list lacks
 
     # --- driving ------------------------------------------------------------------
     def poll(self, now: int) -> None:
@@ -201,6 +202,8 @@ class Sync:
         spellings: dict[str, list[str]] = {}
         for c in listed:
             spellings.setdefault(canonical_channel(c), []).append(c)
+        if self.wanted is not None and self.listing is not None and self.listing.complete:
+            self.unlisted = sorted(name for name in self.wanted if name not in spellings)
         if self.wanted is not None:
             names = {name: given + spellings.get(name, []) for name, given in self.wanted.items()}
         else:
@@ -314,6 +317,9 @@ class Sync:
                 reason = failed.reason
             elif incomplete:
                 reason = f"{len(incomplete)} channels not synced"
+            elif self.unlisted:
+                # A channel named on the command line that the peer does not list: it holds nothing of it.
+                reason = f"the peer does not list {', '.join(repr(c) for c in self.unlisted)}"
         complete = reason is None and self.finite_done
         if not complete and reason is None:
             reason = "not finished"

@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import TransportError
@@ -94,13 +96,18 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
 
     local_user = kw.pop("local_user", None)
     link = await dial(*parse_address(address))
+    created = not Path(path).exists()
     try:
         store = Store(path, local_user=local_user)
     except BaseException:
         link.transport.abort()
         raise
     with store:
-        return await run_sync(store, address, link=link, **kw)
+        summary = await run_sync(store, address, link=link, **kw)
+        empty = created and not summary.get("complete") and next(store.items(b"!post!"), None) is None
+    if empty:  # a sync that failed into a store it made and wrote no post to leaves nothing behind
+        shutil.rmtree(path, ignore_errors=True)
+    return summary
 
 
 def _on_signals(loop, stop: asyncio.Event, install: bool) -> None:
