@@ -15,9 +15,9 @@ one of our requests that is malformed fails that request at once.
 
 from __future__ import annotations
 
-from cablestore.errors import CableError, DecodeError, FramingError, MessageTooLargeError
+from cablestore.errors import CableError, DecodeError, FramingError
 from cablestore.wire.codec import read_varint
-from cablestore.wire.decoding import decode_payload
+from cablestore.wire.decoding import decode_payload, frame_header
 from cablestore.wire.messages import CIRCUIT_SIZE, AnyMessage, Framing, Limits
 
 COMPACT_AT = 64 << 10  # drop consumed bytes once this many accumulate
@@ -90,23 +90,8 @@ class Inbox:
 
     def _header(self, buf: bytearray, pos: int) -> int | None:
         """The end of the message starting at ``pos``, or None while its ``msg_len`` is incomplete."""
-        end = min(len(buf), pos + 10)
-        i = pos
-        while i < end and buf[i] & 0x80:
-            i += 1
-        if i == end:
-            if end - pos >= 10:
-                raise FramingError("msg_len varint longer than 10 bytes")
-            return None
-        try:
-            n, start = read_varint(bytes(buf[pos : i + 1]), 0)
-        except DecodeError as exc:
-            raise FramingError(f"bad msg_len: {exc}") from exc
-        if n > self.limits.max_message:
-            raise MessageTooLargeError(f"message of {n} bytes, limit {self.limits.max_message}")
-        if n == 0:
-            raise FramingError("msg_len 0: no message type")
-        return pos + start + n
+        header = frame_header(buf, pos, self.limits)
+        return None if header is None else header[1] + header[0]
 
     def take(self) -> AnyMessage | BadMessage | None:
         """The next whole message decoded (a message object, or a :class:`BadMessage`); None if none waits."""

@@ -208,7 +208,7 @@ class Decoder:
         pos = 0
         try:
             while pos < len(buf):
-                header = self._header(buf, pos)
+                header = frame_header(buf, pos, self.limits)
                 if header is None:
                     break
                 n, start = header
@@ -228,24 +228,27 @@ class Decoder:
         del buf[:pos]
         return out
 
-    def _header(self, buf: bytearray, pos: int) -> tuple[int, int] | None:
-        """``(msg_len, payload start)``, or None while the varint is incomplete."""
-        end = min(len(buf), pos + 10)
-        for i in range(pos, end):
-            if buf[i] < 0x80:
-                break
-        else:
-            if end - pos >= 10:
-                raise FramingError("msg_len varint longer than 10 bytes")
-            return None
-        try:
-            n, start = read_varint(bytes(buf[pos : i + 1]), 0)
-        except DecodeError as exc:
-            raise FramingError(f"bad msg_len: {exc}") from exc
-        if n > self.limits.max_message:
-            raise MessageTooLargeError(f"message of {n} bytes, limit {self.limits.max_message}")
-        if n == 0:
-            raise FramingError("msg_len 0: no message type")
-        return n, pos + start
 
+def frame_header(buf: bytearray, pos: int, limits: Limits) -> tuple[int, int] | None:
+    """``(msg_len, payload start)`` of the message framed at ``pos``, or None while its varint is incomplete.
 
+    Refuses (:class:`cablestore.errors.FramingError`) a varint over 10 bytes, a non-minimal one, a length
+    over ``limits.max_message`` or of 0: both stream decoders (this module's and the peer's inbox) use it.
+    """
+    end = min(len(buf), pos + 10)
+    for i in range(pos, end):
+        if buf[i] < 0x80:
+            break
+    else:
+        if end - pos >= 10:
+            raise FramingError("msg_len varint longer than 10 bytes")
+        return None
+    try:
+        n, start = read_varint(bytes(buf[pos : i + 1]), 0)
+    except DecodeError as exc:
+        raise FramingError(f"bad msg_len: {exc}") from exc
+    if n > limits.max_message:
+        raise MessageTooLargeError(f"message of {n} bytes, limit {limits.max_message}")
+    if n == 0:
+        raise FramingError("msg_len 0: no message type")
+    return n, pos + start
