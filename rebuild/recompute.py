@@ -19,7 +19,7 @@ from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.store.enforcing import refusal
 from cablestore.store.txn import DELETED, POSTS
-from cablestore.wire.codec import DELETE, HASH_SIZE, HEADER_FIXED, decode_post, post_hash, read_varint
+from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
 
 META = b"!meta!"
@@ -151,15 +151,6 @@ def recompute_post(h: bytes, blob: bytes, post, made):
         for view, group, rank in views.ranked_groups(ip)
     ]
     return entries, candidates
-
-
-def post_type_of(blob: bytes) -> int | None:
-    """The post type read from a post's header without decoding the rest (None: not even a header)."""
-    try:
-        links, pos = read_varint(blob, HEADER_FIXED)
-        return read_varint(blob, pos + links * HASH_SIZE)[0]
-    except CableError:
-        return None
 
 
 def enforcement_rows(local_user: bytes | None, posts, on_target, check_signatures: bool) -> dict | None:

@@ -33,11 +33,12 @@ from urllib.parse import unquote
 
 from cablestore.errors import RebuildError
 from cablestore.moderation import RELEVANT_TYPES
+from cablestore.wire.codec import post_type_of
 
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
-from .recompute import enforcement_rows, newer, partition_of, post_type_of
+from .recompute import enforcement_rows, newer, partition_of
 from .result import EngineResult
 from .sparksession import executor_python, is_local, job_errors, log_path, quiet_gateway, session  # noqa: F401 - the engine's public names
 

@@ -17,9 +17,9 @@ from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, escap
 from cablestore.store import indexer
 from cablestore.store.inflight import guarded
 from cablestore.store.resolving import refresh
-from cablestore.store.txn import Txn
+from cablestore.store.txn import POSTS, Txn
 from cablestore.views import actions, blocks, roles
-from cablestore.wire.codec import ADMIN, BLOCK, HASH_SIZE, HEADER_FIXED, MOD, MODERATION_TYPES, decode_post, read_varint
+from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, decode_post, post_type_of
 
 LOCAL_USER_KEY = b"!local!user"
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
@@ -154,7 +154,7 @@ class ModerationQueries:
                         ts = mono_timestamp(key)
                         if ts >= oldest:
                             found[key[-32:]] = ts
-            public = [h for h in found if _is_public(snap.get(b"!post!" + h))]
+            public = [h for h in found if _is_public(snap.get(POSTS + h))]
         return sorted(public, key=lambda h: (found[h], h))
 
     @guarded
@@ -218,9 +218,7 @@ def _is_public(blob: bytes | None) -> bool:
     """
     if blob is None:
         return False
-    links, pos = read_varint(blob, HEADER_FIXED)
-    post_type, _ = read_varint(blob, pos + links * HASH_SIZE)
-    if post_type not in MODERATION_TYPES:
+    if post_type_of(blob) not in MODERATION_TYPES:
         return True
     post = decode_post(blob)
     return post.privacy != 1 and not (post.post_type == BLOCK and post.notify == 0)

@@ -19,10 +19,9 @@ from typing import Any
 
 from cablestore import views
 from cablestore.moderation import RELEVANT_TYPES, resolve
+from cablestore.store.txn import POSTS
 from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
-
-POSTS = b"!post!"
 
 
 def needed(types: set[int]) -> bool:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from cablestore.compiled import native as _native
 from cablestore.errors import (
+    CableError,
     LimitError,
     PostFieldError,
     TrailingBytesError,
@@ -383,6 +384,15 @@ def encode_post(post: Post) -> bytes:
     buf = post.public_key + post.signature + encode_body(post)
     decode_post(buf)  # the same rules apply to what we write as to what we read
     return buf
+
+
+def post_type_of(buf: bytes) -> int | None:
+    """The post type read from a post's header without decoding the rest (None: not even a header)."""
+    try:
+        links, pos = read_varint(buf, HEADER_FIXED)
+        return read_varint(buf, pos + links * HASH_SIZE)[0]
+    except CableError:
+        return None
 
 
 def post_hash(buf: bytes) -> bytes:
