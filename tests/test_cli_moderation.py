@@ -132,3 +132,24 @@ def test_a_reason_deployed_peers_would_refuse_is_not_written(tmp_path, keys, cap
     assert main(["block", store, "--key", keys["me"][0], keys["eve"][1], "--reason", "ü" * 64]) == 0  # 128 bytes
     assert main(["block", store, "--key", keys["me"][0], keys["eve"][1], "--reason", "ü" * 65]) == 2
     assert "cable.js 0.2.1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["role", "{s}", "--key", "{k}", "zz", "admin"],  # not a key
+        ["block", "{s}", "--key", "{k}", "ab" * 32, "--reason", "ü" * 65],  # over 128 bytes
+        ["hide", "{s}", "--key", "{k}", "--user", *(f"{i:02x}" * 32 for i in range(17))],  # 17 recipients
+        ["drop", "{s}", "--key", "{k}"],  # nothing to drop
+    ],
+)
+def test_a_refused_moderation_command_creates_no_store_and_sets_no_local_user(tmp_path, keys, capsys, argv):
+    fresh = tmp_path / "fresh.ldb"
+    assert main([a.format(s=fresh, k=keys["me"][0]) for a in argv]) == 2
+    assert not fresh.exists()
+    plain = tmp_path / "plain.ldb"
+    with Store(plain):
+        pass
+    assert main([a.format(s=plain, k=keys["me"][0]) for a in argv]) == 2
+    with Store(plain) as s:
+        assert s.local_user is None and len(s) == 0

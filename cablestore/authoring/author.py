@@ -157,11 +157,7 @@ class Author:
     # --- the common path ----------------------------------------------------
     def post(self, post_type: int, **body: Any) -> bytes:
         """Build, link, stamp, sign and ingest a post of ``post_type``; return its hash."""
-        reason = body.get("reason")
-        if isinstance(reason, str) and len(reason.encode("utf-8", "surrogatepass")) > DEPLOYED_REASON_BYTES:
-            # The spec allows 128 codepoints; cable.js 0.2.1 counts bytes, refuses the post, and a
-            # cable-core.js 0.2.1 peer sent one dies (interop/README.md, "Moderation").  Read, never write.
-            raise LimitError(f"reason is {len(reason.encode('utf-8', 'surrogatepass'))} bytes: deployed peers (cable.js 0.2.1) refuse more than {DEPLOYED_REASON_BYTES}")
+        check_reason(body.get("reason"))
         if post_type == DELETE and "hashes" in body:
             body["hashes"] = self._own_posts(body["hashes"])
         draft = _checked_draft(self.public_key, post_type, body)
@@ -227,6 +223,17 @@ class Author:
 
 
 DEPLOYED_REASON_BYTES = 128  # what cable.js 0.2.1 accepts: the spec's 128 codepoints, counted in bytes
+
+
+def check_reason(reason: object) -> None:
+    """Refuse (:class:`LimitError`) a reason deployed peers cannot take: over 128 UTF-8 bytes.
+
+    The spec allows 128 codepoints; cable.js 0.2.1 counts bytes, refuses the post, and a cable-core.js
+    0.2.1 peer sent one dies (interop/README.md, "Moderation").  Such reasons are read, never written.
+    """
+    if isinstance(reason, str) and len(reason.encode("utf-8", "surrogatepass")) > DEPLOYED_REASON_BYTES:
+        size = len(reason.encode("utf-8", "surrogatepass"))
+        raise LimitError(f"reason is {size} bytes: deployed peers (cable.js 0.2.1) refuse more than {DEPLOYED_REASON_BYTES}")
 
 
 def _key(value: HashLike) -> bytes:

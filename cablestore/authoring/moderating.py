@@ -11,17 +11,21 @@ import contextlib
 import os
 from collections.abc import Callable, Sequence
 
-from cablestore.authoring.author import Author, _check_local_user
+from cablestore.authoring.author import Author, _check_local_user, _checked_draft, _key, check_reason
 from cablestore.authoring.keyfile import read_keyfile
 from cablestore.errors import PostFieldError
 from cablestore.store.store import Store
 from cablestore.wire.codec import (
     ADMIN,
+    BLOCK,
     DROP_CHANNEL,
     DROP_POST,
     HIDE_POST,
     HIDE_USER,
     MOD,
+    MODERATION,
+    ROLE,
+    UNBLOCK,
     UNDROP_CHANNEL,
     UNDROP_POST,
     UNHIDE_POST,
@@ -65,6 +69,7 @@ def moderate_with_keyfile(
     if command not in COMMANDS:
         raise PostFieldError(f"unknown moderation command {command!r}; one of {', '.join(COMMANDS)}")
     keypair = read_keyfile(key_path)
+    _check_arguments(keypair.public_key, command, targets, role, posts, channel, reason, private, drop, notify, undrop)
     if isinstance(store_path, Store):  # a store held open already (by `serve`): used, not closed
         _check_local_user(store_path, keypair.public_key)
         opened = contextlib.nullcontext(store_path)
@@ -92,6 +97,33 @@ def moderate_with_keyfile(
                 action = on_posts if posts or on_users is None else on_users
                 h = author.moderate(action, targets, channel=channel, **common)
         return store.get(h)
+
+
+def _check_arguments(public_key, command, targets, role, posts, channel, reason, private, drop, notify, undrop) -> None:
+    """Refuse bad arguments before the store is opened, so a refusal creates and changes nothing.
+
+    The post is built as the command would build it and checked as it will be encoded (the
+    channel of a post action, taken from the stored post when not given, is checked after).
+    """
+    keys = [_key(t) for t in targets]
+    head = {"reason": reason, "privacy": int(private)}
+    if command == "role":
+        if role not in ROLE_WORDS or len(keys) != 1:
+            raise PostFieldError("role takes one USER and a ROLE: admin, mod or user")
+        post_type, body = ROLE, {**head, "channel": channel, "recipients": keys, "role": ROLE_WORDS[role]}
+    elif command in ("block", "unblock"):
+        _some(targets, command)
+        flags = {"drop": int(drop), "notify": int(notify)} if command == "block" else {"undrop": int(undrop)}
+        post_type, body = (BLOCK if command == "block" else UNBLOCK), {**head, "recipients": keys, **flags}
+    else:
+        on_users, on_posts, on_channel = ACTIONS[command]
+        if not keys and (on_channel is None or not channel):
+            users = "--user KEYs, " if on_users is not None else ""
+            raise PostFieldError(f"{command} needs {users}--post HASHes{' or --channel C' if on_channel is not None else ''}")
+        action = on_channel if not keys else (on_posts if posts or on_users is None else on_users)
+        post_type, body = MODERATION, {**head, "channel": channel, "recipients": keys, "action": action}
+    check_reason(reason)
+    _checked_draft(public_key, post_type, body)
 
 
 def _some(targets: Sequence[str], command: str) -> Sequence[str]:
