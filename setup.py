@@ -1,4 +1,4 @@
-"""Build the optional compiled hot path (cablestore/_speedups.pyx) with Cython.
+"""Build the optional compiled hot path (cablestore/_speedups.pyx, cablestore/_signatures.pyx) with Cython.
 
 Everything else is declared in setup.cfg and pyproject.toml.  The extension
 is optional: without Cython or a C compiler, or if its build fails, the
@@ -38,7 +38,7 @@ def extensions():
         print("cablestore: Cython not available; using pure Python", file=sys.stderr)
         return []
     try:
-        return cythonize(["cablestore/_speedups.pyx"], compiler_directives={"language_level": "3"}, quiet=True)
+        return cythonize(["cablestore/_speedups.pyx", "cablestore/_signatures.pyx"], compiler_directives={"language_level": "3"}, quiet=True)
     except Exception as exc:  # noqa: BLE001
         print(f"cablestore: cythonize failed ({exc}); using pure Python", file=sys.stderr)
         return []

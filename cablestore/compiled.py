@@ -3,7 +3,8 @@
 ``cablestore._speedups`` (Cython, built by ``pip install`` when a C compiler
 is there) holds compiled twins of the hot functions: post decoding, the
 per-post view entries and groups, the reverse entry, ``Indexed.of`` and the
-rebuild's digest fold.  Each module keeps its pure-Python original and
+rebuild's digest fold.  ``cablestore._signatures`` checks a batch of
+signatures without the GIL.  Each module keeps its pure-Python original and
 uses the twin when :data:`native` is set.  Both give byte-identical stores
 (``tests/test_speedups.py``).  ``CABLESTORE_PURE=1`` in the environment, or
 an extension that is missing or fails to import, selects pure Python.
@@ -18,21 +19,24 @@ from types import ModuleType
 PURE_ENV = "CABLESTORE_PURE"
 
 
-def _load() -> tuple[ModuleType | None, str]:
+def _load(name: str = "_speedups") -> tuple[ModuleType | None, str]:
     if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
         return None, f"pure Python ({PURE_ENV}=1)"
     try:
         # By name: an extension module, outside the layers (it imports nothing of cablestore).
-        speedups = importlib.import_module("cablestore._speedups")
+        module = importlib.import_module(f"cablestore.{name}")
     except ImportError:
         return None, "pure Python (the compiled extension is not built)"
-    return speedups, "compiled (Cython)"
+    return module, "compiled (Cython)"
 
 
 native, HOT_PATH = _load()
 """The compiled module (None: pure Python), and how the hot path runs, in words."""
 
+signatures, _ = _load("_signatures")
+"""The compiled batch signature check, without the GIL (None: pure Python): see cablestore.wire.crypto."""
+
 COMPILED: bool = native is not None
 """True when the compiled hot path is in use."""
 
-__all__ = ["COMPILED", "HOT_PATH", "PURE_ENV", "native"]
+__all__ = ["COMPILED", "HOT_PATH", "PURE_ENV", "native", "signatures"]

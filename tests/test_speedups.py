@@ -222,3 +222,36 @@ def test_ingest_batches_pipelines_verification_and_stores_what_ingest_many_does(
         piped = list(store.items())
     assert got == expected and (100, False) in got[2]
     assert piped == many
+
+
+@FAST
+@given(st.lists(posts(), min_size=1, max_size=6), st.data())
+def test_batch_verifier_gives_pynacls_verdict(bufs, data):
+    """The GIL-free batch check (cablestore._signatures) and pynacl's crypto_sign_open agree, post by post."""
+    from cablestore.wire import crypto
+
+    assert crypto.THREADED
+    odd = []
+    for buf in bufs:
+        i = data.draw(st.integers(0, len(buf) - 1))
+        flipped = bytearray(buf)
+        flipped[i] ^= 1 << data.draw(st.integers(0, 7))  # a key, signature or body bit
+        odd += [bytes(flipped), buf[: data.draw(st.integers(0, 97))], buf[:32] + bytes(64) + buf[96:], buf + b"\x00"]
+    batch = bufs + odd
+    expected = [crypto.verify_post(b) for b in batch]
+    assert crypto._verify_chunk(batch) == expected
+    assert crypto._verify_chunk([bytearray(b) for b in batch]) == expected  # any bytes-like
+    assert all(expected[: len(bufs)]) and not all(expected)
+    pool = crypto.verify_pool(2)
+    try:  # threads sharing the batches, this thread helping: the same verdicts, in order
+        assert pool.running == 2
+        first, second = crypto.verify_many(batch * 40, pool), crypto.verify_many(batch * 3, pool)
+        assert list(second) == expected * 3 and list(first) == expected * 40
+        abandoned = crypto.verify_many(batch * 40, pool)
+        next(abandoned)
+        del abandoned  # leaves the queue; its threads finish the posts they claimed
+        assert list(crypto.verify_many(batch, pool)) == expected
+    finally:
+        pool.shutdown()
+    assert pool.running == 0
+    assert list(crypto.verify_many(batch, pool)) == expected  # a shut-down pool: checked by the caller

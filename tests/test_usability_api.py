@@ -231,12 +231,13 @@ def test_verify_workers_in_a_script_without_a_main_guard(tmp_path):
 def test_worker_pool_results_in_order_and_a_dead_worker_breaks_it():
     from concurrent.futures.process import BrokenProcessPool
 
-    from cablestore.wire.crypto import _verify_chunk, verify_many, verify_pool
+    from cablestore.wire.crypto import _verify_chunk, verify_many
+    from cablestore.wire.workers import WorkerPool
 
     posts = generate(seed=8, posts=700)
     forged = [p[:-1] + bytes([p[-1] ^ 1]) for p in posts[::7]]
     mixed = [b for pair in zip(posts[::7], forged, strict=True) for b in pair] + posts
-    pool = verify_pool(2)
+    pool = WorkerPool(2)  # the processes verify_pool hands out when the compiled verifier is missing
     procs = []
     try:
         first, second = verify_many(mixed, pool), verify_many(posts, pool)  # two batches in flight at once
@@ -258,11 +259,20 @@ def test_worker_pool_results_in_order_and_a_dead_worker_breaks_it():
 
 
 def test_closing_a_store_stops_its_workers(tmp_path):
+    from cablestore.wire.crypto import THREADED
+
     posts = generate(seed=9, posts=600)
     with Store(tmp_path / "s", verify_workers=2, now=lambda: NOW) as s:
         assert all(r.ok for r in s.ingest_many(posts))
-        procs = [w.proc for w in s._verify_pool._procs]
-    assert len(procs) == 2 and all(p.poll() is not None for p in procs)
+        pool = s._verify_pool
+        if THREADED:  # the compiled checker's C threads
+            assert pool.running == 2
+        else:
+            procs = [w.proc for w in pool._procs]
+    if THREADED:
+        assert pool.running == 0 and s._verify_pool is None
+    else:
+        assert len(procs) == 2 and all(p.poll() is not None for p in procs)
 
 
 # --- channel names: one channel per canonical caseless name -----------------------------------
@@ -329,3 +339,29 @@ def test_a_store_keyed_by_the_old_rule_is_reported_and_reindexed(tmp_path):
         with Store(tmp_path / "old") as s:
             views = [kv for kv in s.items() if not kv[0].startswith((b"!deleted!", b"!local!"))]
         assert views == [kv for kv in fresh.items() if not kv[0].startswith((b"!deleted!", b"!local!"))]
+
+
+def test_ingest_batches_holds_a_bounded_number_of_batches(tmp_path):
+    """The workers verify VERIFY_AHEAD batches ahead, no more: memory is bounded however long the input."""
+    from cablestore.store.store import VERIFY_AHEAD
+
+    posts = generate(seed=10, posts=400)
+    pulled = 0
+
+    def batches():
+        nonlocal pulled
+        for i in range(0, len(posts), 20):
+            pulled += 1
+            yield posts[i : i + 20]
+
+    with Store(tmp_path / "s", verify_workers=1, now=lambda: NOW) as s:
+        yielded = 0
+        for results in s.ingest_batches(batches()):
+            yielded += 1
+            assert all(r.ok for r in results)
+            assert pulled - yielded <= VERIFY_AHEAD  # held: the one just yielded and those verifying ahead
+        assert yielded == pulled == 20
+        piped = list(s.items())
+    with Store(tmp_path / "plain", now=lambda: NOW) as s:
+        s.ingest_many(posts)
+        assert list(s.items()) == piped

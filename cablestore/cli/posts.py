@@ -42,13 +42,14 @@ def _cmd_ingest(args) -> int:
     refused: dict[str, int] = {}
     new = 0
     with Store(args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers, local_user=args.local_user) as store:
-        for i in range(0, len(bufs), args.batch):
-            for r in store.ingest_many(bufs[i : i + args.batch]):
+        # ingest_batches: the workers verify the next batches while this one is indexed.
+        for results in store.ingest_batches(bufs[i : i + args.batch] for i in range(0, len(bufs), args.batch)):
+            for r in results:
                 if r.ok:
                     new += r.new
                 else:
                     refused[type(r.error).__name__] = refused.get(type(r.error).__name__, 0) + 1
-            progress.advance(len(bufs[i : i + args.batch]))
+            progress.advance(len(results))
     progress.done()
     accepted = len(bufs) - sum(refused.values())
     summary = {"read": len(bufs), "accepted": accepted, "new": new, "already_stored": accepted - new, "refused": refused}
@@ -94,7 +95,8 @@ def register(sub) -> None:
     p.add_argument("--batch", type=positive_int, default=1000, help="posts per WriteBatch (default: 1000)")
     p.add_argument("--sync", action="store_true", help="sync every batch to disk")
     p.add_argument("--workers", type=positive_int, default=1,
-                   help="processes verifying signatures (default: 1, in this process; 2 or more: worker processes)")
+                   help="workers verifying signatures while this process indexes: threads with the compiled hot path "
+                        "(default: 1), else worker processes (1: in this process)")
     p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_ingest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -40,12 +41,13 @@ from cablestore.store.resolving import needed, refresh, worth_resolving
 from cablestore.store.tombfilter import TombstoneFilter
 from cablestore.store.txn import POSTS, Txn
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
-from cablestore.wire.crypto import check_signature, verify_many, verify_pool
+from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.rebuild import Report
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
+VERIFY_AHEAD = 2  # batches ingest_batches has its workers verify ahead of the one it indexes
 FORMAT_KEY = opening.FORMAT_KEY
 FORMAT = opening.FORMAT
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors): neither primary nor derived
@@ -89,9 +91,10 @@ class Store(Reading, Queries, ModerationQueries):
     ``sync``: write every batch with LevelDB's sync flag (durable against
     power loss, not only process crashes).  ``verify_signatures=False`` is
     for re-indexing posts already verified once.  ``verify_workers=N`` lets
-    ``ingest_many`` verify signatures in N worker processes (about 1.3x the
-    verified ingest rate on a 2-core machine; 0 to 256, 0 and 1 verify in
-    this process; the workers never import the main script).  ``cache_mb``
+    ``ingest_many`` verify signatures in N threads while it indexes (with
+    the compiled verifier, which releases the GIL; otherwise in N worker
+    processes, which never import the main script, and 1 verifies in this
+    process); 0 to 256, 0 verifies in the ingesting thread.  ``cache_mb``
     (0 to 65536) and ``write_buffer_mb`` (1 to 4096) size LevelDB's block
     cache and memtable.  A wrong type or value raises
     :class:`cablestore.errors.ArgumentError` before anything is created.
@@ -189,7 +192,8 @@ class Store(Reading, Queries, ModerationQueries):
         return h, post
 
     def _pool(self):
-        if self.verify_workers > 1 and self._verify_pool is None:
+        # One verify thread already overlaps with indexing; one worker process would not pay for its pickling.
+        if self.verify_workers > (0 if THREADED else 1) and self._verify_pool is None:
             self._verify_pool = verify_pool(self.verify_workers)
         return self._verify_pool
 
@@ -248,8 +252,8 @@ class Store(Reading, Queries, ModerationQueries):
     def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
-        With ``verify_workers > 1``, signatures are verified in that many
-        worker processes while this thread indexes the posts already checked.
+        With ``verify_workers``, signatures are verified by that many workers
+        while this thread indexes the posts already checked.
         """
         with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
             return self._ingest_many(bufs, now)
@@ -258,24 +262,24 @@ class Store(Reading, Queries, ModerationQueries):
     def ingest_batches(self, batches: Iterable[Iterable[bytes]], *, now: int | None = None) -> Iterator[list[IngestResult]]:
         """:meth:`ingest_many` of each batch in turn (one WriteBatch each), yielding each batch's results.
 
-        With ``verify_workers > 1`` the workers check the next batch's
-        signatures while this thread indexes the current one, so neither
-        waits for the other between batches; two batches are held at most.
+        With ``verify_workers`` the workers check the next batches'
+        signatures (``VERIFY_AHEAD`` of them) while this thread indexes the
+        current one, so neither waits for the other between batches;
+        ``VERIFY_AHEAD + 1`` batches are held at most.
         A bad batch (not a list of bytes) raises when it is reached: the
         batches before it are stored.
         """
-        pending = None
+        pending: deque = deque()
         for batch in batches:
             bufs = arguments.post_list(batch)
-            ahead = (bufs, self._signatures(bufs))  # the workers start on it now
-            if pending is not None:
+            pending.append((bufs, self._signatures(bufs)))  # the workers start on it now
+            if len(pending) > VERIFY_AHEAD:
                 with gc_paused():  # not across the yield: the caller's code runs with the collector on
-                    results = self._ingest_checked(*pending, now)
+                    results = self._ingest_checked(*pending.popleft(), now)
                 yield results
-            pending = ahead
-        if pending is not None:
+        while pending:
             with gc_paused():
-                results = self._ingest_checked(*pending, now)
+                results = self._ingest_checked(*pending.popleft(), now)
             yield results
 
     def _signatures(self, bufs: list[bytes]) -> Iterator[bool] | None:

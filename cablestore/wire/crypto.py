@@ -11,6 +11,7 @@ from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey
 
+from cablestore.compiled import signatures as _signatures
 from cablestore.errors import ArgumentError, PostFieldError, SignatureError
 from cablestore.wire.codec import BODY_FIELD_NAMES, HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
 from cablestore.wire.workers import WorkerPool
@@ -62,30 +63,75 @@ def verify_post(buf: bytes) -> bool:
 _CHUNK = 128
 
 
+def _sign_open_address() -> int | None:
+    """The address of the ``crypto_sign_open`` of the libsodium pynacl carries, when the compiled checker is built.
+
+    Through the function pointer pynacl's cffi module gives: one libsodium,
+    one verdict.  Anything unexpected there leaves the pure path.
+    """
+    if _signatures is None:
+        return None
+    try:
+        from nacl._sodium import ffi, lib
+
+        return int(ffi.cast("uintptr_t", ffi.addressof(lib, "crypto_sign_open")))
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+_SIGN_OPEN = _sign_open_address()
+THREADED: bool = _SIGN_OPEN is not None
+"""True when batches verify without the GIL (cablestore._signatures), so :func:`verify_pool` hands out threads."""
+
+
+def _batch(bufs):
+    return _signatures.Batch([b if type(b) is bytes else bytes(b) for b in bufs], _SIGN_OPEN)
+
+
 def _verify_chunk(bufs) -> list[bool]:
+    if THREADED:
+        return _batch(bufs).verdicts_list()
     return [verify_post(b) for b in bufs]
 
 
-def verify_pool(workers: int) -> WorkerPool:
-    """Worker processes for :func:`verify_many`; the caller shuts them down.
+def verify_pool(workers: int) -> WorkerPool | Any:
+    """Workers for :func:`verify_many`; the caller shuts them down.
 
-    New interpreters, not forks (forking a process that has LevelDB open is
-    unsafe), that never import the main script
+    Threads when the compiled checker is built (:data:`THREADED`): C
+    threads that never take the GIL (:class:`cablestore._signatures.Verifier`)
+    verify on other cores while the indexing thread runs Python, with
+    nothing pickled; the thread consuming the verdicts checks posts too when
+    it gets ahead.  Otherwise
+    processes: new interpreters, not forks (forking a process that has
+    LevelDB open is unsafe), that never import the main script
     (:class:`cablestore.wire.workers.WorkerPool`): a script without the
     ``if __name__ == "__main__":`` guard is not run again in them.
     """
+    if not isinstance(workers, int) or workers < 1:
+        raise ArgumentError(f"a pool needs at least one worker, got {workers!r}")
+    if THREADED:
+        return _signatures.Verifier(workers, _SIGN_OPEN)
     return WorkerPool(workers)
 
 
-def verify_many(bufs: Sequence[bytes], pool: WorkerPool | None = None) -> Iterator[bool]:
+def verify_many(bufs: Sequence[bytes], pool: WorkerPool | Any | None = None) -> Iterator[bool]:
     """Verify posts; return an iterator of results in order.
 
-    With a ``pool`` and enough posts, chunks are verified in its worker
-    processes (threads do not help: the GIL hand-off after every libsodium
-    call slows the indexing thread more than the parallel verify gains), and
-    the caller consumes results while later chunks are still verifying.
+    With a ``pool`` and enough posts, its workers verify while the caller
+    consumes the results of the posts already checked.  (pynacl's own calls
+    in threads do not help: the GIL hand-off after every libsodium call
+    slows the indexing thread more than the parallel verify gains; hence
+    processes when the compiled checker is missing.)
     """
-    if pool is None or len(bufs) < 4 * _CHUNK:
+    if pool is None:
+        return iter(_verify_chunk(bufs))
+    if THREADED and isinstance(pool, _signatures.Verifier):
+        try:
+            batch = pool.batch([b if type(b) is bytes else bytes(b) for b in bufs])
+        except RuntimeError:  # shut down: this thread checks them all
+            return iter(_verify_chunk(bufs))
+        return map(batch.valid, range(len(batch)))
+    if len(bufs) < 4 * _CHUNK:
         return iter(_verify_chunk(bufs))
     chunks = [bufs[i : i + _CHUNK] for i in range(0, len(bufs), _CHUNK)]
     try:
