@@ -623,9 +623,9 @@ def delete_all(delete, keys):
         delete(key)
 
 
-def write_all(put, delete, dict writes):
-    """A transaction's writes into a WriteBatch: ``put`` each value, ``delete`` each key whose value is None."""
-    for key, value in writes.items():
+def write_all(put, delete, list writes):
+    """A transaction's ``(key, value)`` writes into a WriteBatch: ``put`` each value, ``delete`` each key whose value is None."""
+    for key, value in writes:
         if value is None:
             delete(key)
         else:

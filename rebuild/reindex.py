@@ -132,7 +132,7 @@ def reindex(store: Store, progress: Progress | None = None, sync: bool = False) 
         try:
             return reindex_db(store.db, progress, sync)
         finally:
-            store._winners.clear()  # the views were rewritten under the store's caches
+            store._forget_caches()  # the views were rewritten under the store's caches
 
 
 def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = False) -> ReindexReport:

@@ -122,6 +122,35 @@ def test_a_link_to_an_unknown_hash_counts(store, alice, bob):
     assert store.check().consistent
 
 
+def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alice, bob):
+    """The in-memory link filter (cablestore.store.hashfilter) is built from the stored linkers when a store opens."""
+    missing = post(bob, TEXT, 1000, channel="dev", text="arrives late")
+    linker = post(alice, TEXT, 2000, [post_hash(missing)], channel="dev", text="replying")
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest(linker)
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest(missing)
+        assert store.heads("dev") == [post_hash(linker)]
+        assert_matches_oracle(store)
+
+
+def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alice, bob):
+    """A repair writes linker entries under the store's link filter: the store drops the filter, so it is no false "unlinked"."""
+    target = post(alice, TEXT, 1000, channel="dev", text="target")
+    linker = post(bob, TEXT, 2000, [post_hash(target)], channel="dev", text="reply")
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest_many([target, linker])
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.db.delete(b"!rev!" + post_hash(target) + b"l" + post_hash(linker))  # damage: the linker entry is lost
+        store.ingest(post(alice, JOIN, 1500, channel="other"))  # the first write: the filter is built without it
+        assert store.check(fix=True).consistent
+        assert store.delete(post_hash(target))
+        store.ingest(target)  # back again: still linked by the reply, so no head
+        assert store.heads("dev") == [post_hash(linker)]
+        assert store.check().consistent
+        assert_matches_oracle(store)
+
+
 def test_non_linkable_posts_link_but_are_never_heads(store, alice):
     from cablestore import INFO
 

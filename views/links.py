@@ -82,8 +82,11 @@ def latest_keys(group, txn):
 
     Named without reading it: a post that gets linked was nearly always a
     head, and deleting an absent key costs less than the read that would
-    skip it (one read fewer per ingested post).
+    skip it (one read fewer per ingested post).  A post new to the DB
+    (``txn.fresh``) has no reverse entry there, so no head key: not read.
     """
+    if group in txn.fresh:
+        return []
     rev = txn.db.get(REV + group)
     channel = None if rev is None else channel_of(rev)
     if channel is not None:

@@ -47,6 +47,8 @@ def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
     """
     if txn.get(POSTS + h) is not None:
         return False
+    if POSTS + h not in txn.writes:  # then the DB answered: a post new to the DB
+        txn.fresh.add(h)
     tombs = txn.tombstones(h)
     # A refused post still teaches the tombstones that named it what it was.
     _settle_claims(txn, h, post, tombs)

@@ -33,12 +33,12 @@ from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, chann
 from cablestore.store import arguments, indexer, opening
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
+from cablestore.store.hashfilter import link_filter, tombstone_filter
 from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
 from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.resolving import needed, refresh, worth_resolving
-from cablestore.store.tombfilter import TombstoneFilter
 from cablestore.store.txn import POSTS, Txn
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
@@ -122,7 +122,7 @@ class Store(Reading, Queries, ModerationQueries):
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
-        self._tomb_filter = None  # built on the first write (cablestore.store.tombfilter)
+        self._tomb_filter = self._link_filter = None  # built on the first write (cablestore.store.hashfilter)
         self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
         self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
@@ -152,7 +152,7 @@ class Store(Reading, Queries, ModerationQueries):
         """Close and reopen LevelDB (no call in flight): clears its sticky write error."""
         self._db.close()
         self._db = opening.reopen_db(self.path, **self._sizes)
-        self._winners.clear()  # what was written before the failure is not known
+        self._forget_caches()  # what was written before the failure is not known; the filters read the old DB
 
     @property
     def closed(self) -> bool:
@@ -200,9 +200,15 @@ class Store(Reading, Queries, ModerationQueries):
     def _txn(self) -> Txn:
         """A write transaction (call with the write lock held)."""
         if self._tomb_filter is None:
-            self._tomb_filter = TombstoneFilter(self.db)
+            self._tomb_filter, self._link_filter = tombstone_filter(self.db), link_filter(self.db)
         self._tomb_filter.grow_if_full()
-        return Txn(self.db, self._tomb_filter, self._winners, finish=self._resolve_moderation)
+        self._link_filter.grow_if_full()
+        return Txn(self.db, self._tomb_filter, self._winners, finish=self._resolve_moderation, link_filter=self._link_filter)
+
+    def _forget_caches(self) -> None:
+        """Drop what the store remembers of its views: after writes not made by its transactions (a repair, a reindex, a reopen)."""
+        self._winners.clear()
+        self._tomb_filter = self._link_filter = None
 
     def _resolve_moderation(self, txn: Txn) -> None:
         if needed(txn.types) and worth_resolving(txn):
@@ -393,7 +399,7 @@ class Store(Reading, Queries, ModerationQueries):
         try:
             return check(self, fix=fix, engine=engine, **kw)
         finally:
-            self._winners.clear()  # a repair writes views directly
+            self._forget_caches()  # a repair writes views directly
 
     @guarded
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:

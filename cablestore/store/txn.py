@@ -27,7 +27,7 @@ WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~
 
 
 class Txn:
-    def __init__(self, db, tomb_filter=None, winners=None, finish=None):
+    def __init__(self, db, tomb_filter=None, winners=None, finish=None, link_filter=None):
         self.db = db
         # Called with this txn after the latest groups settle, before the batch
         # is written, when it touched posts of a type in ``types`` it cares for
@@ -41,8 +41,10 @@ class Txn:
         # or None for a group without one: a reverse seek saved per cached group.
         self._winners = winners
         self._settled: dict[tuple, tuple | None] = {}
-        # Answers "no tombstone names this hash" without a seek (see cablestore.store.tombfilter).
+        # Answer "no tombstone names this hash" and "no stored post links to
+        # it" without a seek (see cablestore.store.hashfilter).
         self._tomb_filter = tomb_filter
+        self._link_filter = link_filter
         # One iterator, re-seeked for every scan: creating one per scan cost
         # more than the scan.  It reads the DB as of now, which is right: the
         # DB does not change until commit.
@@ -51,6 +53,7 @@ class Txn:
         self._sorted_writes: list[bytes] = []  # the keys of ``writes``, sorted, while their count is unchanged
         self.deleted: set[bytes] = set()  # post hashes removed in this txn
         self.added: dict[bytes, object] = {}  # post hash -> Post stored in this txn
+        self.fresh: set[bytes] = set()  # post hashes the DB did not hold when this txn was offered them
         self._touched: dict[tuple, object] = {}  # (view name, group) -> view
         self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
         self._latest_keys: dict[tuple, set[bytes]] = {}
@@ -179,7 +182,12 @@ class Txn:
             if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
                 return cached
         prefix = view.candidates(group)
-        key = self.last_candidate(prefix)
+        if view.NAME == "links" and self._link_filter is not None and not self._link_filter.might_have(group):
+            # Nothing stored links to ``group``: its one candidate in the DB is the
+            # post's own reverse entry, a point read (a seek cost 30-40 µs at 1M posts).
+            key = prefix if group not in self.deleted and self.db.get(prefix) is not None else None
+        else:
+            key = self.last_candidate(prefix)
         return None if key is None else (key[len(prefix) :], key[-32:])
 
     def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
@@ -243,12 +251,19 @@ class Txn:
         if self._it is not None:
             self._it.close()
             self._it = None
+        if self._link_filter is not None:  # before the linker entries are written
+            for post in self.added.values():
+                for target in post.links:
+                    self._link_filter.add(target)
         if self.writes:
+            # In key order: LevelDB inserts a sorted batch into its memtable faster
+            # than the sort costs (2.3 µs a post less at 100k posts, docs/performance.md).
+            writes = sorted(self.writes.items())
             with self.db.write_batch(sync=sync) as wb:
                 if _native is not None:  # the same loop, compiled (cablestore.compiled)
-                    _native.write_all(wb.put, wb.delete, self.writes)
+                    _native.write_all(wb.put, wb.delete, writes)
                 else:
-                    for key, value in self.writes.items():
+                    for key, value in writes:
                         if value is None:
                             wb.delete(key)
                         else:
