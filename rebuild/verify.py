@@ -236,14 +236,17 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
         report = verify(engine, db=store.db, **kw)
         if not fix or report.consistent:
             return report
-        if mostly_missing(report):
-            from cablestore.rebuild.reindex import reindex_db
+        try:
+            if mostly_missing(report):
+                from cablestore.rebuild.reindex import reindex_db
 
-            repaired = apply_repair(store.db, report, views=False)
-            done = reindex_db(store.db, sync=store.sync)
-            repaired.update(deleted=done.dropped, written=done.written, reindexed=True)
-        else:
-            repaired = apply_repair(store.db, report)
+                repaired = apply_repair(store.db, report, views=False)
+                done = reindex_db(store.db, sync=store.sync)
+                repaired.update(deleted=done.dropped, written=done.written, reindexed=True)
+            else:
+                repaired = apply_repair(store.db, report)
+        finally:
+            store._forget_caches()  # written under the store's caches (a store held open by `serve` goes on ingesting)
         after = verify(engine, db=store.db, **kw)
         after.repaired = repaired
         after.seconds = {**{f"first_{k}": v for k, v in report.seconds.items()}, **after.seconds}

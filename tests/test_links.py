@@ -134,7 +134,8 @@ def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alic
         assert_matches_oracle(store)
 
 
-def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alice, bob):
+@pytest.mark.parametrize("repair", ["Store.check", "rebuild.check"])  # the second: what a control client of `serve` runs
+def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alice, bob, repair):
     """A repair writes linker entries under the store's link filter: the store drops the filter, so it is no false "unlinked"."""
     target = post(alice, TEXT, 1000, channel="dev", text="target")
     linker = post(bob, TEXT, 2000, [post_hash(target)], channel="dev", text="reply")
@@ -143,7 +144,7 @@ def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alic
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.db.delete(b"!rev!" + post_hash(target) + b"l" + post_hash(linker))  # damage: the linker entry is lost
         store.ingest(post(alice, JOIN, 1500, channel="other"))  # the first write: the filter is built without it
-        assert store.check(fix=True).consistent
+        assert (store.check(fix=True) if repair == "Store.check" else check(store, fix=True)).consistent
         assert store.delete(post_hash(target))
         store.ingest(target)  # back again: still linked by the reply, so no head
         assert store.heads("dev") == [post_hash(linker)]
