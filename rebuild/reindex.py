@@ -25,7 +25,9 @@ throughout, so no ingest interleaves.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
@@ -98,32 +100,64 @@ class ReindexReport:
 
 
 class _Writer:
-    """Buffers puts and writes them in bounded WriteBatches, sorted by key."""
+    """Buffers puts and writes them in bounded WriteBatches, sorted by key, on a thread of its own.
+
+    LevelDB's write (plyvel releases the GIL for it) runs while this thread
+    computes the next batch: at 1M posts the writes took 4.7 s of a 16 s
+    reindex.  One batch is being written at most, in order; :meth:`flush`
+    returns once everything is written (the phases after read what was).
+    """
 
     def __init__(self, db, sync: bool):
         self.db, self.sync = db, sync
         self.puts: list[tuple[bytes, bytes]] = []
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="cablestore-reindex-write")
+        self._pending: Future | None = None
 
-    def flush(self) -> None:
+    def submit(self, wb) -> None:
+        """Write ``wb`` on the writer thread, after the batch before it."""
+        self.wait()
+        self._pending = self._thread.submit(wb.write)
+
+    def wait(self) -> None:
+        """Until the batch being written is written (its error raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def flush_ahead(self) -> None:
+        """Hand the buffered puts to the writer thread."""
         if not self.puts:
             return
         # Sorted, LevelDB inserts a batch into its memtable twice as fast; keys
         # are unique, so sorting by key alone (half the cost of comparing tuples).
         self.puts.sort(key=itemgetter(0))
-        with self.db.write_batch(sync=self.sync) as wb:
-            if _native is not None:
-                _native.put_all(wb.put, self.puts)
-            else:
-                put = wb.put
-                for key, value in self.puts:
-                    put(key, value)
+        wb = self.db.write_batch(sync=self.sync)
+        if _native is not None:
+            _native.put_all(wb.put, self.puts)
+        else:
+            put = wb.put
+            for key, value in self.puts:
+                put(key, value)
         self.puts.clear()  # in place: callers may hold the list
+        self.submit(wb)
+
+    def flush(self) -> None:
+        """Write the buffered puts and wait until all is written."""
+        self.flush_ahead()
+        self.wait()
 
     def put_all(self, entries: list) -> int:
         self.puts += entries
         if len(self.puts) >= _BATCH_KEYS:
-            self.flush()
+            self.flush_ahead()
         return len(entries)
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._thread.shutdown(wait=True)
 
 
 def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
@@ -147,7 +181,7 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         report.seconds[name] = now - clock
         clock = now
 
-    with gc_paused():
+    with gc_paused(), contextlib.closing(writer):
         if progress:
             progress.stage("drop derived views")
         report.dropped = _drop_derived(db, writer, progress)
@@ -184,15 +218,17 @@ def _drop_derived(db, writer: _Writer, progress) -> int:
         for start, stop in _derived_ranges():
             keys = snap.iterator(start=start, stop=stop, include_value=False)
             while batch := list(islice(keys, _BATCH_KEYS)):
-                with db.write_batch(sync=writer.sync) as wb:
-                    if _native is not None:
-                        _native.delete_all(wb.delete, batch)
-                    else:
-                        for key in batch:
-                            wb.delete(key)
+                wb = db.write_batch(sync=writer.sync)
+                if _native is not None:
+                    _native.delete_all(wb.delete, batch)
+                else:
+                    for key in batch:
+                        wb.delete(key)
+                writer.submit(wb)  # written while the next keys are read
                 dropped += len(batch)
                 if progress:
                     progress.advance(len(batch))
+    writer.wait()
     return dropped
 
 
@@ -255,7 +291,7 @@ def _index_posts(db, writer: _Writer, on_target, made_by, report: ReindexReport,
                 n, (w_indexed, w_written) = _index_some(slow, writer, on_target, made_by, report, progress, best)
                 posts, indexed, written = posts + n, indexed + w_indexed, written + w_written
                 if len(puts) >= _BATCH_KEYS:
-                    writer.flush()
+                    writer.flush_ahead()
     writer.flush()
     report.posts += posts
     report.indexed += indexed
@@ -287,7 +323,7 @@ def _index_some(stored, writer: _Writer, on_target, made_by, report: ReindexRepo
         written += len(entries)
         puts += entries
         if len(puts) >= _BATCH_KEYS:
-            writer.flush()
+            writer.flush_ahead()
         for view, group, rank in ranked_groups(ip, _GROUPED):
             held = best.get((view.NAME, group))
             if held is None or rank > held[0]:  # ranks are unique within a group
