@@ -4,6 +4,7 @@
     python -m benchmarks.profile ingest --posts 20000 --verify
     python -m benchmarks.profile disk --posts 100000
     python -m benchmarks.profile speedups --posts 100000
+    python -m benchmarks.profile verify --posts 100000
 
 ``reindex`` builds a store by trusted ingest (reused if present under
 ``--out``), copies it and profiles ``cablestore reindex`` on the copy.
@@ -14,6 +15,8 @@ own (cProfile; ``--sort cumulative`` for totals).  ``disk`` compacts the
 store and sums key and value bytes per key family, and the compacted bytes
 each family takes in a LevelDB of its own (with the store's options).
 ``speedups`` times each compiled function against its pure original.
+``verify`` times the GIL-free signature threads against one thread, and
+trusted ingest alone against trusted ingest beside a busy verify thread.
 Results are for comparing within one run: the machine is shared.
 """
 
@@ -203,9 +206,56 @@ def compare_speedups(out: Path, n: int, seed: int, count: int = 30_000) -> None:
     print(f"| all of the above | {total_pure:.2f} µs | {total_fast:.2f} µs | {total_pure / total_fast:.1f}x |")
 
 
+def verify_threads(out: Path, n: int, seed: int, count: int = 40_000) -> None:
+    """The GIL-free signature threads: their scaling, and what a busy one costs the indexing thread beside it."""
+    from cablestore import Store
+    from cablestore.authoring.workload import read_posts
+    from cablestore.wire import crypto
+
+    if not crypto.THREADED:
+        print("the compiled signature checker is not built (pure Python): nothing to measure")
+        return
+    bufs = read_posts(_posts_file(out, n, seed))[:count]
+
+    def rate(fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return len(bufs) / (time.perf_counter() - start)
+
+    one = rate(lambda: crypto._verify_chunk(bufs))
+    print(f"{len(bufs):,} posts; one thread (this one): {one:,.0f} /s")
+    for workers in (1, 2):
+        pool = crypto.verify_pool(workers)
+        try:
+            r = rate(lambda pool=pool: list(crypto.verify_many(bufs, pool)))
+        finally:
+            pool.shutdown()
+        print(f"{workers} C thread(s) + this one: {r:,.0f} /s ({r / one:.2f}x)")
+
+    def trusted(label: str) -> None:
+        path = out / "verify-threads.ldb"
+        shutil.rmtree(path, ignore_errors=True)
+        with Store(path, verify_signatures=False, now=lambda: NOW) as store:
+            start, cpu = time.perf_counter(), time.thread_time()
+            for i in range(0, len(bufs), 1000):
+                store.ingest_many(bufs[i : i + 1000])
+            wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        shutil.rmtree(path, ignore_errors=True)
+        print(f"trusted ingest {label}: {len(bufs) / wall:,.0f} /s, indexing thread {cpu * 1e6 / len(bufs):.1f} µs of CPU a post")
+
+    trusted("alone")
+    pool = crypto.verify_pool(1)
+    try:
+        busy = crypto.verify_many(bufs * 4, pool)  # keeps one core verifying meanwhile
+        trusted("beside a busy verify thread")
+        del busy
+    finally:
+        pool.shutdown()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups"))
+    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
@@ -224,6 +274,8 @@ def main(argv=None) -> int:
         profile_ingest(out, args.posts, args.seed, args.verify, args.sort, args.limit)
     elif args.what == "speedups":
         compare_speedups(out, args.posts, args.seed)
+    elif args.what == "verify":
+        verify_threads(out, args.posts, args.seed)
     else:
         disk_families(out, args.posts, args.seed)
     return 0

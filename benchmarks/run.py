@@ -235,7 +235,7 @@ def markdown(results: list[dict], machine: str, command: str) -> str:
         ("verified ingest", lambda r: f"{r['verified_ingest']['posts_per_s']:,.0f} /s"),
         ("verified ingest / raw verify", lambda r: f"{r['verified_ingest']['ratio_to_raw_verify']:.2f}"),
         ("the same in CPU time: raw verify CPU per post / verified ingest CPU per post", lambda r: _cpu_ratio(r)),
-        ("verified ingest, signatures in worker processes", lambda r: _workers(r)),
+        ("verified ingest, signatures on verify workers too", lambda r: _workers(r)),
         ("the same, next batch verified while this one is indexed (`ingest_batches`)", lambda r: _workers(r, "verified_ingest_pipelined")),
         ("trusted ingest (no signature checks)", lambda r: f"{r['trusted_reindex']['posts_per_s']:,.0f} /s"),
         ("trusted ingest / at the smallest size", lambda r: f"{r['trusted_reindex']['posts_per_s'] / results[0]['trusted_reindex']['posts_per_s']:.2f}"),
@@ -298,8 +298,9 @@ def _workers(r, name="verified_ingest_workers"):
     w = r.get(name)
     if not w:
         return "n/a (1 core)"
-    kind = "threads + this one" if THREADED else "processes"
-    return f"{w['posts_per_s']:,.0f} /s ({w['workers']} {kind}; {w['ratio_to_raw_verify']:.2f}x raw)"
+    n = w["workers"]
+    kind = f"{n} thread{'s' if n > 1 else ''} + this one" if THREADED else f"{n} process{'es' if n > 1 else ''}"
+    return f"{w['posts_per_s']:,.0f} /s ({kind}; {w['ratio_to_raw_verify']:.2f}x raw)"
 
 
 def _lat(r, name):

@@ -11,9 +11,9 @@ GIL too, but take it back after every post, and the hand-off slows the
 indexing thread more than the parallel check gains.
 
 A :class:`Verifier` runs plain C threads (pthreads) that never take the
-GIL: a Python thread waiting for the GIL waits up to the interpreter's 5 ms
-switch interval while the indexing thread runs Python, once per batch, and
-that idled a third of a verify thread.  They take batches from a queue and
+GIL (a Python thread that finished its share of a batch would wait up to
+the interpreter's 5 ms switch interval while the indexing thread runs
+Python) and start no interpreter.  They take batches from a queue and
 share each batch's work through an atomic cursor: each claims the next few
 posts, checks them and publishes each verdict with a release store.  The
 thread consuming the verdicts in order helps when it gets ahead of the
