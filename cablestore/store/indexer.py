@@ -205,7 +205,6 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
         # hide a stale latest key (a head, say) from it.
         for key, _ in view.latest(group, ip):
             txn.delete(key)
-        txn.latest_removed(view, group)
     if forget_tombstones:
         for tomb in made:
             txn.forget_tombstone(tomb)

@@ -22,7 +22,6 @@ POSTS = b"!post!"
 DELETED = b"!deleted!"
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see indexer)
 _MISSING = object()
-_UNCHANGED = object()  # a settled group whose committed latest entries stand
 ENFORCE_UNREAD = object()  # a txn has not yet looked for moderation rows that keep posts out
 WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
 
@@ -42,8 +41,6 @@ class Txn:
         # or None for a group without one: a reverse seek saved per cached group.
         self._winners = winners
         self._settled: dict[tuple, tuple | None] = {}
-        self._top_unchanged = False  # set by _stored_winner
-        self._skipped = False  # set by last_candidate
         # Answer "no tombstone names this hash" and "no stored post links to
         # it" without a seek (see cablestore.store.hashfilter).
         self._tomb_filter = tomb_filter
@@ -60,7 +57,6 @@ class Txn:
         self._touched: dict[tuple, object] = {}  # (view name, group) -> view
         self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
         self._latest_keys: dict[tuple, set[bytes]] = {}
-        self._rewrite: set[tuple] = set()  # groups whose latest entries this txn deleted outside settle
         self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
 
     # --- point reads and writes ----------------------------------------
@@ -124,7 +120,6 @@ class Txn:
         """The greatest DB key under ``prefix`` whose post is not deleted in this txn."""
         it = self._iter()
         it.seek(next_prefix(prefix))
-        self._skipped = False  # whether a greater key, of a post deleted in this txn, was passed
         while True:
             try:
                 key, _ = it.prev()
@@ -134,7 +129,6 @@ class Txn:
                 return None
             if key[-32:] not in self.deleted:
                 return key
-            self._skipped = True
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
@@ -169,10 +163,6 @@ class Txn:
     def touch(self, view, group: bytes) -> None:
         self._touched[(view.NAME, group)] = view
 
-    def latest_removed(self, view, group: bytes) -> None:
-        """The group's latest entries were deleted outside :meth:`settle`: settle must write them again."""
-        self._rewrite.add((view.NAME, group))
-
     def add_candidate(self, view, group: bytes, ip: Indexed) -> None:
         self._added[(view.NAME, group)][ip.hash] = ip
         self.touch(view, group)
@@ -182,33 +172,22 @@ class Txn:
         touched, self._touched = self._touched, {}
         for (name, group), view in touched.items():
             winner, winner_rank, exact = self._winner(name, group, view)
-            if winner is _UNCHANGED:  # the committed winner still wins: its latest entries stand
-                self._settled[(name, group)] = winner_rank
-                continue
             self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
             self._write_latest(name, group, view, view.latest(group, winner))
 
     def _stored_winner(self, name, group, view, cached_ok: bool = True) -> tuple | None:
-        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn.
-
-        Sets ``_top_unchanged``: True when it is the group's committed winner
-        (no candidate ranking above it was removed in this txn).
-        """
-        self._top_unchanged = False
+        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn."""
         if self._winners is not None and cached_ok:
             cached = self._winners.get((name, group), _MISSING)
             if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
-                self._top_unchanged = True
                 return cached
         prefix = view.candidates(group)
         if view.NAME == "links" and self._link_filter is not None and not self._link_filter.might_have(group):
             # Nothing stored links to ``group``: its one candidate in the DB is the
             # post's own reverse entry, a point read (a seek cost 30-40 µs at 1M posts).
             key = prefix if group not in self.deleted and self.db.get(prefix) is not None else None
-            self._top_unchanged = True
         else:
             key = self.last_candidate(prefix)
-            self._top_unchanged = not self._skipped
         return None if key is None else (key[len(prefix) :], key[-32:])
 
     def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
@@ -229,12 +208,6 @@ class Txn:
             # The new candidate wins: the stored winner's bytes are not needed.  (A
             # stale cached winner, removed under the store, only ranked lower.)
             return best, best_rank, True
-        if stored is not None and best is not None and self._top_unchanged and (name, group) not in self._latest_keys and (name, group) not in self._rewrite:
-            # An older candidate arrived; the committed winner, not removed in
-            # this txn, still outranks it, and this txn has not touched the
-            # group's latest entries: they are as committed, so the winner's
-            # bytes need not be read nor its entries rewritten.
-            return _UNCHANGED, stored, True
         blob = None if stored is None else self.get(POSTS + stored[1])
         if stored is not None and blob is None:
             # The cache named a post the DB no longer holds (written under it:
