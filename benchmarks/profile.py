@@ -230,7 +230,7 @@ def verify_threads(out: Path, n: int, seed: int, count: int = 40_000) -> None:
             r = rate(lambda pool=pool: list(crypto.verify_many(bufs, pool)))
         finally:
             pool.shutdown()
-        print(f"{workers} C thread(s) + this one: {r:,.0f} /s ({r / one:.2f}x)")
+        print(f"{workers} verify thread(s) + this one: {r:,.0f} /s ({r / one:.2f}x)")
 
     def trusted(label: str) -> None:
         path = out / "verify-threads.ldb"

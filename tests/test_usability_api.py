@@ -265,8 +265,8 @@ def test_closing_a_store_stops_its_workers(tmp_path):
     with Store(tmp_path / "s", verify_workers=2, now=lambda: NOW) as s:
         assert all(r.ok for r in s.ingest_many(posts))
         pool = s._verify_pool
-        if THREADED:  # the compiled checker's C threads
-            assert pool.running == 2
+        if THREADED:  # the compiled checker's threads
+            assert 1 <= pool.running <= 2
         else:
             procs = [w.proc for w in pool._procs]
     if THREADED:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -94,14 +95,27 @@ def _verify_chunk(bufs) -> list[bool]:
     return [verify_post(b) for b in bufs]
 
 
-def verify_pool(workers: int) -> WorkerPool | Any:
+class VerifyThreads(ThreadPoolExecutor):
+    """The threads :func:`verify_pool` hands out with the compiled checker: ``workers`` of them."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, thread_name_prefix="cablestore-verify")
+        self.workers = workers
+
+    @property
+    def running(self) -> int:
+        """How many of its threads are alive (0 once shut down)."""
+        return sum(t.is_alive() for t in self._threads)
+
+
+def verify_pool(workers: int) -> WorkerPool | VerifyThreads:
     """Workers for :func:`verify_many`; the caller shuts them down.
 
-    Threads when the compiled checker is built (:data:`THREADED`): C
-    threads that never take the GIL (:class:`cablestore._signatures.Verifier`)
-    verify on other cores while the indexing thread runs Python, with
-    nothing pickled; the thread consuming the verdicts checks posts too when
-    it gets ahead.  Otherwise
+    Threads when the compiled checker is built (:data:`THREADED`): they
+    verify a shared batch with the GIL released
+    (:class:`cablestore._signatures.Batch`) on other cores while the
+    indexing thread runs Python, with nothing pickled; the thread consuming
+    the verdicts checks posts too when it gets ahead.  Otherwise
     processes: new interpreters, not forks (forking a process that has
     LevelDB open is unsafe), that never import the main script
     (:class:`cablestore.wire.workers.WorkerPool`): a script without the
@@ -110,11 +124,11 @@ def verify_pool(workers: int) -> WorkerPool | Any:
     if not isinstance(workers, int) or workers < 1:
         raise ArgumentError(f"a pool needs at least one worker, got {workers!r}")
     if THREADED:
-        return _signatures.Verifier(workers, _SIGN_OPEN)
+        return VerifyThreads(workers)
     return WorkerPool(workers)
 
 
-def verify_many(bufs: Sequence[bytes], pool: WorkerPool | Any | None = None) -> Iterator[bool]:
+def verify_many(bufs: Sequence[bytes], pool: WorkerPool | VerifyThreads | None = None) -> Iterator[bool]:
     """Verify posts; return an iterator of results in order.
 
     With a ``pool`` and enough posts, its workers verify while the caller
@@ -125,11 +139,13 @@ def verify_many(bufs: Sequence[bytes], pool: WorkerPool | Any | None = None) -> 
     """
     if pool is None:
         return iter(_verify_chunk(bufs))
-    if THREADED and isinstance(pool, _signatures.Verifier):
+    if isinstance(pool, VerifyThreads):
+        batch = _batch(bufs)
         try:
-            batch = pool.batch([b if type(b) is bytes else bytes(b) for b in bufs])
+            for _ in range(pool.workers):
+                pool.submit(batch.work)  # each holds the batch until it is done with it
         except RuntimeError:  # shut down: this thread checks them all
-            return iter(_verify_chunk(bufs))
+            pass
         return map(batch.valid, range(len(batch)))
     if len(bufs) < 4 * _CHUNK:
         return iter(_verify_chunk(bufs))
