@@ -122,21 +122,29 @@ def test_a_link_to_an_unknown_hash_counts(store, alice, bob):
     assert store.check().consistent
 
 
-def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alice, bob):
-    """The in-memory link filter (cablestore.store.hashfilter) is built from the stored linkers when a store opens."""
+@pytest.mark.parametrize("after", [0, 2_000])  # the link filter built at the first question, and not yet built
+def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alice, bob, monkeypatch, after):
+    """The in-memory link filter (cablestore.store.hashfilter) is built from the stored linkers, not from what a store saw."""
+    from cablestore.store import hashfilter
+
+    monkeypatch.setattr(hashfilter, "LINK_FILTER_AFTER", after)
     missing = post(bob, TEXT, 1000, channel="dev", text="arrives late")
     linker = post(alice, TEXT, 2000, [post_hash(missing)], channel="dev", text="replying")
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.ingest(linker)
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.ingest(missing)
+        assert (store._link_filter._filter is None) == (after > 0)  # a write or two never pays the scan
         assert store.heads("dev") == [post_hash(linker)]
         assert_matches_oracle(store)
 
 
 @pytest.mark.parametrize("repair", ["Store.check", "rebuild.check"])  # the second: what a control client of `serve` runs
-def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alice, bob, repair):
+def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alice, bob, repair, monkeypatch):
     """A repair writes linker entries under the store's link filter: the store drops the filter, so it is no false "unlinked"."""
+    from cablestore.store import hashfilter
+
+    monkeypatch.setattr(hashfilter, "LINK_FILTER_AFTER", 0)  # built at the first question
     target = post(alice, TEXT, 1000, channel="dev", text="target")
     linker = post(bob, TEXT, 2000, [post_hash(target)], channel="dev", text="reply")
     with Store(tmp_path / "s", now=lambda: NOW) as store:
@@ -144,6 +152,7 @@ def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alic
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.db.delete(b"!rev!" + post_hash(target) + b"l" + post_hash(linker))  # damage: the linker entry is lost
         store.ingest(post(alice, JOIN, 1500, channel="other"))  # the first write: the filter is built without it
+        assert store._link_filter._filter is not None
         assert (store.check(fix=True) if repair == "Store.check" else check(store, fix=True)).consistent
         assert store.delete(post_hash(target))
         store.ingest(target)  # back again: still linked by the reply, so no head
