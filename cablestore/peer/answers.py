@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from cablestore.errors import FutureTimestampError
 from cablestore.keyspace.keys import TS_SIZE, canonical_channel, channel_key, next_prefix
+from cablestore.store.queries import last_under
 from cablestore.wire.codec import TOPIC, decode_post, post_hash
 from cablestore.wire.crypto import check_signature
 
@@ -40,13 +41,9 @@ def channel_state_answer(store: Store, channel: str) -> list[bytes]:
     with store.db.snapshot() as snap, snap.iterator() as it:
         people = [k[len(members) :] for k in snap.iterator(prefix=members, include_value=False)]
         for pk in people:
-            it.seek(next_prefix(candidates + pk))
-            try:
-                key, value = it.prev()
-            except StopIteration:
-                continue
-            if key.startswith(candidates + pk) and value == bytes([TOPIC]):
-                extra.append(key[-32:])
+            last = last_under(it, candidates + pk)
+            if last is not None and last[1] == bytes([TOPIC]):
+                extra.append(last[0][-32:])
     known = set(hashes)
     # Superseded post/topics first, the current state after them: a peer that applies posts in the
     # order they arrive and keeps the last topic it saw (cable-core.js 0.2.1 does) must end on the
@@ -71,12 +68,8 @@ def listed_spelling(store: Store, channel: str) -> str:
     found: list[bytes] = []
     with store.db.snapshot() as snap, snap.iterator(include_value=False) as it:
         for prefix in (chat.channel_prefix(channel), state.topic_prefix(ch)):
-            it.seek(next_prefix(prefix))
-            try:
-                key = it.prev()
-            except StopIteration:
-                continue
-            if key.startswith(prefix):
+            key = last_under(it, prefix)
+            if key is not None:
                 found.append(key[-40:])  # <mono>: the timestamp, then the hash
     if found:
         candidates = [max(found)[-32:]]

@@ -203,18 +203,22 @@ def _tombstones(reader, h: bytes) -> list[Tombstone]:
 
 # One iterator, re-seeked, answers a whole channel state request: creating an
 # iterator per member cost more than the seeks.
+def last_under(it, prefix: bytes):
+    """What ``it`` (a LevelDB iterator, re-seeked) yields for the greatest key under ``prefix``, or None.
+
+    A key, or a ``(key, value)`` pair, as the iterator was made.
+    """
+    it.seek(next_prefix(prefix))
+    try:
+        item = it.prev()
+    except StopIteration:
+        return None
+    return item if (item if isinstance(item, bytes) else item[0]).startswith(prefix) else None
+
+
 def _latest(it, prefixes) -> list[bytes]:
     """The hash ending the last key under each prefix (prefixes with none are skipped)."""
-    out = []
-    for prefix in prefixes:
-        it.seek(next_prefix(prefix))
-        try:
-            key = it.prev()
-        except StopIteration:
-            continue
-        if key.startswith(prefix):
-            out.append(key[-32:])
-    return out
+    return [key[-32:] for key in (last_under(it, prefix) for prefix in prefixes) if key is not None]
 
 
 def _all_newest_first(it, prefix: bytes) -> list[bytes]:
