@@ -176,17 +176,20 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def group_alive(pgid: int) -> bool:
-    """True while any process of the group exists (zombies excepted)."""
+def proc_stats():
+    """``(pid, fields)`` of every live process: the fields of ``/proc/PID/stat`` after the command name (state first)."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
+            except OSError:  # gone meanwhile
                 continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+            yield int(entry), fields
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group exists (zombies excepted)."""
+    return any(int(fields[2]) == pgid and fields[0] != "Z" for _, fields in proc_stats())
 
 
 def rebuild_json(args: list[str], env: dict, timeout: float = 1800, python: str | os.PathLike = sys.executable) -> tuple[dict, float]:

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from .cluster import proc_stats
+
 NOW = 1_900_000_000_000
 
 
@@ -54,14 +56,9 @@ def tree_cpu() -> float:
     """CPU seconds used so far by this process and every live descendant (Spark's JVM, its Python workers), with their reaped children."""
     tick = os.sysconf("SC_CLK_TCK")
     parents, times = {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry)] = int(fields[1])
-            times[int(entry)] = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    for pid, fields in proc_stats():
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
     found = frontier = {os.getpid()}
     while frontier:
         frontier = {p for p, pp in parents.items() if pp in frontier} - found
