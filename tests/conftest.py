@@ -43,6 +43,21 @@ def store(tmp_path):
         yield s
 
 
+@pytest.fixture
+def stores(tmp_path):
+    """``stores(name)`` opens a store under ``tmp_path`` (the wall clock); all are closed after the test."""
+    opened = []
+
+    def make(name):
+        s = Store(tmp_path / name)
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
 @pytest.fixture(scope="session")
 def spark_session():
     """One local[2] Spark session shared by every Spark test, stopped at the end."""

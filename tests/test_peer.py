@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cablestore import DELETE, JOIN, TEXT, TOPIC, Store, post_hash
+from cablestore import DELETE, JOIN, TEXT, TOPIC, post_hash
 from cablestore.authoring.workload import generate
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
 from cablestore.peer.limits import PeerLimits
@@ -19,20 +19,6 @@ from .conftest import keypair, post
 from .peer_helpers import WALL, answers, link, pump, responses
 
 T0 = WALL - 3_600_000
-
-
-@pytest.fixture
-def stores(tmp_path):
-    opened = []
-
-    def make(name):
-        s = Store(tmp_path / name)
-        opened.append(s)
-        return s
-
-    yield make
-    for s in opened:
-        s.close()
 
 
 @pytest.fixture

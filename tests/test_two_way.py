@@ -4,8 +4,6 @@ spelling the posts use, and ``serve`` pulls from whoever connects (issues 21 and
 
 from __future__ import annotations
 
-import pytest
-
 from cablestore import JOIN, TEXT, TOPIC, Store, post_hash
 from cablestore.peer.answers import channel_state_answer, listed_spellings
 from cablestore.peer.protocol import Node
@@ -17,20 +15,6 @@ from .exact_peer import ExactPeer
 from .peer_helpers import WALL
 
 T0 = WALL - 3_600_000
-
-
-@pytest.fixture
-def stores(tmp_path):
-    opened = []
-
-    def make(name):
-        s = Store(tmp_path / name)
-        opened.append(s)
-        return s
-
-    yield make
-    for s in opened:
-        s.close()
 
 
 def mixed_case_posts():
