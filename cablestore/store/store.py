@@ -122,7 +122,7 @@ class Store(Reading, Queries, ModerationQueries):
         self._now = now or wall_clock_ms
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
-        self._tomb_filter = self._link_filter = None  # built on the first write (cablestore.store.hashfilter)
+        self._tomb_filter = self._link_filter = None  # made on the first write (cablestore.store.hashfilter)
         self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
         self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
