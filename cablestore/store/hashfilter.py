@@ -28,6 +28,8 @@ worth of time), and a command that writes one post never pays the scan.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import plyvel
 
 _PROBES = 4  # 4 slices of 32 bits from the hash; ~1% false positives at 16 bits per entry
@@ -102,11 +104,12 @@ def tombstone_filter(db: plyvel.DB) -> HashFilter:
 class LazyFilter:
     """A :class:`HashFilter` made by ``make()`` only after ``after`` questions; until then every answer is "maybe"."""
 
-    def __init__(self, make, after: int) -> None:
+    def __init__(self, make: Callable[[], HashFilter], after: int) -> None:
         self._make, self._after, self._asked = make, after, 0
         self._filter: HashFilter | None = None
 
     def might_have(self, h: bytes) -> bool:
+        """False only if no key names ``h``; True ("maybe") for the first ``after`` questions."""
         if self._filter is None:
             self._asked += 1
             if self._asked <= self._after:
@@ -115,10 +118,12 @@ class LazyFilter:
         return self._filter.might_have(h)
 
     def add(self, h: bytes) -> None:
-        if self._filter is not None:  # a filter built later scans what this write commits
+        """Remember that a key may name ``h`` (once built: a filter built later scans what this write commits)."""
+        if self._filter is not None:
             self._filter.add(h)
 
     def grow_if_full(self) -> None:
+        """:meth:`HashFilter.grow_if_full`, once built."""
         if self._filter is not None:
             self._filter.grow_if_full()
 

@@ -203,7 +203,7 @@ def _tombstones(reader, h: bytes) -> list[Tombstone]:
 
 # One iterator, re-seeked, answers a whole channel state request: creating an
 # iterator per member cost more than the seeks.
-def last_under(it, prefix: bytes):
+def last_under(it: Any, prefix: bytes) -> Any:
     """What ``it`` (a LevelDB iterator, re-seeked) yields for the greatest key under ``prefix``, or None.
 
     A key, or a ``(key, value)`` pair, as the iterator was made.
