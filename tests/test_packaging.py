@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import configparser
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOTS = {"cablestore": ROOT / "cablestore", "cablestore.views": ROOT / "views", "cablestore.rebuild": ROOT / "rebuild"}
+
+
+def test_setup_cfg_lists_every_package_of_the_source_tree():
+    """A package missing from the list is missing from every non-editable install (cablestore.moderation was)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    found = set()
+    for name, folder in PACKAGE_ROOTS.items():
+        for init in folder.rglob("__init__.py"):
+            rel = init.parent.relative_to(folder).parts
+            if "__pycache__" not in rel:
+                found.add(".".join((name, *rel)))
+    assert found == listed
 
 
 def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
+    # Built from a copy without build/: setuptools reuses what a build/lib of an
+    # earlier build holds, which once hid a package missing from setup.cfg.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".git", "*.so", "venv", ".venv", ".benchmarks", ".hypothesis", ".*_cache"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(source)],
         check=True,
         capture_output=True,
     )
@@ -24,7 +45,7 @@ def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
     # a normal install of that wheel imports both subpackages from site-packages
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True)
-    code = "import cablestore.views.chat as v, cablestore.rebuild.spark as r; print(v.__file__); print(r.__file__)"
+    code = "import cablestore.views.chat as v, cablestore.rebuild.spark as r, cablestore.store; print(v.__file__); print(r.__file__)"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
                          capture_output=True, text=True, check=True).stdout.split()
     assert all(p.startswith(str(target)) for p in out), out
