@@ -120,7 +120,12 @@ def timed_reindex(path: Path) -> dict:
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_reindex_child, args=(str(path), child))
     proc.start()
-    report, anon = parent.recv()
+    child.close()  # the child's end lives only in the child: its exit ends recv() instead of blocking it forever
+    try:
+        report, anon = parent.recv()
+    except EOFError:
+        proc.join()
+        raise RuntimeError(f"the reindex process exited with code {proc.exitcode} before reporting") from None
     proc.join()
     return {"posts_per_s": report["posts_per_s"], "seconds": sum(report["seconds"].values()), "phases": report["seconds"], "anon_mb": anon}
 

@@ -211,3 +211,33 @@ def test_reindex_in_many_batches_on_its_writer_thread_is_byte_identical(tmp_path
         assert dump(s) == before and s.check().consistent
     assert report.dropped > 10 * 257 and report.written > 40 * 257
     assert not [t for t in threading.enumerate() if t.name.startswith("cablestore-reindex-write")]
+
+
+def test_tombstones_checked_in_the_posts_pass_give_the_faults_the_rebuild_gives(tmp_path):
+    """Each tombstone is checked against its post/delete when the posts pass reads it (or by a point read when
+    its target comes first in key order): forged records on both sides of their delete, and on a target the store
+    never held, are each one fault, as the rebuild's check (which checks every record first) reports them."""
+    from cablestore.keyspace.records import Tombstone
+
+    before = _ingest(tmp_path / "s", WORKLOAD[:800])
+    with Store(tmp_path / "s", now=lambda: NOW) as s:
+        real = next(
+            Tombstone.unpack(k[9:41], k[41:], v) for k, v in before if k.startswith(b"!deleted!") and s.get(k[41:]) is not None
+        )
+        stored = [(k[6:], v) for k, v in before if k.startswith(b"!post!") and k[6:] != real.by]
+        below = next((h, blob) for h, blob in stored if h < real.by)
+        above = next((h, blob) for h, blob in reversed(stored) if h > real.by)
+        forged = [Tombstone(h, real.by, blob[:32]) for h, blob in (below, above)]  # "deleted by its author": the delete says not
+        # A target never held, which the delete never named: were it believed, the delete would be listed in "elsewhere".
+        forged.append(Tombstone(b"\x03" * 32, real.by, real.deleter, real.deleter, 0, 1, ("elsewhere",)))
+        keys = []
+        for tomb in forged:
+            keys.append(b"!deleted!" + tomb.target + tomb.by)
+            s.db.put(keys[-1], tomb.pack())
+        report = reindex(s)
+        assert sorted((f.kind, f.key) for f in report.faults) == sorted(("bad_tombstone", k) for k in keys)
+        check = s.check()
+        assert sorted((f.kind, f.key) for f in check.faults) == sorted((f.kind, f.key) for f in report.faults)
+        assert not (check.missing or check.extra or check.different)  # both posts indexed, the delete listed as before
+        assert not [k for k, _ in s.items(b"!chat!") if b"elsewhere" in k]
+        assert s.get(below[0]) == below[1] and s.get(above[0]) == above[1]
