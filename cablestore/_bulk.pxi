@@ -1,0 +1,128 @@
+# Included by _speedups.pyx (one extension, one compilation unit): the loops of the bulk jobs.
+
+# --- the rebuild's digest fold -------------------------------------------------
+
+def fold_entries(dict digests, wanted, dict kept, long parts, dict views, pairs, blake, crc32):
+    """Compiled loop of ``rebuild.fold.Fold.add_entries`` (same sums, same buckets)."""
+    cdef bytes key, value, name, data
+    cdef Py_ssize_t lk, lv, cut
+    cdef int head_len
+    cdef const char* kp
+    cdef const void* bang
+    cdef char head[24]
+    cdef char* q
+    for key, value in pairs:
+        kp = PyBytes_AS_STRING(key)
+        lk = PyBytes_GET_SIZE(key)
+        bang = memchr(kp + 1, 33, lk - 1) if lk > 1 else NULL  # the view's "!...!" prefix
+        cut = 0 if bang == NULL else (<const char*>bang - kp) + 1
+        name = PyBytes_FromStringAndSize(kp, cut)
+        b = (views.get(name, "unknown"), crc32(key) % parts)
+        head_len = snprintf(head, sizeof(head), "%zd:", lk)
+        lv = PyBytes_GET_SIZE(value)
+        data = PyBytes_FromStringAndSize(NULL, head_len + lk + lv)
+        q = PyBytes_AS_STRING(data)
+        memcpy(q, head, head_len)
+        memcpy(q + head_len, kp, lk)
+        memcpy(q + head_len + lk, PyBytes_AS_STRING(value), lv)
+        raw = blake(data).digest()
+        digest = _PyLong_FromByteArray(<const unsigned char*>PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), 0, 0)
+        d = digests.get(b)
+        if d is None:
+            digests[b] = [digest, 1]
+        else:
+            d[0] += digest
+            d[1] += 1
+        if wanted is not None and b in wanted:
+            kept[key] = value
+
+
+# --- the bulk reindex ----------------------------------------------------------
+
+def reindex_chunk(list chunk, Py_ssize_t start, dict on_target, dict made_by, list puts, dict best, tuple grouped, dict rankers, post_hash):
+    """The posts phase of ``rebuild.reindex`` for the plain posts of one chunk of ``(key, blob)``.
+
+    A post with tombstones on it or made by it, or one the rebuild would
+    call faulty (hash, decoding), is returned for the pure path; every other
+    post's entries (and reverse entry) go to ``puts`` and its group
+    candidates into ``best``, as the pure loop does.  Returns
+    ``(slow posts, posts indexed, entries written)``.
+    """
+    cdef list slow = []
+    cdef Py_ssize_t indexed = 0, written = 0
+    cdef bytes key, h
+    for key, blob in chunk:
+        h = key[start:]
+        if h in on_target or h in made_by:
+            slow.append((key, blob))
+            continue
+        if post_hash(blob) != h:
+            slow.append((key, blob))
+            continue
+        try:
+            post = decode_post(blob)
+        except Exception:
+            slow.append((key, blob))
+            continue
+        ip = new_indexed(h, post, ())
+        es = entries(ip)
+        es.append((b"!rev!" + h, reverse_pack(ip)))
+        puts.extend(es)
+        written += len(es)
+        indexed += 1
+        for view, g in groups(ip):
+            if view not in grouped:
+                continue
+            ranker = rankers[view]
+            rank = _get(ip, _IDX_OFF[2]) if ranker is None else ranker(g, ip)
+            k = (view.NAME, g)
+            held = best.get(k)
+            if held is None or rank > held[0]:
+                best[k] = (rank, h)
+    return slow, indexed, written
+
+
+def links_bulk_latest(keys, get, Py_ssize_t start, channel_of, escape, latest_of_py):
+    """Compiled ``views.links.bulk_latest``: the head entries from the ``!rev!`` keys in key order."""
+    cdef list out = []
+    cdef bytes key
+    own = None
+    for key in keys:
+        if len(key) == start + 32:
+            if own is not None:
+                _emit_head(out, own, get, start, channel_of, escape, latest_of_py)
+            own = key
+        elif own is not None and key[start : start + 32] == own[start:]:
+            own = None  # a linker outranks the post
+    if own is not None:
+        _emit_head(out, own, get, start, channel_of, escape, latest_of_py)
+    return out
+
+
+cdef _emit_head(list out, bytes own, get, Py_ssize_t start, channel_of, escape, latest_of_py):
+    channel = channel_of(get(own))
+    if channel is None:  # not a channel post, or anything unusual: the pure view decides
+        out.extend(latest_of_py(own, get))
+    else:
+        out.append((_cat(b"!links!h", escape(channel), own[start:]), _EMPTY))
+
+
+def put_all(put, pairs):
+    """``put(key, value)`` for every pair (a WriteBatch's loop, without the interpreter's)."""
+    for key, value in pairs:
+        put(key, value)
+
+
+def delete_all(delete, keys):
+    """``delete(key)`` for every key."""
+    for key in keys:
+        delete(key)
+
+
+def write_all(put, delete, list writes):
+    """A transaction's ``(key, value)`` writes into a WriteBatch: ``put`` each value, ``delete`` each key whose value is None."""
+    for key, value in writes:
+        if value is None:
+            delete(key)
+        else:
+            put(key, value)
