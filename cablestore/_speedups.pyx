@@ -332,4 +332,38 @@ def reverse_pack(ip):
     return out
 
 
+# --- Bloom filter probes (cablestore.store.hashfilter) ---------------------------
+
+cdef inline uint64_t _probe(const unsigned char* h, Py_ssize_t i, uint64_t mask):
+    return ((<uint64_t>h[i] << 24) | (<uint64_t>h[i + 1] << 16) | (<uint64_t>h[i + 2] << 8) | h[i + 3]) & mask
+
+
+def filter_set(bytearray bits, uint64_t mask, bytes h, Py_ssize_t probes):
+    """``HashFilter._set``: bit ``int.from_bytes(h[i:i+4], "big") & mask`` set for each of ``probes`` 4-byte slices."""
+    if PyBytes_GET_SIZE(h) < 4 * probes:
+        raise ValueError("hash too short for the filter's probes")
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(h)
+    cdef unsigned char* b = <unsigned char*>bits
+    cdef uint64_t pos
+    cdef Py_ssize_t i
+    for i in range(0, 4 * probes, 4):
+        pos = _probe(p, i, mask)
+        b[pos >> 3] |= <unsigned char>(1 << (pos & 7))
+
+
+def filter_test(bytearray bits, uint64_t mask, bytes h, Py_ssize_t probes):
+    """``HashFilter.might_have``: False when one probed bit is clear."""
+    if PyBytes_GET_SIZE(h) < 4 * probes:
+        raise ValueError("hash too short for the filter's probes")
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(h)
+    cdef const unsigned char* b = <const unsigned char*>bits
+    cdef uint64_t pos
+    cdef Py_ssize_t i
+    for i in range(0, 4 * probes, 4):
+        pos = _probe(p, i, mask)
+        if not b[pos >> 3] & (1 << (pos & 7)):
+            return False
+    return True
+
+
 include "_bulk.pxi"

@@ -271,3 +271,34 @@ def test_an_unread_batch_in_a_cycle_left_to_exit_does_not_hang_the_interpreter()
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def _empty_filter(bits: int):
+    from cablestore.store.hashfilter import HashFilter
+
+    f = object.__new__(HashFilter)  # the bits alone, without a DB to build from
+    f._bits, f._mask, f._count, f._capacity = bytearray(bits >> 3), bits - 1, 0, bits // 16
+    return f
+
+
+@FAST
+@given(st.lists(hashes, min_size=1, max_size=300), st.lists(hashes, max_size=50), st.sampled_from([1 << 16, 1 << 20, 1 << 25]))
+def test_hash_filter_bits_and_answers_match_pure(added, asked, bits):
+    """The compiled probes set the bits the pure ones set, and answer every question the same."""
+    from cablestore.store import hashfilter
+
+    fast, slow = _empty_filter(bits), _empty_filter(bits)
+    for h in added:
+        fast.add(h)
+    try:
+        hashfilter._native = None  # the pure original, as CABLESTORE_PURE=1 selects it
+        for h in added:
+            slow.add(h)
+        pure_answers = [slow.might_have(h) for h in added + asked]
+    finally:
+        hashfilter._native = native
+    assert fast._bits == slow._bits and fast._count == slow._count == len(added)
+    assert [fast.might_have(h) for h in added + asked] == pure_answers
+    assert all(pure_answers[: len(added)])
+    with pytest.raises(ValueError):
+        native.filter_test(fast._bits, fast._mask, b"short", hashfilter._PROBES)

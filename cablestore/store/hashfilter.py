@@ -32,6 +32,8 @@ from collections.abc import Callable
 
 import plyvel
 
+from cablestore.compiled import native as _native
+
 _PROBES = 4  # 4 slices of 32 bits from the hash; ~1% false positives at 16 bits per entry
 _BITS_PER_ENTRY = 16
 _MIN_BITS = 1 << 16
@@ -68,6 +70,10 @@ class HashFilter:
             bits *= 4
 
     def _set(self, h: bytes) -> None:
+        if _native is not None:  # the same bits, compiled (cablestore.compiled)
+            _native.filter_set(self._bits, self._mask, h, _PROBES)
+            self._count += 1
+            return
         bits, mask = self._bits, self._mask
         for i in range(0, 4 * _PROBES, 4):
             pos = int.from_bytes(h[i : i + 4], "big") & mask
@@ -88,6 +94,8 @@ class HashFilter:
 
     def might_have(self, h: bytes) -> bool:
         """False only if no key names ``h`` (True may be a false positive)."""
+        if _native is not None:
+            return _native.filter_test(self._bits, self._mask, h, _PROBES)
         bits, mask = self._bits, self._mask
         for i in range(0, 4 * _PROBES, 4):
             pos = int.from_bytes(h[i : i + 4], "big") & mask
