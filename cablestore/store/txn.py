@@ -184,8 +184,10 @@ class Txn:
         prefix = view.candidates(group)
         if view.NAME == "links" and self._link_filter is not None and not self._link_filter.might_have(group):
             # Nothing stored links to ``group``: its one candidate in the DB is the
-            # post's own reverse entry, a point read (a seek cost 30-40 µs at 1M posts).
-            key = prefix if group not in self.deleted and self.db.get(prefix) is not None else None
+            # post's own reverse entry, a point read (a seek cost 30-40 µs at 1M posts),
+            # and none for a post new to the DB (``fresh``): no read at all.
+            held = group not in self.deleted and group not in self.fresh
+            key = prefix if held and self.db.get(prefix) is not None else None
         else:
             key = self.last_candidate(prefix)
         return None if key is None else (key[len(prefix) :], key[-32:])
