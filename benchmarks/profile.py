@@ -5,6 +5,7 @@
     python -m benchmarks.profile disk --posts 100000
     python -m benchmarks.profile speedups --posts 100000
     python -m benchmarks.profile verify --posts 100000
+    python -m benchmarks.profile reads --posts 1000000 --tail 50000
 
 ``reindex`` builds a store by trusted ingest (reused if present under
 ``--out``), copies it and profiles ``cablestore reindex`` on the copy.
@@ -17,6 +18,8 @@ each family takes in a LevelDB of its own (with the store's options).
 ``speedups`` times each compiled function against its pure original.
 ``verify`` times the GIL-free signature threads against one thread, and
 trusted ingest alone against trusted ingest beside a busy verify thread.
+``reads`` counts and times the point reads and seeks of the last ``--tail``
+posts of a trusted ingest (:mod:`benchmarks.reads`).
 Results are for comparing within one run: the machine is shared.
 """
 
@@ -255,7 +258,7 @@ def verify_threads(out: Path, n: int, seed: int, count: int = 40_000) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify"))
+    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify", "reads"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
@@ -263,6 +266,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumulative, ...)")
     parser.add_argument("--limit", type=int, default=25, help="functions to list")
     parser.add_argument("--cpu", action="store_true", help="profile CPU time of the thread instead of wall time")
+    parser.add_argument("--tail", type=int, default=50_000, help="reads: the last posts whose reads are timed")
     args = parser.parse_args(argv)
     global _CPU
     _CPU = args.cpu
@@ -276,6 +280,10 @@ def main(argv=None) -> int:
         compare_speedups(out, args.posts, args.seed)
     elif args.what == "verify":
         verify_threads(out, args.posts, args.seed)
+    elif args.what == "reads":
+        from .reads import profile_reads
+
+        profile_reads(_posts_file(out, args.posts, args.seed), out, args.tail)
     else:
         disk_families(out, args.posts, args.seed)
     return 0
