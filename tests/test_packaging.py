@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -45,10 +46,15 @@ def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
     # a normal install of that wheel imports both subpackages from site-packages
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True)
-    code = "import cablestore.views.chat as v, cablestore.rebuild.spark as r, cablestore.store; print(v.__file__); print(r.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
+    # -S: no .pth files, so an editable install of this checkout cannot lend the wheel a package it lacks;
+    # the dependencies come from site-packages, after the wheel.
+    deps = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if p]
+    code = (f"import sys; sys.path += {deps!r}; "
+            "import cablestore.views.chat as v, cablestore.rebuild.spark as r, cablestore.moderation as m; from cablestore import Store; "
+            "print(v.__file__); print(r.__file__); print(m.__file__)")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
                          capture_output=True, text=True, check=True).stdout.split()
-    assert all(p.startswith(str(target)) for p in out), out
+    assert len(out) == 3 and all(p.startswith(str(target)) for p in out), out
 
 
 def test_editable_install_imports_from_the_checkout():
