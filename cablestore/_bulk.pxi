@@ -113,10 +113,17 @@ def put_all(put, pairs):
         put(key, value)
 
 
-def delete_all(delete, keys):
-    """``delete(key)`` for every key."""
-    for key in keys:
+def delete_some(delete, keys, Py_ssize_t limit):
+    """``delete(key)`` for the next ``limit`` keys of the iterator ``keys`` (fewer at its end); returns how many."""
+    cdef Py_ssize_t n = 0
+    while n < limit:
+        try:
+            key = next(keys)
+        except StopIteration:
+            break
         delete(key)
+        n += 1
+    return n
 
 
 def write_all(put, delete, list writes):

@@ -155,17 +155,21 @@ def _drop_derived(db, writer: BatchWriter, progress) -> int:
     with db.snapshot() as snap:
         for start, stop in _derived_ranges():
             keys = snap.iterator(start=start, stop=stop, include_value=False)
-            while batch := list(islice(keys, writer.batch_keys)):
+            while True:
                 wb = db.write_batch(sync=writer.sync)
-                if _native is not None:
-                    _native.delete_all(wb.delete, batch)
+                if _native is not None:  # the keys go from the iterator to the batch, never into a list
+                    n = _native.delete_some(wb.delete, keys, writer.batch_keys)
                 else:
-                    for key in batch:
+                    n = 0
+                    for key in islice(keys, writer.batch_keys):
                         wb.delete(key)
+                        n += 1
+                if not n:
+                    break
                 writer.submit(wb)  # written while the next keys are read
-                dropped += len(batch)
+                dropped += n
                 if progress:
-                    progress.advance(len(batch))
+                    progress.advance(n)
     writer.wait()
     return dropped
 
