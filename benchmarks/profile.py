@@ -283,6 +283,8 @@ def main(argv=None) -> int:
     elif args.what == "reads":
         from .reads import profile_reads
 
+        if not 1000 <= args.tail <= args.posts:
+            parser.error("reads: --tail must be at least one batch (1000) and at most --posts")
         profile_reads(_posts_file(out, args.posts, args.seed), out, args.tail)
     else:
         disk_families(out, args.posts, args.seed)

@@ -96,7 +96,14 @@ def timed_ingest(path: Path, posts_file: Path, n: int, verify: bool, batch: int 
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_ingest_child, args=(str(path), str(posts_file), n, verify, batch, workers, child, pipelined))
     proc.start()
-    seconds, rss, anon, curve, cpu_us, main_us = parent.recv()
+    child.close()  # as in timed_reindex: a child that dies ends recv() instead of blocking it
+    try:
+        seconds, rss, anon, curve, cpu_us, main_us = parent.recv()
+    except EOFError:
+        proc.join()
+        raise RuntimeError(f"the ingest process exited with code {proc.exitcode} before reporting") from None
+    finally:
+        parent.close()
     proc.join()
     out = {"posts_per_s": n / seconds, "seconds": seconds, "peak_rss_mb": rss / 2**20, "peak_anon_mb": anon, "curve": curve}
     out.update(cpu_us_per_post=cpu_us, main_thread_cpu_us_per_post=main_us, load_average=os.getloadavg()[0])
@@ -126,6 +133,8 @@ def timed_reindex(path: Path) -> dict:
     except EOFError:
         proc.join()
         raise RuntimeError(f"the reindex process exited with code {proc.exitcode} before reporting") from None
+    finally:
+        parent.close()
     proc.join()
     return {"posts_per_s": report["posts_per_s"], "seconds": sum(report["seconds"].values()), "phases": report["seconds"], "anon_mb": anon}
 

@@ -14,6 +14,7 @@ it needs (classes, the pure originals) when they import it, so it sits
 outside the layers of docs/architecture.md.
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -334,33 +335,46 @@ def reverse_pack(ip):
 
 # --- Bloom filter probes (cablestore.store.hashfilter) ---------------------------
 
-cdef inline uint64_t _probe(const unsigned char* h, Py_ssize_t i, uint64_t mask):
-    return ((<uint64_t>h[i] << 24) | (<uint64_t>h[i + 1] << 16) | (<uint64_t>h[i + 2] << 8) | h[i + 3]) & mask
+cdef inline uint64_t _probe(const unsigned char* h, Py_ssize_t n, Py_ssize_t i, uint64_t mask):
+    # ``int.from_bytes(h[i:i+4], "big") & mask``, a short slice included (a damaged key's hash).
+    cdef uint64_t v = 0
+    cdef Py_ssize_t j
+    if i + 4 <= n:
+        v = (<uint64_t>h[i] << 24) | (<uint64_t>h[i + 1] << 16) | (<uint64_t>h[i + 2] << 8) | h[i + 3]
+    else:
+        for j in range(i, n):
+            v = (v << 8) | h[j]
+    return v & mask
 
 
-def filter_set(bytearray bits, uint64_t mask, bytes h, Py_ssize_t probes):
+cdef inline void _check_filter(Py_ssize_t nbits_bytes, uint64_t mask) except *:
+    if nbits_bytes <= 0 or (mask >> 3) >= <uint64_t>nbits_bytes:
+        raise ValueError("the filter's mask reaches past its bits")
+
+
+def filter_set(bytearray bits not None, uint64_t mask, bytes h not None, Py_ssize_t probes):
     """``HashFilter._set``: bit ``int.from_bytes(h[i:i+4], "big") & mask`` set for each of ``probes`` 4-byte slices."""
-    if PyBytes_GET_SIZE(h) < 4 * probes:
-        raise ValueError("hash too short for the filter's probes")
+    _check_filter(PyByteArray_GET_SIZE(bits), mask)
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(h)
-    cdef unsigned char* b = <unsigned char*>bits
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(h)
+    cdef unsigned char* b = <unsigned char*>PyByteArray_AS_STRING(bits)
     cdef uint64_t pos
     cdef Py_ssize_t i
     for i in range(0, 4 * probes, 4):
-        pos = _probe(p, i, mask)
+        pos = _probe(p, n, i, mask)
         b[pos >> 3] |= <unsigned char>(1 << (pos & 7))
 
 
-def filter_test(bytearray bits, uint64_t mask, bytes h, Py_ssize_t probes):
+def filter_test(bytearray bits not None, uint64_t mask, bytes h not None, Py_ssize_t probes):
     """``HashFilter.might_have``: False when one probed bit is clear."""
-    if PyBytes_GET_SIZE(h) < 4 * probes:
-        raise ValueError("hash too short for the filter's probes")
+    _check_filter(PyByteArray_GET_SIZE(bits), mask)
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(h)
-    cdef const unsigned char* b = <const unsigned char*>bits
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(h)
+    cdef const unsigned char* b = <const unsigned char*>PyByteArray_AS_STRING(bits)
     cdef uint64_t pos
     cdef Py_ssize_t i
     for i in range(0, 4 * probes, 4):
-        pos = _probe(p, i, mask)
+        pos = _probe(p, n, i, mask)
         if not b[pos >> 3] & (1 << (pos & 7)):
             return False
     return True

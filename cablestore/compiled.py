@@ -19,7 +19,19 @@ from types import ModuleType
 PURE_ENV = "CABLESTORE_PURE"
 
 
-def _load(name: str = "_speedups") -> tuple[ModuleType | None, str]:
+# Every function of each extension that the package calls: an extension built from
+# older sources (a checkout pulled but not rebuilt) lacks some, and is not used.
+SPEEDUPS = frozenset(
+    {
+        "bind_codec", "bind_records", "bind_reverse", "bind_views", "decode_post", "delete_some",
+        "entries", "filter_set", "filter_test", "fold_entries", "groups", "links_bulk_latest",
+        "mono", "new_indexed", "put_all", "reindex_chunk", "reverse_pack", "write_all",
+    }
+)
+SIGNATURES = frozenset({"Batch"})
+
+
+def _load(name: str = "_speedups", required: frozenset[str] = SPEEDUPS) -> tuple[ModuleType | None, str]:
     if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
         return None, f"pure Python ({PURE_ENV}=1)"
     try:
@@ -27,16 +39,18 @@ def _load(name: str = "_speedups") -> tuple[ModuleType | None, str]:
         module = importlib.import_module(f"cablestore.{name}")
     except ImportError:
         return None, "pure Python (the compiled extension is not built)"
+    if not required <= set(dir(module)):
+        return None, "pure Python (the compiled extension is older than the sources: rebuild it with pip install -e .)"
     return module, "compiled (Cython)"
 
 
 native, HOT_PATH = _load()
 """The compiled module (None: pure Python), and how the hot path runs, in words."""
 
-signatures, _ = _load("_signatures")
+signatures, _ = _load("_signatures", SIGNATURES)
 """The compiled batch signature check, without the GIL (None: pure Python): see cablestore.wire.crypto."""
 
 COMPILED: bool = native is not None
 """True when the compiled hot path is in use."""
 
-__all__ = ["COMPILED", "HOT_PATH", "PURE_ENV", "native", "signatures"]
+__all__ = ["COMPILED", "HOT_PATH", "PURE_ENV", "SIGNATURES", "SPEEDUPS", "native", "signatures"]

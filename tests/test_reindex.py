@@ -241,3 +241,16 @@ def test_tombstones_checked_in_the_posts_pass_give_the_faults_the_rebuild_gives(
         assert not (check.missing or check.extra or check.different)  # both posts indexed, the delete listed as before
         assert not [k for k, _ in s.items(b"!chat!") if b"elsewhere" in k]
         assert s.get(below[0]) == below[1] and s.get(above[0]) == above[1]
+
+
+def test_reindex_lists_its_faults_in_the_order_of_what_they_name(tmp_path):
+    """The faults come in key order of their hash, whichever phase found them (a damaged tombstone is found
+    before the posts pass, a damaged post during it): the report does not show the order the checks ran in."""
+    before = _ingest(tmp_path / "s", WORKLOAD[:300])
+    with Store(tmp_path / "s") as s:
+        low = min(k for k, _ in before if k.startswith(b"!post!"))
+        s.db.put(low, b"not a post")  # found in the posts pass
+        s.db.put(b"!deleted!" + b"\xff" * 32 + b"\xee" * 32, b"\xc1")  # found first, when the tombstones are read
+        report = reindex(s)
+        assert [f.kind for f in report.faults] == ["bad_hash", "bad_tombstone"]
+        assert [f.hash for f in report.faults] == [low[6:], b"\xff" * 32]

@@ -25,10 +25,12 @@ from cablestore.authoring.workload import Workload
 from cablestore.errors import CableError
 from cablestore.keyspace import records, reverse
 from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.rebuild import batchwriter as batchwriter_mod
 from cablestore.rebuild import fold as fold_mod
 from cablestore.rebuild import reindex as reindex_mod
 from cablestore.rebuild.fold import Fold
 from cablestore.rebuild.reindex import reindex
+from cablestore.store import hashfilter as hashfilter_mod
 from cablestore.store import txn as txn_mod
 from cablestore.wire import codec
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
@@ -139,6 +141,24 @@ def test_fold_digests_match_pure(bufs, wanted, parts):
     assert a.digests == b.digests and a.entries == b.entries
 
 
+# They bind their compiled twins at import, then call them through a name pure_path points back.
+_BOUND_AT_IMPORT = {"cablestore.wire.codec", "cablestore.keyspace.records", "cablestore.keyspace.reverse"}
+
+
+def _compiled_names() -> list[str]:
+    """Module globals of cablestore that still reach the compiled extension."""
+    out = []
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("cablestore") or name in ("cablestore._speedups", "cablestore.compiled"):
+            continue
+        for attr, value in list(vars(mod).items()):
+            if (attr == "_native" and name in _BOUND_AT_IMPORT) or (name == "cablestore" and attr == "_speedups"):
+                continue
+            if value is native or getattr(value, "__module__", None) == "cablestore._speedups":
+                out.append(f"{name}.{attr}")
+    return out
+
+
 @contextmanager
 def pure_path(monkeypatch):
     """Point every module back at its pure original, as CABLESTORE_PURE=1 does at import."""
@@ -153,6 +173,9 @@ def pure_path(monkeypatch):
         m.setattr(reindex_mod, "_native", None)
         m.setattr(links_view, "_native", None)
         m.setattr(txn_mod, "_native", None)
+        m.setattr(hashfilter_mod, "_native", None)
+        m.setattr(batchwriter_mod, "_native", None)
+        assert not _compiled_names(), "modules still on the compiled path"
         yield
 
 
@@ -281,24 +304,74 @@ def _empty_filter(bits: int):
     return f
 
 
-@FAST
-@given(st.lists(hashes, min_size=1, max_size=300), st.lists(hashes, max_size=50), st.sampled_from([1 << 16, 1 << 20, 1 << 25]))
-def test_hash_filter_bits_and_answers_match_pure(added, asked, bits):
-    """The compiled probes set the bits the pure ones set, and answer every question the same."""
-    from cablestore.store import hashfilter
+# Mostly hashes; sometimes the shorter or longer slice a damaged key gives.
+filter_keys = st.one_of(hashes, hashes, hashes, st.binary(max_size=40))
 
+
+@FAST
+@given(st.lists(filter_keys, min_size=1, max_size=300), st.lists(filter_keys, max_size=50), st.sampled_from([1 << 16, 1 << 20, 1 << 25]))
+def test_hash_filter_bits_and_answers_match_pure(added, asked, bits):
+    """The compiled probes set the bits the pure ones set, and answer every question the same, short slices included."""
     fast, slow = _empty_filter(bits), _empty_filter(bits)
     for h in added:
         fast.add(h)
     try:
-        hashfilter._native = None  # the pure original, as CABLESTORE_PURE=1 selects it
+        hashfilter_mod._native = None  # the pure original, as CABLESTORE_PURE=1 selects it
         for h in added:
             slow.add(h)
         pure_answers = [slow.might_have(h) for h in added + asked]
     finally:
-        hashfilter._native = native
+        hashfilter_mod._native = native
     assert fast._bits == slow._bits and fast._count == slow._count == len(added)
     assert [fast.might_have(h) for h in added + asked] == pure_answers
     assert all(pure_answers[: len(added)])
-    with pytest.raises(ValueError):
-        native.filter_test(fast._bits, fast._mask, b"short", hashfilter._PROBES)
+
+
+def test_hash_filter_probes_refuse_a_mask_past_their_bits():
+    """A mask reaching past the bit array is refused, not a write or read out of bounds."""
+    for probe in (native.filter_set, native.filter_test):
+        with pytest.raises(ValueError):
+            probe(bytearray(2), 0xFFFFFFFF, b"\xff" * 32, 4)
+        with pytest.raises(ValueError):
+            probe(bytearray(0), 0, b"\xff" * 32, 4)
+        with pytest.raises(TypeError):
+            probe(None, 15, b"\xff" * 32, 4)
+
+
+@pytest.mark.parametrize("damaged", [b"!deleted!" + b"\x01" * 8, b"!rev!" + b"\x02" * 10], ids=["tombstone", "reverse"])
+def test_a_damaged_short_key_does_not_stop_ingest_on_either_path(tmp_path, monkeypatch, damaged):
+    """Regression: a key too short to name a hash made the compiled filter raise ValueError on every write."""
+    monkeypatch.setattr(hashfilter_mod, "LINK_FILTER_AFTER", 0)  # the link filter is built at the first question
+    bufs = list(Workload(11, 60, users=3, channels=2))
+    results = {}
+    for name in ("compiled", "pure"):
+        with monkeypatch.context() as m:
+            if name == "pure":
+                m.setattr(hashfilter_mod, "_native", None)
+            with Store(tmp_path / name, now=lambda: NOW) as store:
+                store.ingest_many(bufs[:30])
+                store.db.put(damaged, b"junk")
+                stored = store.ingest_many(bufs[30:])
+                results[name] = ([r.error for r in stored], list(store.items()))
+    assert results["compiled"] == results["pure"]
+    assert all(error is None for error in results["compiled"][0])
+
+
+def test_every_compiled_function_is_required_of_the_extension():
+    """compiled.SPEEDUPS names each function the sources define: an extension built before one was added is refused."""
+    import re
+    from pathlib import Path
+
+    src = Path(compiled.__file__).parent
+    defined = set()
+    for name in ("_speedups.pyx", "_decoding.pxi", "_bulk.pxi"):
+        defined |= set(re.findall(r"^def (\w+)\(", (src / name).read_text(), re.M))
+    assert defined == compiled.SPEEDUPS
+    assert set(re.findall(r"^cdef class (\w+)", (src / "_signatures.pyx").read_text(), re.M)) == compiled.SIGNATURES
+
+
+def test_an_extension_older_than_the_sources_falls_back_to_pure_python():
+    module, path = compiled._load("_speedups", compiled.SPEEDUPS | {"a_function_added_since"})
+    assert module is None and path.startswith("pure Python") and "rebuild" in path
+    module, path = compiled._load("_speedups")
+    assert module is native and path == "compiled (Cython)"

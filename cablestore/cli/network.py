@@ -7,7 +7,7 @@ import json
 import os
 
 from cablestore.cli.args import add_local_user_flag, int_at_least, open_existing, positive_float, positive_int, print_json
-from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
+from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
 
 
 def _write_port_file(path: str, port: int) -> None:
@@ -48,7 +48,7 @@ def _cmd_serve(args) -> int:
             print(f"listening on {host}:{port}", flush=True)
 
     try:
-        with open_existing(args.store, local_user=args.local_user) as store, ControlServer(args.store, run_served(store)):
+        with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ControlServer(args.store, run_served(store)):
             summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull))
     finally:
         for path in wrote:

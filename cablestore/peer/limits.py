@@ -47,6 +47,9 @@ KIB = 1 << 10
 # store (LevelDB's block cache and memtable), measured about 35 MB for
 # `cablestore serve` on an idle store; the rest of the margin is headroom.
 BASE_BYTES = 96 * MIB
+# The block cache a peer process (`serve`, `sync`) opens its store with: counted
+# in BASE_BYTES, so smaller than an embedding program's default (Store's 128 MB).
+STORE_CACHE_MB = 32
 # The most one connection holds outside the pool: its reserved input and
 # output, one read, one unit of answer, the transport's write buffer and
 # the objects of the connection itself.

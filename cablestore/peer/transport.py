@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import TransportError
-from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
+from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
 from cablestore.peer.protocol import Connection, Node
 from cablestore.peer.pulling import Puller
 from cablestore.peer.sockets import BACKLOG, Wire, _Link, now_ms, parse_address
@@ -98,7 +98,7 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     link = await dial(*parse_address(address))
     created = not Path(path).exists()
     try:
-        store = Store(path, local_user=local_user)
+        store = Store(path, local_user=local_user, cache_mb=STORE_CACHE_MB)  # within the peer's memory budget
     except BaseException:
         link.transport.abort()
         raise

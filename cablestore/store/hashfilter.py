@@ -60,7 +60,8 @@ class HashFilter:
             self._capacity = bits // _BITS_PER_ENTRY
             last = None
             for key in self._db.iterator(prefix=self._prefix, include_value=False):
-                if len(key) != skip:
+                # A key too short to name a hash (damaged: `check` reports it) names none.
+                if len(key) != skip and len(key) >= start + 32:
                     h = key[start : start + 32]
                     if h != last:  # a hash's keys are adjacent: count it once
                         self._set(h)

@@ -109,7 +109,7 @@ class Store(Reading, Queries, ModerationQueries):
         verify_signatures: bool = True,
         verify_workers: int = 0,
         now: Callable[[], int] | None = None,
-        cache_mb: int = 32,
+        cache_mb: int = opening.DEFAULT_CACHE_MB,
         write_buffer_mb: int = 64,
         local_user: HashLike | None = None,
     ) -> None:
