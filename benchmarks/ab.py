@@ -2,15 +2,21 @@
 
     python -m benchmarks.ab --base 280d1bb reindex --posts 100000 --rounds 3
     python -m benchmarks.ab --base 280d1bb ingest --posts 30000 --rounds 2
+    python -m benchmarks.ab --base 7115376 trusted --posts 1000000 --rounds 2
 
-The base commit's ``cablestore``, ``views`` and ``rebuild`` are extracted
-with ``git archive`` into a temporary directory and imported from there (the
-editable install's finder is removed first), so both sides run the same
-timing code on the same machine within minutes of each other.  ``reindex``
-times ``reindex`` on a fresh copy of a store built by trusted ingest;
-``ingest`` times pynacl's raw verify, then verified and trusted ingest of
-the posts, in batches of 1,000.  Each side runs in a fresh process; the
-best of the rounds is compared (the machine is shared: compare ratios).
+The base commit is extracted with ``git archive`` into a temporary
+directory and built into a wheel there (``pip wheel``: its own compiled hot
+path, when it has one and the build works), which is imported from there
+(the editable install's finder is removed first), so both sides run the
+same timing code on the same machine within minutes of each other.  Each
+side reports its hot path (compiled or pure Python); a comparison across
+different paths is flagged.  ``reindex`` times ``reindex`` on a fresh copy
+of a store built by trusted ingest; ``ingest`` times pynacl's raw verify,
+then verified and trusted ingest of the posts, in batches of 1,000;
+``trusted`` times trusted ingest alone, with the rate of its last 5% of
+posts over its first 5% (how flat it stays as the store grows).  Each side
+runs in a fresh process; the best of the rounds is compared (the machine is
+shared: compare ratios).
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ import sys, json, time, shutil
 if sys.argv[1]:
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     sys.path.insert(0, sys.argv[1])
+try:
+    from cablestore.compiled import HOT_PATH
+except ImportError:
+    HOT_PATH = "pure Python (before the compiled path)"
 """
 
 _REINDEX = _PRELUDE + r"""
@@ -42,7 +52,7 @@ with Store(sys.argv[3], now=lambda: {NOW}) as s:
     r = reindex(s)
     wall = time.perf_counter() - t
 shutil.rmtree(sys.argv[3], ignore_errors=True)
-print(json.dumps({"seconds": wall, "posts_per_s": r.posts / wall, "phases": {k: round(v, 2) for k, v in r.seconds.items()}}))
+print(json.dumps({"seconds": wall, "posts_per_s": r.posts / wall, "phases": {k: round(v, 2) for k, v in r.seconds.items()}, "hot_path": HOT_PATH}))
 """.replace("{NOW}", str(NOW))
 
 _INGEST = _PRELUDE + r"""
@@ -63,6 +73,25 @@ for name, verify in (("verified", True), ("trusted", False)):
         out[name + "_per_s"] = len(bufs) / (time.perf_counter() - t)
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 out["verified_over_raw"] = out["verified_per_s"] / out["raw_verify_per_s"]
+out["hot_path"] = HOT_PATH
+print(json.dumps(out))
+""".replace("{NOW}", str(NOW))
+
+_TRUSTED = _PRELUDE + r"""
+from cablestore import Store
+from cablestore.authoring.workload import read_posts
+bufs = read_posts(sys.argv[2])
+stretch = max(1000, len(bufs) // 20)
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+with Store(sys.argv[3], verify_signatures=False, now=lambda: {NOW}) as s:
+    marks = [time.perf_counter()]
+    for i in range(0, len(bufs), 1000):
+        s.ingest_many(bufs[i : i + 1000])
+        if (i + 1000) % stretch == 0 or i + 1000 >= len(bufs):
+            marks.append(time.perf_counter())
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+first, last = marks[1] - marks[0], marks[-1] - marks[-2]
+out = {"trusted_per_s": len(bufs) / (marks[-1] - marks[0]), "last_over_first": first / last, "hot_path": HOT_PATH}
 print(json.dumps(out))
 """.replace("{NOW}", str(NOW))
 
@@ -74,6 +103,13 @@ def extract(base: str, into: Path) -> Path:
     archive = subprocess.run(["git", "archive", base], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     pkg = into / "pkg"
+    wheels = into / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)], capture_output=True, text=True)
+    found = sorted(wheels.glob("*.whl")) if built.returncode == 0 else []
+    if found:  # as installed, with the base's own compiled extension if it built one
+        shutil.unpack_archive(str(found[0]), str(pkg), "zip")
+        return pkg
+    print(f"base: no wheel built ({built.stderr.strip().splitlines()[-1:]}); its sources run as they are", flush=True)
     shutil.copytree(src / "cablestore", pkg / "cablestore")
     shutil.copytree(src / "views", pkg / "cablestore" / "views")
     shutil.copytree(src / "rebuild", pkg / "cablestore" / "rebuild")
@@ -83,7 +119,7 @@ def extract(base: str, into: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the commit to compare with (e.g. main before a change)")
-    parser.add_argument("what", choices=("reindex", "ingest"))
+    parser.add_argument("what", choices=("reindex", "ingest", "trusted"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
@@ -92,10 +128,15 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from .rebuild import build_store
+    from .run import posts_for
 
-    store = build_store(out, args.posts, args.seed)  # built by this tree's code
     posts = out / f"posts-{args.posts}-seed{args.seed}.bin"
-    code, source = (_REINDEX, store) if args.what == "reindex" else (_INGEST, posts)
+    if args.what == "reindex":
+        store = build_store(out, args.posts, args.seed)  # built by this tree's code
+    else:
+        store = None
+        posts_for(out, args.posts, args.seed)
+    code, source = {"reindex": (_REINDEX, store), "ingest": (_INGEST, posts), "trusted": (_TRUSTED, posts)}[args.what]
     results: dict = {"base": [], "this tree": []}
     with tempfile.TemporaryDirectory() as tmp:
         sides = {"base": str(extract(args.base, Path(tmp))), "this tree": ""}
@@ -105,12 +146,18 @@ def main(argv=None) -> int:
                 result = json.loads(run.stdout)
                 results[side].append(result)
                 print(side, json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}), flush=True)
+    paths = {side: {r["hot_path"] for r in rs} for side, rs in results.items()}
+    if paths["base"] != paths["this tree"]:
+        print(f"note: the sides ran different hot paths: {paths}; the ratio compares them too")
     key = "posts_per_s" if args.what == "reindex" else "trusted_per_s"
     best = {side: max(r[key] for r in rs) for side, rs in results.items()}
     print(f"best of {args.rounds}, {key}: base {best['base']:,.0f}, this tree {best['this tree']:,.0f}: {best['this tree'] / best['base']:.2f}x")
     if args.what == "ingest":
         ratio = {side: max(r["verified_over_raw"] for r in rs) for side, rs in results.items()}
         print(f"best verified ingest / raw verify: base {ratio['base']:.2f}, this tree {ratio['this tree']:.2f}")
+    if args.what == "trusted":
+        flat = {side: [round(r["last_over_first"], 2) for r in rs] for side, rs in results.items()}
+        print(f"last 5% / first 5% of the ingest: base {flat['base']}, this tree {flat['this tree']}")
     return 0
 
 
