@@ -134,8 +134,8 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("latest")
         report.written += _write_resolved(db, writer)
         lap("moderation")
-    # In key order of what they name: the order the checks ran in is an implementation detail.
-    report.faults.sort(key=lambda f: (f.hash, f.kind, f.key, f.detail))
+    # In the order `check` lists them (by kind, then hash), not the order the checks ran in.
+    report.faults.sort(key=lambda f: (f.kind, f.hash, f.key, f.detail))
     if progress:
         progress.done()
     return report

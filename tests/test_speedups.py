@@ -351,6 +351,7 @@ def test_a_damaged_short_key_does_not_stop_ingest_on_either_path(tmp_path, monke
             with Store(tmp_path / name, now=lambda: NOW) as store:
                 store.ingest_many(bufs[:30])
                 store.db.put(damaged, b"junk")
+                store._forget_caches()  # the filters are built again, from a scan that meets the damaged key
                 stored = store.ingest_many(bufs[30:])
                 results[name] = ([r.error for r in stored], list(store.items()))
     assert results["compiled"] == results["pure"]
@@ -375,3 +376,12 @@ def test_an_extension_older_than_the_sources_falls_back_to_pure_python():
     assert module is None and path.startswith("pure Python") and "rebuild" in path
     module, path = compiled._load("_speedups")
     assert module is native and path == "compiled (Cython)"
+
+
+def test_hash_filters_leave_out_keys_too_short_to_name_a_hash(tmp_path):
+    """Regression: a damaged key's short slice was counted (and, compiled, refused with ValueError)."""
+    with Store(tmp_path / "s") as store:
+        store.db.put(b"!deleted!" + b"\x01" * 8, b"junk")
+        store.db.put(b"!deleted!" + b"\x02" * 32 + b"\x03" * 32, b"junk")
+        built = hashfilter_mod.HashFilter(store.db, b"!deleted!")
+    assert built._count == 1 and built.might_have(b"\x02" * 32)
