@@ -325,3 +325,24 @@ def test_library_refuses_a_bad_partition_count(tmp_path, partitions):
             s.check(partitions=partitions)
     with pytest.raises(RebuildError, match="partitions must be"):
         rebuild(tmp_path / "s", engine="local", partitions=partitions)
+
+
+def test_ingest_cache_mb_reaches_the_store_and_a_bad_size_creates_nothing(tmp_path, capsys, monkeypatch):
+    from cablestore.store import store as store_mod
+
+    write_posts(tmp_path / "p.bin", generate(seed=8, posts=50))
+    seen = []
+    real_init = store_mod.Store.__init__
+
+    def recording_init(self, *args, **kw):
+        seen.append(kw.get("cache_mb"))
+        real_init(self, *args, **kw)
+
+    monkeypatch.setattr(store_mod.Store, "__init__", recording_init)
+    store = tmp_path / "s.ldb"
+    assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet", "--cache-mb", "70000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cache_mb" in err[0] and not store.exists()
+    assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet", "--cache-mb", "256"]) == 0
+    assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet"]) == 0
+    assert seen == [70000, 256, None]  # None: the Store's own default
