@@ -107,6 +107,34 @@ def test_deleting_a_head_brings_back_what_it_alone_linked(store, alice, bob):
     assert_matches_oracle(store)
 
 
+def test_a_remaining_linker_keeps_a_post_off_the_heads_without_its_post_being_read(tmp_path, alice, bob, monkeypatch):
+    """Deleting one linker of ``root``: the other, found by the reverse seek, keeps ``root`` off the heads,
+    and the txn does not read the other linker's post to learn that (its ``latest`` is empty whoever it is)."""
+    from cablestore.store import txn as txn_mod
+
+    root = post(alice, JOIN, 1000, channel="dev")
+    a = post(alice, TEXT, 2000, [post_hash(root)], channel="dev", text="a")
+    b = post(bob, TEXT, 2001, [post_hash(root)], channel="dev", text="b")
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest_many([root, a, b])
+        store._forget_caches()  # the remaining linker is found in the DB, as after a reopen
+        read = []
+        real_get = txn_mod.Txn.get
+
+        def get(self, key):
+            read.append(key)
+            return real_get(self, key)
+
+        monkeypatch.setattr(txn_mod.Txn, "get", get)
+        store.ingest(post(alice, DELETE, 3000, hashes=[post_hash(a)]))
+        monkeypatch.undo()
+        assert b"!post!" + post_hash(b) not in read
+        assert store.heads("dev") == [post_hash(b)]
+        assert store.reverse_links(post_hash(root)) == [post_hash(b)]
+        assert store.check().consistent
+        assert_matches_oracle(store)
+
+
 def test_a_link_to_an_unknown_hash_counts(store, alice, bob):
     missing = post(bob, TEXT, 1000, channel="dev", text="arrives late")
     linker = post(alice, TEXT, 2000, [post_hash(missing)], channel="dev", text="replying")

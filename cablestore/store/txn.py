@@ -26,6 +26,21 @@ ENFORCE_UNREAD = object()  # a txn has not yet looked for moderation rows that k
 WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
 
 
+class _Found(tuple):
+    """``(rank, hash)`` of a group's latest candidate as found in the DB (not the winner cache)."""
+
+    __slots__ = ()
+
+
+class _Unread:
+    """A group's winner whose post was not read: ``latest`` is empty for it (``views.needs_winner``)."""
+
+    __slots__ = ("hash",)
+
+    def __init__(self, h: bytes) -> None:
+        self.hash = h
+
+
 class Txn:
     def __init__(self, db, tomb_filter=None, winners=None, finish=None, link_filter=None):
         self.db = db
@@ -173,10 +188,14 @@ class Txn:
         for (name, group), view in touched.items():
             winner, winner_rank, exact = self._winner(name, group, view)
             self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
-            self._write_latest(name, group, view, view.latest(group, winner))
+            entries = () if type(winner) is _Unread else view.latest(group, winner)
+            self._write_latest(name, group, view, entries)
 
     def _stored_winner(self, name, group, view, cached_ok: bool = True) -> tuple | None:
-        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn."""
+        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn.
+
+        Found in the DB, not the winner cache: a :class:`_Found`, whose post the DB holds.
+        """
         if self._winners is not None and cached_ok:
             cached = self._winners.get((name, group), _MISSING)
             if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
@@ -190,7 +209,7 @@ class Txn:
             key = prefix if held and self.db.get(prefix) is not None else None
         else:
             key = self.last_candidate(prefix)
-        return None if key is None else (key[len(prefix) :], key[-32:])
+        return None if key is None else _Found((key[len(prefix) :], key[-32:]))
 
     def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
         """``(winner, its rank, exact)``; not exact: a stand-in whose ``latest`` equals the winner's."""
@@ -210,6 +229,11 @@ class Txn:
             # The new candidate wins: the stored winner's bytes are not needed.  (A
             # stale cached winner, removed under the store, only ranked lower.)
             return best, best_rank, True
+        if type(stored) is _Found and not needs_winner(view, group, stored[0]):
+            # The stored winner stays, and ``latest`` is empty for it (another post still
+            # links to a deleted post's link target): its bytes are not read.  Only for a
+            # winner just found in the DB: a cached one is checked against the DB below.
+            return _Unread(stored[1]), stored[0], True
         blob = None if stored is None else self.get(POSTS + stored[1])
         if stored is not None and blob is None:
             # The cache named a post the DB no longer holds (written under it:
