@@ -33,8 +33,11 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 
+# noexcept: libsodium raises no Python exception.  Without it Cython 3 checks for one
+# after every call, taking the GIL for each post, and a verify thread then waits for the
+# indexing thread's GIL between posts (docs/performance.md, "fourth pass").
 ctypedef int (*sign_open_t)(unsigned char* m, unsigned long long* mlen, const unsigned char* sm,
-                            unsigned long long smlen, const unsigned char* pk) nogil
+                            unsigned long long smlen, const unsigned char* pk) noexcept nogil
 
 cdef extern from *:
     """
@@ -157,6 +160,14 @@ cdef class Batch:
                 v = VALID if self.sign_open(scratch, &mlen, self.data[i] + PUBLIC_KEY, self.sizes[i] - PUBLIC_KEY, self.data[i]) == 0 else INVALID
             free(scratch)
         return v == VALID
+
+    def checked(self):
+        """How many posts have a verdict so far (any thread; for progress and tests)."""
+        cdef Py_ssize_t i, k = 0
+        for i in range(self.n):
+            if cs_read(&self.verdicts[i]) != 0:
+                k += 1
+        return k
 
     def verdicts_list(self):
         """Every verdict, in order, as booleans (checking in this thread what no worker has)."""

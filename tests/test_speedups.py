@@ -385,3 +385,37 @@ def test_hash_filters_leave_out_keys_too_short_to_name_a_hash(tmp_path):
         store.db.put(b"!deleted!" + b"\x02" * 32 + b"\x03" * 32, b"junk")
         built = hashfilter_mod.HashFilter(store.db, b"!deleted!")
     assert built._count == 1 and built.might_have(b"\x02" * 32)
+
+
+def test_a_verify_thread_needs_no_gil_between_posts():
+    """Regression: every libsodium call was followed by a check for a Python error, which took the GIL, so a
+    verify thread waited for the indexing thread's GIL after each post.  Here the main thread holds the GIL
+    (a switch interval of 100 s, a pure-Python loop) while the thread checks a whole batch."""
+    import threading
+    import time
+
+    from cablestore.wire import crypto
+
+    bufs = list(Workload(4, 300, users=3, channels=2))
+    batch = crypto._batch(bufs)
+    started = threading.Event()
+
+    def verify():
+        started.set()
+        batch.work()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100)
+    worker = threading.Thread(target=verify)
+    try:
+        worker.start()
+        started.wait()  # the worker has the GIL until work() releases it
+        deadline = time.monotonic() + 20
+        while batch.checked() < len(bufs) and time.monotonic() < deadline:
+            pass  # Python bytecode: this thread keeps the GIL
+        checked = batch.checked()
+    finally:
+        sys.setswitchinterval(interval)
+        worker.join(timeout=60)
+    assert checked == len(bufs)
+    assert batch.verdicts_list() == [crypto.verify_post(b) for b in bufs]
