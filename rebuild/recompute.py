@@ -55,6 +55,10 @@ class Fault:
     detail: str = ""
     key: bytes = b""
 
+    def sort_key(self) -> tuple:
+        """The order every report lists faults in: by kind, then hash (then key and detail, for ties)."""
+        return (self.kind, self.hash, self.key, self.detail)
+
 
 def is_primary(key: bytes) -> bool:
     return key.startswith(PRIMARY_PREFIXES)

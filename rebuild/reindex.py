@@ -134,8 +134,8 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("latest")
         report.written += _write_resolved(db, writer)
         lap("moderation")
-    # In the order `check` lists them (by kind, then hash), not the order the checks ran in.
-    report.faults.sort(key=lambda f: (f.kind, f.hash, f.key, f.detail))
+    # In the order `check` lists them, not the order the checks ran in.
+    report.faults.sort(key=Fault.sort_key)
     if progress:
         progress.done()
     return report

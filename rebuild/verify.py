@@ -19,7 +19,7 @@ from cablestore.errors import RebuildError
 from cablestore.store.txn import POSTS
 
 from . import local
-from .recompute import FAULT_KINDS, LOCAL_USER_KEY, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, view_of
+from .recompute import FAULT_KINDS, LOCAL_USER_KEY, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
 from .snapshot import SnapshotSource, StoreSource, export
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def compare(result, seconds=None) -> Report:
         posts=result.posts,
         tombstones=result.tombstones,
         partitions=result.partitions,
-        faults=sorted(result.faults, key=lambda f: (f.kind, f.hash)),
+        faults=sorted(result.faults, key=Fault.sort_key),
         live_counts=result.live_counts,
         recomputed_counts=result.recomputed_counts,
         differing_buckets=len(wanted),
