@@ -4,21 +4,20 @@
     python -m benchmarks.ab --base 280d1bb ingest --posts 30000 --rounds 2
     python -m benchmarks.ab --base 7115376 trusted --posts 1000000 --rounds 2
 
-The base commit is extracted with ``git archive`` into a temporary
-directory and built into a wheel there (``pip wheel``: its own compiled hot
-path, when it has one and the build works), which is imported from there
-(the editable install's finder is removed first), so both sides run the
-same timing code on the same machine within minutes of each other.  Each
-side reports its hot path (compiled or pure Python); a comparison across
-different paths is flagged.  ``reindex`` times ``reindex`` on a fresh copy
-of a store built by trusted ingest; ``ingest`` times pynacl's raw verify,
-then verified and trusted ingest of the posts, in batches of 1,000, and
-verified ingest with one verify worker (``ingest_batches`` where the base
-has it);
-``trusted`` times trusted ingest alone, with the rate of its last 5% of
-posts over its first 5% (how flat it stays as the store grows).  Each side
-runs in a fresh process; the best of the rounds is compared (the machine is
-shared: compare ratios).
+The base commit's ``cablestore``, ``views`` and ``rebuild`` are extracted
+with ``git archive`` into a temporary directory and imported from there (the
+editable install's finder is removed first), beside the compiled extensions
+of the base's own wheel (``pip wheel``, when it builds one), so both sides
+run the same timing code on the same machine within minutes of each other.
+Each side reports its hot path (compiled or pure Python); a comparison
+across different paths is flagged.  ``reindex`` times ``reindex`` on a fresh
+copy of a store built by trusted ingest; ``ingest`` times pynacl's raw
+verify, then verified and trusted ingest of the posts, in batches of 1,000,
+and verified ingest with one verify worker (``ingest_batches`` where the
+base has it); ``trusted`` times trusted ingest alone, with the rate of its
+last 5% of posts over its first 5% (how flat it stays as the store grows).
+Each side runs in a fresh process; the best of the rounds is compared (the
+machine is shared: compare ratios).
 """
 
 from __future__ import annotations
