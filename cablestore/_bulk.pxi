@@ -126,9 +126,10 @@ def delete_some(delete, keys, Py_ssize_t limit):
     return n
 
 
-def write_all(put, delete, list writes):
-    """A transaction's ``(key, value)`` writes into a WriteBatch: ``put`` each value, ``delete`` each key whose value is None."""
-    for key, value in writes:
+def write_sorted(put, delete, list keys, dict writes):
+    """A transaction's writes into a WriteBatch in the order of ``keys``: ``put`` each value, ``delete`` each key whose value is None."""
+    for key in keys:
+        value = writes[key]
         if value is None:
             delete(key)
         else:

@@ -25,7 +25,7 @@ SPEEDUPS = frozenset(
     {
         "bind_codec", "bind_records", "bind_reverse", "bind_views", "decode_post", "delete_some",
         "entries", "filter_set", "filter_test", "fold_entries", "groups", "links_bulk_latest",
-        "mono", "new_indexed", "put_all", "reindex_chunk", "reverse_pack", "write_all",
+        "mono", "new_indexed", "put_all", "reindex_chunk", "reverse_pack", "write_sorted",
     }
 )
 SIGNATURES = frozenset({"Batch"})

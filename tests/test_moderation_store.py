@@ -9,7 +9,7 @@ from cablestore.errors import DroppedError, LocalUserError, QueryError
 from cablestore.rebuild.reindex import reindex
 
 from .conftest import NOW, dump, post
-from .moderation_helpers import ADMIN, ALEPH, BERT, CASHEW, EVE, MOD, URSULA, XU, block, cabal, hide, role
+from .moderation_helpers import ADMIN, ALEPH, BERT, CASHEW, EVE, MOD, URSULA, XU, block, cabal, hide, info, role
 
 T0 = 1_700_000_000_000
 
@@ -147,3 +147,24 @@ def test_stored_posts_decode_moderation_fields(moderated):
     assert r["role"] == "admin" and r["channel"] == ""
     stats = moderated.stats().to_dict()["by_type"]
     assert stats["post/role"] == 4 and stats["post/moderation"] == 6 and stats["post/block"] == 4 and stats["post/unblock"] == 2
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["info-alone", "info-with-a-text"])
+def test_a_role_recipients_info_in_a_later_write_resolves_the_roles_again(tmp_path, alone):
+    """A write holding no moderation post still re-resolves when it stores a post/info of a role recipient.
+
+    The role is already in the DB: only its recipient's accept-role changes,
+    in a write of its own (the shortcut that skips resolving must read the
+    roles' candidates from the DB).
+    """
+    with Store(tmp_path / "s", now=lambda: NOW, local_user=URSULA.public_key) as s:
+        s.ingest(role(URSULA, CASHEW, MOD, NOW - 100)[0])
+        assert CASHEW.public_key in s.roles()
+        later = [info(CASHEW, NOW - 50, accept_role="0")[0]]
+        if not alone:
+            later.append(post(BERT, 0, NOW - 40, channel="dev", text="hi"))
+        assert all(r.ok for r in s.ingest_many(later))
+        assert CASHEW.public_key not in s.roles()  # opted out: a normal user
+        s.ingest(info(CASHEW, NOW - 10, accept_role="1")[0])
+        assert s.roles()[CASHEW.public_key] == "mod"
+        assert s.check().consistent

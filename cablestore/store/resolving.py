@@ -33,7 +33,10 @@ def worth_resolving(txn: Any) -> bool:
     """False when the only relevant posts touched are post/infos of users no post/role names (the common case)."""
     if not MODERATION_TYPES.isdisjoint(txn.types):
         return True
-    recipients = {value for _, value in txn.current(roles.candidates_prefix())}
+    # No post/role was added or removed, so this txn wrote nothing under the
+    # roles' candidates: the DB's rows are the ones it will hold (a scan, not
+    # an overlay of every write, which sorts them all: ~1 ms a batch of 1,000).
+    recipients = {value for _, value in txn.scan(roles.candidates_prefix())}
     return not recipients.isdisjoint(txn.info_authors)
 
 

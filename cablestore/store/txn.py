@@ -284,12 +284,15 @@ class Txn:
         if self.writes:
             # In key order: LevelDB inserts a sorted batch into its memtable faster
             # than the sort costs (2.3 µs a post less at 100k posts, docs/performance.md).
-            writes = sorted(self.writes.items())
+            # The keys alone sort in half the time of (key, value) pairs.
+            writes = self.writes
+            keys = self._sorted_writes if len(self._sorted_writes) == len(writes) else sorted(writes)
             with self.db.write_batch(sync=sync) as wb:
                 if _native is not None:  # the same loop, compiled (cablestore.compiled)
-                    _native.write_all(wb.put, wb.delete, writes)
+                    _native.write_sorted(wb.put, wb.delete, keys, writes)
                 else:
-                    for key, value in writes:
+                    for key in keys:
+                        value = writes[key]
                         if value is None:
                             wb.delete(key)
                         else:
