@@ -170,16 +170,14 @@ def _relist(txn: Txn, h: bytes, blob: bytes) -> None:
 def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
     """Write a post, its view entries and its reverse entry."""
     txn.put(POSTS + ip.hash, buf)
-    for key, value in views.entries(ip):
-        txn.put(key, value)
+    txn.put_many(views.entries(ip))
     txn.put(reverse.key(ip.hash), reverse.pack(ip))
     txn.deleted.discard(ip.hash)
     txn.added[ip.hash] = ip.post
     txn.types.add(ip.post.post_type)
     if ip.post.post_type == INFO:
         txn.info_authors.add(ip.post.public_key)
-    for view, group in views.groups(ip):
-        txn.add_candidate(view, group, ip)
+    txn.add_candidates(views.groups(ip), ip)
 
 
 def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
@@ -271,7 +269,9 @@ def _channels_of_post(txn: Txn, h: bytes, post: Post) -> tuple[str, ...]:
 
 
 def _member_channels(txn: Txn, public_key: bytes) -> tuple[str, ...]:
-    txn.settle()  # membership changed earlier in this batch must count
+    # Membership changed earlier in this batch must count: settle this
+    # member's groups of the channel view (``m<channel><public_key>``).
+    txn.settle(only=lambda name, group: name == views.channel.NAME and group[:1] == b"m" and group.endswith(public_key))
     names = set(channel_names(txn.db))
     names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m")
     membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey

@@ -82,6 +82,10 @@ class Txn:
     def put(self, key: bytes, value: bytes) -> None:
         self.writes[key] = value
 
+    def put_many(self, pairs) -> None:
+        """``put`` each ``(key, value)`` pair."""
+        self.writes.update(pairs)
+
     def delete(self, key: bytes) -> None:
         self.writes[key] = None
 
@@ -178,13 +182,26 @@ class Txn:
     def touch(self, view, group: bytes) -> None:
         self._touched[(view.NAME, group)] = view
 
-    def add_candidate(self, view, group: bytes, ip: Indexed) -> None:
-        self._added[(view.NAME, group)][ip.hash] = ip
-        self.touch(view, group)
+    def add_candidates(self, groups, ip: Indexed) -> None:
+        """Make ``ip`` a candidate of each ``(view, group)`` of ``groups`` (and touch the group)."""
+        added, touched, h = self._added, self._touched, ip.hash
+        for view, group in groups:
+            name_group = (view.NAME, group)
+            added[name_group][h] = ip
+            touched[name_group] = view
 
-    def settle(self) -> None:
-        """Rewrite the latest entries of every touched group from its candidates."""
-        touched, self._touched = self._touched, {}
+    def settle(self, only=None) -> None:
+        """Rewrite the latest entries of every touched group from its candidates.
+
+        ``only(name, group)``: settle just the touched groups it accepts (the
+        others stay touched), when the caller needs only some of them now.
+        """
+        if only is None:
+            touched, self._touched = self._touched, {}
+        else:
+            touched = {k: v for k, v in self._touched.items() if only(*k)}
+            for k in touched:
+                del self._touched[k]
         for (name, group), view in touched.items():
             winner, winner_rank, exact = self._winner(name, group, view)
             self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
