@@ -45,17 +45,19 @@ def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
     that is not stored but may have taught the tombstones that named it what
     it was: commit ``txn`` either way.
     """
-    if txn.get(POSTS + h) is not None:
+    key = POSTS + h
+    if txn.get(key) is not None:
         return False
-    if POSTS + h not in txn.writes:  # then the DB answered: a post new to the DB
+    if key not in txn.writes:  # then the DB answered: a post new to the DB
         txn.fresh.add(h)
     tombs = txn.tombstones(h)
-    # A refused post still teaches the tombstones that named it what it was.
-    _settle_claims(txn, h, post, tombs)
+    if tombs:
+        # A refused post still teaches the tombstones that named it what it was.
+        _settle_claims(txn, h, post, tombs)
     if post.post_type == DELETE and (refusal := _unauthorized(txn, post)):
         txn.put(REFUSED + h, post.public_key)  # who wrote it, for the deletes that name it later
         return refusal
-    if any(t.deleter == post.public_key for t in tombs):
+    if tombs and any(t.deleter == post.public_key for t in tombs):
         return DeletedPostError(f"post {h.hex()} was deleted by its author")
     if txn.enforce_memo is ENFORCE_UNREAD:
         txn.enforce_memo = enforcing.memo_for(txn.db)

@@ -264,14 +264,15 @@ class Txn:
 
     def _write_latest(self, name, group, view, entries) -> None:
         # Blind writes: reading a value to skip rewriting it costs more than the write.
-        current = set(latest_keys(view, group, self))
-        current |= self._latest_keys.get((name, group), set())
-        fresh = dict(entries)
-        for key in current - fresh.keys():
-            self.delete(key)
-        for key, value in fresh.items():
-            self.put(key, value)
-        self._latest_keys[(name, group)] = set(fresh)
+        writes, kept = self.writes, set()
+        for key, value in entries:
+            writes[key] = value
+            kept.add(key)
+        for stale in (latest_keys(view, group, self), self._latest_keys.get((name, group), ())):
+            for key in stale:
+                if key not in kept:
+                    writes[key] = None  # a delete
+        self._latest_keys[(name, group)] = kept
 
     def latest_keys_written(self, name: str):
         """Groups of view ``name`` settled in this txn (for overlaying scans)."""
