@@ -3,6 +3,7 @@
     python -m benchmarks.ab --base 280d1bb reindex --posts 100000 --rounds 3
     python -m benchmarks.ab --base 280d1bb ingest --posts 30000 --rounds 2
     python -m benchmarks.ab --base 7115376 trusted --posts 1000000 --rounds 2
+    python -m benchmarks.ab --base c612027 instructions --posts 10000
 
 The base commit's ``cablestore``, ``views`` and ``rebuild`` are extracted
 with ``git archive`` into a temporary directory and imported from there (the
@@ -17,7 +18,13 @@ and verified ingest with one verify worker (``ingest_batches`` where the
 base has it); ``trusted`` times trusted ingest alone, with the rate of its
 last 5% of posts over its first 5% (how flat it stays as the store grows).
 Each side runs in a fresh process; the best of the rounds is compared (the
-machine is shared: compare ratios).
+machine is shared: compare ratios).  ``instructions`` counts instead of
+timing: each side's trusted ingest runs once under valgrind's callgrind
+(``PYTHONHASHSEED=0``), less the same process without the ingest, and
+reports the instructions a post of the ingesting thread and of LevelDB's
+own threads.  The counts repeat to within ~0.1% whatever else the machine
+does, so they decide a small change that wall-clock noise hides (a post's
+cache misses and waits are not in them: confirm with ``ingest``).
 """
 
 from __future__ import annotations
@@ -113,6 +120,48 @@ out = {"trusted_per_s": n / (end - start), "last_over_first": last_rate / first_
 print(json.dumps(out))
 """.replace("{NOW}", str(NOW))
 
+_INSTRUCTIONS = _PRELUDE + r"""
+from cablestore import Store
+from cablestore.authoring.workload import read_posts
+bufs = read_posts(sys.argv[2])
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+with Store(sys.argv[3], verify_signatures=False, now=lambda: {NOW}) as s:
+    if sys.argv[4] == "ingest":
+        for i in range(0, len(bufs), 1000):
+            s.ingest_many(bufs[i : i + 1000])
+shutil.rmtree(sys.argv[3], ignore_errors=True)
+print(json.dumps({"posts": len(bufs), "hot_path": HOT_PATH}))
+""".replace("{NOW}", str(NOW))
+
+
+def _callgrind(code: str, path: str, source: Path, work: Path, what: str, into: Path) -> tuple[dict, list[int]]:
+    """Run ``code`` under callgrind: its printed result and the instructions of each thread (the main one first)."""
+    import os
+
+    out = into / f"callgrind-{what}.out"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    argv = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}"]
+    run = subprocess.run([*argv, sys.executable, "-c", code, path, str(source), str(work), what], capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        raise SystemExit(f"benchmarks.ab: callgrind failed: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+    counts = []
+    for thread in sorted(into.glob(f"callgrind-{what}.out-*")):
+        summary = next(line for line in thread.read_text(errors="replace").splitlines() if line.startswith("summary:"))
+        counts.append(int(summary.split()[1]))
+        thread.unlink()
+    return json.loads(run.stdout.strip().splitlines()[-1]), counts
+
+
+def _instructions(path: str, source: Path, work: Path, into: Path) -> dict:
+    result, ingest = _callgrind(_INSTRUCTIONS, path, source, work, "ingest", into)
+    _, idle = _callgrind(_INSTRUCTIONS, path, source, work, "skip", into)
+    n = result["posts"]
+    return {
+        "ingest_thread_per_post": (ingest[0] - idle[0]) / n,
+        "leveldb_threads_per_post": (sum(ingest[1:]) - sum(idle[1:])) / n,
+        "hot_path": result["hot_path"],
+    }
+
 
 def extract(base: str, into: Path) -> Path:
     """The base commit's package tree, laid out as installed (``cablestore.views``, ``cablestore.rebuild``)."""
@@ -148,7 +197,7 @@ def extract(base: str, into: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the commit to compare with (e.g. main before a change)")
-    parser.add_argument("what", choices=("reindex", "ingest", "trusted"))
+    parser.add_argument("what", choices=("reindex", "ingest", "trusted", "instructions"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
@@ -156,6 +205,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.posts < 1000:
         parser.error("--posts must be at least one batch (1000)")
+    if args.what == "instructions" and shutil.which("valgrind") is None:
+        parser.error("instructions: valgrind is not installed (Debian: apt install valgrind)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from .rebuild import build_store
@@ -167,10 +218,18 @@ def main(argv=None) -> int:
     else:
         store = None
         posts_for(out, args.posts, args.seed)
-    code, source = {"reindex": (_REINDEX, store), "ingest": (_INGEST, posts), "trusted": (_TRUSTED, posts)}[args.what]
+    code, source = {"reindex": (_REINDEX, store), "ingest": (_INGEST, posts), "trusted": (_TRUSTED, posts), "instructions": (None, posts)}[args.what]
     results: dict = {"base": [], "this tree": []}
     with tempfile.TemporaryDirectory() as tmp:
         sides = {"base": str(extract(args.base, Path(tmp))), "this tree": ""}
+        if args.what == "instructions":  # counts repeat: one run a side
+            for side, path in sides.items():
+                results[side] = _instructions(path, posts, out / "ab-work.ldb", Path(tmp))
+                print(side, json.dumps({k: round(v) if isinstance(v, float) else v for k, v in results[side].items()}), flush=True)
+            for key in ("ingest_thread_per_post", "leveldb_threads_per_post"):
+                base, this = results["base"][key], results["this tree"][key]
+                print(f"{key}: base {base:,.0f}, this tree {this:,.0f}: {this / base:.3f}x")
+            return 0
         for _ in range(args.rounds):
             for side, path in sides.items():
                 run = subprocess.run([sys.executable, "-c", code, path, str(source), str(out / "ab-work.ldb")], capture_output=True, text=True, check=True)

@@ -6,6 +6,7 @@
     python -m benchmarks.profile speedups --posts 100000
     python -m benchmarks.profile verify --posts 100000
     python -m benchmarks.profile reads --posts 1000000 --tail 50000
+    python -m benchmarks.profile writes --posts 100000
 
 ``reindex`` builds a store by trusted ingest (reused if present under
 ``--out``), copies it and profiles ``cablestore reindex`` on the copy.
@@ -19,7 +20,10 @@ each family takes in a LevelDB of its own (with the store's options).
 ``verify`` times the GIL-free signature threads against one thread, and
 trusted ingest alone against trusted ingest beside a busy verify thread.
 ``reads`` counts and times the point reads and seeks of the last ``--tail``
-posts of a trusted ingest (:mod:`benchmarks.reads`).
+posts of a trusted ingest (:mod:`benchmarks.reads`).  ``writes`` counts
+what each post's WriteBatch holds, by key family: puts, deletes, and
+deletes of keys the DB did not hold (LevelDB writes a tombstone all the
+same), over a trusted ingest of the posts in batches of 1,000.
 Results are for comparing within one run: the machine is shared.
 """
 
@@ -32,7 +36,7 @@ import pstats
 import shutil
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 NOW = 1_900_000_000_000
@@ -156,6 +160,61 @@ def disk_families(out: Path, n: int, seed: int) -> None:
         print(row)
 
 
+def _write_family(key: bytes) -> str:
+    """:func:`_family`, with the sub-index byte of the families that have several (KEYSPACE.md)."""
+    name = _family(key)
+    if name in ("!channel!", "!state!"):
+        end = key.find(b"\x00\x01", len(name))  # the channel's terminator (a NUL in a name is escaped)
+        if 0 <= end and end + 2 < len(key):
+            return f"{name}<ch>{chr(key[end + 2])}"
+    if name == "!user!" and len(key) > len(name) + 32:
+        return f"!user!<pubkey>{chr(key[len(name) + 32])}"
+    if name == "!links!" and len(key) > len(name):
+        return name + chr(key[len(name)])
+    return name
+
+
+def count_writes(out: Path, n: int, seed: int) -> None:
+    """Puts and deletes a post, by key family, as the WriteBatches hold them."""
+    from cablestore import Store
+    from cablestore.authoring.workload import iter_posts
+    from cablestore.store import txn as txn_mod
+
+    puts: Counter = Counter()
+    deletes: Counter = Counter()
+    absent: Counter = Counter()
+    commit = txn_mod.Txn.commit
+
+    def counted(self, *args, **kw):
+        self.settle()  # what commit settles first: the latest entries are writes too
+        for key, value in self.writes.items():
+            family = _write_family(key)
+            if value is not None:
+                puts[family] += 1
+            else:
+                deletes[family] += 1
+                absent[family] += self.db.get(key) is None
+        return commit(self, *args, **kw)
+
+    work = out / "profile-writes.ldb"
+    shutil.rmtree(work, ignore_errors=True)
+    posts = 0
+    txn_mod.Txn.commit = counted
+    try:
+        with Store(work, verify_signatures=False, now=lambda: NOW) as store:
+            for chunk in iter_posts(_posts_file(out, n, seed), 1000):
+                store.ingest_many(chunk)
+                posts += len(chunk)
+    finally:
+        txn_mod.Txn.commit = commit
+        shutil.rmtree(work, ignore_errors=True)
+    total = sum(puts.values()) + sum(deletes.values())
+    print(f"{posts:,} posts: {total / posts:.2f} writes a post ({sum(puts.values()) / posts:.2f} puts, {sum(deletes.values()) / posts:.2f} deletes)")
+    print("| key family | puts a post | deletes a post | of which of absent keys |\n|---|---|---|---|")
+    for family in sorted(set(puts) | set(deletes), key=lambda f: -(puts[f] + deletes[f])):
+        print(f"| `{family}` | {puts[family] / posts:.3f} | {deletes[family] / posts:.3f} | {absent[family] / posts:.3f} |")
+
+
 def compare_speedups(out: Path, n: int, seed: int, count: int = 30_000) -> None:
     """CPU per post of each compiled function against its pure original (best of 5)."""
     import cablestore.views as views
@@ -258,7 +317,7 @@ def verify_threads(out: Path, n: int, seed: int, count: int = 40_000) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify", "reads"))
+    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify", "reads", "writes"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
@@ -280,6 +339,8 @@ def main(argv=None) -> int:
         compare_speedups(out, args.posts, args.seed)
     elif args.what == "verify":
         verify_threads(out, args.posts, args.seed)
+    elif args.what == "writes":
+        count_writes(out, args.posts, args.seed)
     elif args.what == "reads":
         from .reads import profile_reads
 
