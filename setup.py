@@ -6,8 +6,10 @@ install still succeeds and cablestore runs in pure Python (see
 cablestore/compiled.py).  CABLESTORE_PURE_BUILD=1 skips the build.
 """
 
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -38,10 +40,24 @@ def extensions():
         print("cablestore: Cython not available; using pure Python", file=sys.stderr)
         return []
     try:
-        return cythonize(["cablestore/_speedups.pyx", "cablestore/_signatures.pyx"], compiler_directives={"language_level": "3"}, quiet=True)
+        built = cythonize(["cablestore/_speedups.pyx", "cablestore/_signatures.pyx"], compiler_directives={"language_level": "3"}, quiet=True)
     except Exception as exc:  # noqa: BLE001
         print(f"cablestore: cythonize failed ({exc}); using pure Python", file=sys.stderr)
         return []
+    # Each extension carries the digest of the sources it was built from (cablestore/compiled/sources.py).
+    sources = _extension_sources()
+    for ext in built:
+        name = ext.name.rsplit(".", 1)[-1]
+        ext.define_macros.append(("CABLESTORE_SOURCE_DIGEST", f'"{sources.digest(name, Path(__file__).parent / "cablestore")}"'))
+    return built
+
+
+def _extension_sources():
+    """cablestore/compiled/sources.py, loaded by its path: the package itself may not import yet."""
+    spec = importlib.util.spec_from_file_location("_cablestore_extension_sources", Path(__file__).parent / "cablestore" / "compiled" / "sources.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -363,7 +363,7 @@ def test_every_compiled_function_is_required_of_the_extension():
     import re
     from pathlib import Path
 
-    src = Path(compiled.__file__).parent
+    src = Path(compiled.__file__).parent.parent
     defined = set()
     for name in ("_speedups.pyx", "_decoding.pxi", "_bulk.pxi"):
         defined |= set(re.findall(r"^def (\w+)\(", (src / name).read_text(), re.M))
@@ -376,6 +376,30 @@ def test_an_extension_older_than_the_sources_falls_back_to_pure_python():
     assert module is None and path.startswith("pure Python") and "rebuild" in path
     module, path = compiled._load("_speedups")
     assert module is native and path == "compiled (Cython)"
+
+
+def test_an_extension_built_from_other_sources_falls_back_to_pure_python(monkeypatch):
+    """Regression: an extension with every function the package calls was used even when built from older sources."""
+    monkeypatch.setattr(compiled, "digest", lambda name, folder: "0" * 64)  # the sources beside it changed since
+    for name, required in (("_speedups", compiled.SPEEDUPS), ("_signatures", compiled.SIGNATURES)):
+        module, path = compiled._load(name, required)
+        assert module is None and "built from other sources" in path and "rebuild" in path
+
+
+def test_each_extension_carries_the_digest_of_its_sources(tmp_path):
+    import re
+    from pathlib import Path
+
+    from cablestore.compiled import sources as extension_sources
+
+    src = Path(compiled.__file__).parent.parent
+    assert native.SOURCE_DIGEST == extension_sources.digest("_speedups", src)
+    assert compiled.signatures.SOURCE_DIGEST == extension_sources.digest("_signatures", src)
+    for name, files in extension_sources.SOURCES.items():  # every section a .pyx includes is in its digest
+        included = re.findall(r'^include "([^"]+)"', (src / f"{name}.pyx").read_text(), re.M)
+        assert set(files) == {f"{name}.pyx", *included}
+    # An install without the sources (a wheel) has nothing to compare with.
+    assert extension_sources.digest("_speedups", tmp_path) is None
 
 
 def test_hash_filters_leave_out_keys_too_short_to_name_a_hash(tmp_path):

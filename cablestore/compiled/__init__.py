@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from types import ModuleType
+
+from cablestore.compiled.sources import digest
 
 PURE_ENV = "CABLESTORE_PURE"
 
@@ -29,6 +32,8 @@ SPEEDUPS = frozenset(
     }
 )
 SIGNATURES = frozenset({"Batch"})
+# Beyond the names: each extension must also carry the digest of the sources beside it
+# (cablestore.compiled.sources), so one built from other sources is not used either.
 
 
 def _load(name: str = "_speedups", required: frozenset[str] = SPEEDUPS) -> tuple[ModuleType | None, str]:
@@ -41,6 +46,9 @@ def _load(name: str = "_speedups", required: frozenset[str] = SPEEDUPS) -> tuple
         return None, "pure Python (the compiled extension is not built)"
     if not required <= set(dir(module)):
         return None, "pure Python (the compiled extension is older than the sources: rebuild it with pip install -e .)"
+    expected = digest(name, Path(__file__).parent.parent)  # None: no sources here to compare with (a wheel)
+    if expected is not None and getattr(module, "SOURCE_DIGEST", None) != expected:
+        return None, "pure Python (the compiled extension was built from other sources: rebuild it with pip install -e .)"
     return module, "compiled (Cython)"
 
 
