@@ -40,7 +40,11 @@ def extensions():
         print("cablestore: Cython not available; using pure Python", file=sys.stderr)
         return []
     try:
-        built = cythonize(["cablestore/_speedups.pyx", "cablestore/_signatures.pyx"], compiler_directives={"language_level": "3"}, quiet=True)
+        # force: always C from the sources as they are now, whatever a .c left beside them says (its
+        # modification time can be newer than an older source's), so the digest below names what is compiled.
+        built = cythonize(
+            ["cablestore/_speedups.pyx", "cablestore/_signatures.pyx"], compiler_directives={"language_level": "3"}, quiet=True, force=True
+        )
     except Exception as exc:  # noqa: BLE001
         print(f"cablestore: cythonize failed ({exc}); using pure Python", file=sys.stderr)
         return []

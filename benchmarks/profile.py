@@ -183,30 +183,54 @@ def count_writes(out: Path, n: int, seed: int) -> None:
     puts: Counter = Counter()
     deletes: Counter = Counter()
     absent: Counter = Counter()
-    commit = txn_mod.Txn.commit
+    txn_init = txn_mod.Txn.__init__
 
-    def counted(self, *args, **kw):
-        self.settle()  # what commit settles first: the latest entries are writes too
-        for key, value in self.writes.items():
-            family = _write_family(key)
-            if value is not None:
-                puts[family] += 1
-            else:
-                deletes[family] += 1
-                absent[family] += self.db.get(key) is None
-        return commit(self, *args, **kw)
+    class CountedBatch:
+        """A WriteBatch whose puts and deletes are counted as they go in (before LevelDB writes any)."""
+
+        def __init__(self, db, batch):
+            self._db, self._batch = db, batch
+
+        def __enter__(self):
+            self._batch.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._batch.__exit__(*exc)
+
+        def put(self, key, value):
+            puts[_write_family(key)] += 1
+            self._batch.put(key, value)
+
+        def delete(self, key):
+            deletes[_write_family(key)] += 1
+            absent[_write_family(key)] += self._db.get(key) is None
+            self._batch.delete(key)
+
+    class CountedDB:
+        def __init__(self, db):
+            self._db = db
+
+        def write_batch(self, *args, **kw):
+            return CountedBatch(self._db, self._db.write_batch(*args, **kw))
+
+        def __getattr__(self, name):
+            return getattr(self._db, name)
+
+    def counted_init(self, db, *args, **kw):
+        txn_init(self, CountedDB(db), *args, **kw)
 
     work = out / "profile-writes.ldb"
     shutil.rmtree(work, ignore_errors=True)
     posts = 0
-    txn_mod.Txn.commit = counted
+    txn_mod.Txn.__init__ = counted_init
     try:
         with Store(work, verify_signatures=False, now=lambda: NOW) as store:
             for chunk in iter_posts(_posts_file(out, n, seed), 1000):
                 store.ingest_many(chunk)
                 posts += len(chunk)
     finally:
-        txn_mod.Txn.commit = commit
+        txn_mod.Txn.__init__ = txn_init
         shutil.rmtree(work, ignore_errors=True)
     total = sum(puts.values()) + sum(deletes.values())
     print(f"{posts:,} posts: {total / posts:.2f} writes a post ({sum(puts.values()) / posts:.2f} puts, {sum(deletes.values()) / posts:.2f} deletes)")
