@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import os
 import shutil
 import site
 import subprocess
@@ -84,3 +85,23 @@ def test_benchmarks_and_interop_start_from_the_root_without_the_editable_mapping
     code = NON_EDITABLE + "import runpy; sys.argv = ['interop/run.py', '--help']; sys.path.insert(0, 'interop'); runpy.run_path('interop/run.py', run_name='__main__')"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_c_file_left_from_other_sources_is_not_compiled(tmp_path):
+    """Regression: cythonize kept a generated .c newer than its (restored, older) sources, and the build compiled it
+    under the digest of the current sources, so the digest check (cablestore.compiled.sources) passed stale code."""
+    from Cython.Build import cythonize  # a test dependency (setup.cfg), as it is the build's
+
+    source = tmp_path / "source"
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".git", "*.so", "*.c", "venv", ".venv", ".benchmarks", ".hypothesis", ".*_cache")
+    shutil.copytree(ROOT, source, ignore=ignore)
+    section = source / "cablestore" / "_bulk.pxi"
+    original = section.read_bytes()
+    section.write_bytes(original + b"\n\ndef only_in_the_old_sources():\n    return 1\n")
+    cythonize([str(source / "cablestore" / "_speedups.pyx")], compiler_directives={"language_level": "3"}, quiet=True)
+    section.write_bytes(original)  # the section restored, older than the .c (as cp -p, rsync -a or tar leave it)
+    os.utime(section, (1_500_000_000, 1_500_000_000))
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=source, check=True, capture_output=True)
+    code = NON_EDITABLE + f"sys.path.insert(0, {str(source)!r}); import cablestore.compiled as c; print(c.COMPILED, hasattr(c.native, 'only_in_the_old_sources'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "False"], (out.stdout, out.stderr[-2000:])
