@@ -7,6 +7,7 @@
     python -m benchmarks.profile verify --posts 100000
     python -m benchmarks.profile reads --posts 1000000 --tail 50000
     python -m benchmarks.profile writes --posts 100000
+    python -m benchmarks.profile info-deletes --posts 1000
 
 ``reindex`` builds a store by trusted ingest (reused if present under
 ``--out``), copies it and profiles ``cablestore reindex`` on the copy.
@@ -24,6 +25,10 @@ posts of a trusted ingest (:mod:`benchmarks.reads`).  ``writes`` counts
 what each post's WriteBatch holds, by key family: puts, deletes, and
 deletes of keys the DB did not hold (LevelDB writes a tombstone all the
 same), over a trusted ingest of the posts in batches of 1,000.
+``info-deletes`` times one ``ingest_many`` of ``--posts`` posts that
+alternate a text and the delete of a post/info (each delete of a post/info
+asks which channels its author is a member of, mid-batch), against a batch
+of texts alone: the worst shape of batch known for the indexer.
 Results are for comparing within one run: the machine is shared.
 """
 
@@ -239,6 +244,34 @@ def count_writes(out: Path, n: int, seed: int) -> None:
         print(f"| `{family}` | {puts[family] / posts:.3f} | {deletes[family] / posts:.3f} | {absent[family] / posts:.3f} |")
 
 
+def info_deletes(out: Path, n: int) -> None:
+    """CPU a post of one batch alternating texts and deletes of post/infos, against a batch of texts."""
+    import hashlib
+
+    from cablestore import DELETE, INFO, TEXT, Keypair, Store, make_post, post_hash
+
+    authors = [Keypair.from_seed(hashlib.sha256(b"info-deletes %d" % i).digest()) for i in range(n // 2)]
+    infos = [make_post(a, INFO, NOW - 30_000 + i, info=[("name", "x")])[0] for i, a in enumerate(authors)]
+    texts, mixed = [], []
+    for i, a in enumerate(authors):
+        text = make_post(a, TEXT, NOW - 20_000 + i, channel=f"c{i % 50}", text="hi")[0]
+        texts += [text, make_post(a, TEXT, NOW - 10_000 + i, channel=f"c{i % 50}", text="again")[0]]
+        mixed += [text, make_post(a, DELETE, NOW - 10_000 + i, hashes=[post_hash(infos[i])])[0]]
+    cpu = {}
+    for name, batch in (("texts", texts), ("texts and info deletes", mixed)):
+        work = out / "profile-info-deletes.ldb"
+        shutil.rmtree(work, ignore_errors=True)
+        with Store(work, verify_signatures=False, now=lambda: NOW) as store:
+            store.ingest_many(infos)
+            start = time.process_time()
+            results = store.ingest_many(batch)
+            cpu[name] = (time.process_time() - start) / len(batch)
+            assert all(r.ok for r in results)
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"one batch of {len(batch):,} posts, {name}: {cpu[name] * 1e6:.1f} µs a post (CPU)")
+    print(f"ratio: {cpu['texts and info deletes'] / cpu['texts']:.1f}x")
+
+
 def compare_speedups(out: Path, n: int, seed: int, count: int = 30_000) -> None:
     """CPU per post of each compiled function against its pure original (best of 5)."""
     import cablestore.views as views
@@ -341,7 +374,7 @@ def verify_threads(out: Path, n: int, seed: int, count: int = 40_000) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify", "reads", "writes"))
+    parser.add_argument("what", choices=("reindex", "ingest", "disk", "speedups", "verify", "reads", "writes", "info-deletes"))
     parser.add_argument("--posts", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-results", help="directory for posts and stores (reused)")
@@ -363,6 +396,8 @@ def main(argv=None) -> int:
         compare_speedups(out, args.posts, args.seed)
     elif args.what == "verify":
         verify_threads(out, args.posts, args.seed)
+    elif args.what == "info-deletes":
+        info_deletes(out, args.posts)
     elif args.what == "writes":
         count_writes(out, args.posts, args.seed)
     elif args.what == "reads":

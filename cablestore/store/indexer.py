@@ -275,6 +275,7 @@ def _member_channels(txn: Txn, public_key: bytes) -> tuple[str, ...]:
     # member's groups of the channel view (``m<channel><public_key>``).
     txn.settle(only=lambda name, group: name == views.channel.NAME and group[:1] == b"m" and group.endswith(public_key))
     names = set(channel_names(txn.db))
-    names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m")
+    # Channels new in this batch count where this member has a group (the others' cannot make them a member).
+    names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m" and g.endswith(public_key))
     membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
     return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))
