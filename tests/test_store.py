@@ -475,3 +475,19 @@ def test_deleting_a_discarded_delete_cannot_lift_its_deletion(store, alice):
     store.ingest(delete(alice, 3000, d1))
     with pytest.raises(DeletedPostError):  # documented: the store no longer knows what d1 deleted
         store.ingest(t)
+
+
+@pytest.mark.parametrize("batch", ["alone", "after-a-text-in-a-new-channel", "after-leaving"])
+def test_a_deleted_post_info_is_listed_in_its_authors_channels_as_of_the_delete(tmp_path, alice, batch):
+    """The channels of a deleted post/info are its author's member channels, with the batch's own posts counted."""
+    with Store(tmp_path / "s", now=lambda: NOW) as store:
+        store.ingest(post(alice, JOIN, NOW - 100, channel="a"))
+        info = post(alice, INFO, NOW - 90, info=[("name", "alice")])
+        store.ingest(info)
+        delete = post(alice, DELETE, NOW - 10, hashes=[post_hash(info)])
+        before = {"alone": [], "after-a-text-in-a-new-channel": [post(alice, TEXT, NOW - 20, channel="b", text="hi")],
+                  "after-leaving": [post(alice, LEAVE, NOW - 20, channel="a")]}[batch]
+        assert all(r.ok for r in store.ingest_many([*before, delete]))
+        listed = {c for c in ("a", "b") if post_hash(delete) in store.channel_time_range(c)}
+        assert listed == {"alone": {"a"}, "after-a-text-in-a-new-channel": {"a", "b"}, "after-leaving": set()}[batch]
+        assert store.check().consistent

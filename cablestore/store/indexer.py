@@ -29,7 +29,7 @@ from __future__ import annotations
 from cablestore import views
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import canonical_channel, escape, unescape
+from cablestore.keyspace.keys import canonical_channel, escape
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
 from cablestore.store.txn import DELETED, ENFORCE_UNREAD, POSTS, REFUSED, Txn
@@ -179,6 +179,8 @@ def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
     txn.types.add(ip.post.post_type)
     if ip.post.post_type == INFO:
         txn.info_authors.add(ip.post.public_key)
+    elif ip.channel is not None:
+        txn.author_channels.setdefault(ip.post.public_key, set()).add(ip.channel)
     txn.add_candidates(views.groups(ip), ip)
 
 
@@ -198,6 +200,8 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
     txn.types.add(post.post_type)
     if post.post_type == INFO:
         txn.info_authors.add(post.public_key)
+    elif ip.channel is not None:
+        txn.author_channels.setdefault(post.public_key, set()).add(ip.channel)
     for view, group in views.groups(ip):
         txn.touch(view, group)
         # What the post would write as its group's latest goes too: settle
@@ -271,11 +275,11 @@ def _channels_of_post(txn: Txn, h: bytes, post: Post) -> tuple[str, ...]:
 
 
 def _member_channels(txn: Txn, public_key: bytes) -> tuple[str, ...]:
-    # Membership changed earlier in this batch must count: settle this
-    # member's groups of the channel view (``m<channel><public_key>``).
-    txn.settle(only=lambda name, group: name == views.channel.NAME and group[:1] == b"m" and group.endswith(public_key))
-    names = set(channel_names(txn.db))
-    # Channels new in this batch count where this member has a group (the others' cannot make them a member).
-    names.update(unescape(g, 1)[0] for g in txn.latest_keys_written(views.channel.NAME) if g[:1] == b"m" and g.endswith(public_key))
+    # Membership changed earlier in this batch must count: settle this member's
+    # groups of the channel view (``m<channel><public_key>``) that the batch touched,
+    # found from the channels of the member's posts the batch indexed or removed.
+    here = txn.author_channels.get(public_key, frozenset())
+    txn.settle_groups(views.channel.NAME, [b"m" + escape(c) + public_key for c in here])
+    names = set(channel_names(txn.db)) | here  # channels new in this batch count where the member posted
     membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
     return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))

@@ -52,6 +52,7 @@ class Txn:
         self.info_authors: set[bytes] = set()  # authors of post/infos added or removed in this txn
         self.enforce_memo = ENFORCE_UNREAD  # the moderation rows read by this txn (cablestore.store.enforcing)
         self.enforced: dict[bytes, object] = {}  # post hash -> why the moderation state removed it at commit
+        self.author_channels: dict[bytes, set[str]] = {}  # author -> channels of their posts indexed or removed in this txn
         # (view name, group) -> (rank, hash) of the committed latest candidate,
         # or None for a group without one: a reverse seek saved per cached group.
         self._winners = winners
@@ -190,18 +191,21 @@ class Txn:
             added[name_group][h] = ip
             touched[name_group] = view
 
-    def settle(self, only=None) -> None:
-        """Rewrite the latest entries of every touched group from its candidates.
+    def settle(self) -> None:
+        """Rewrite the latest entries of every touched group from its candidates."""
+        touched, self._touched = self._touched, {}
+        self._settle(touched)
 
-        ``only(name, group)``: settle just the touched groups it accepts (the
-        others stay touched), when the caller needs only some of them now.
-        """
-        if only is None:
-            touched, self._touched = self._touched, {}
-        else:
-            touched = {k: v for k, v in self._touched.items() if only(*k)}
-            for k in touched:
-                del self._touched[k]
+    def settle_groups(self, name: str, groups) -> None:
+        """:meth:`settle` just the groups of view ``name`` among ``groups`` that are touched (the others stay touched)."""
+        touched = {}
+        for group in groups:
+            view = self._touched.pop((name, group), None)
+            if view is not None:
+                touched[(name, group)] = view
+        self._settle(touched)
+
+    def _settle(self, touched: dict) -> None:
         for (name, group), view in touched.items():
             winner, winner_rank, exact = self._winner(name, group, view)
             self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
@@ -273,10 +277,6 @@ class Txn:
                 if key not in kept:
                     writes[key] = None  # a delete
         self._latest_keys[(name, group)] = kept
-
-    def latest_keys_written(self, name: str):
-        """Groups of view ``name`` settled in this txn (for overlaying scans)."""
-        return [g for (n, g) in self._latest_keys if n == name]
 
     def committed(self):
         """What this txn changed, for listeners (see :mod:`cablestore.store.events`)."""
