@@ -3,7 +3,7 @@
 Everything else is declared in setup.cfg and pyproject.toml.  The extension
 is optional: without Cython or a C compiler, or if its build fails, the
 install still succeeds and cablestore runs in pure Python (see
-cablestore/compiled.py).  CABLESTORE_PURE_BUILD=1 skips the build.
+cablestore/compiled/).  CABLESTORE_PURE_BUILD=1 skips the build.
 """
 
 import importlib.util

@@ -176,12 +176,18 @@ def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
     txn.put(reverse.key(ip.hash), reverse.pack(ip))
     txn.deleted.discard(ip.hash)
     txn.added[ip.hash] = ip.post
-    txn.types.add(ip.post.post_type)
-    if ip.post.post_type == INFO:
-        txn.info_authors.add(ip.post.public_key)
-    elif ip.channel is not None:
-        txn.author_channels.setdefault(ip.post.public_key, set()).add(ip.channel)
+    _note(txn, ip)
     txn.add_candidates(views.groups(ip), ip)
+
+
+def _note(txn: Txn, ip: Indexed) -> None:
+    """What a txn keeps of each post it indexes or removes: its type, and whose post/info or channel post it was."""
+    post = ip.post
+    txn.types.add(post.post_type)
+    if post.post_type == INFO:
+        txn.info_authors.add(post.public_key)
+    elif ip.channel is not None:
+        txn.author_channels.setdefault(post.public_key, set()).add(ip.channel)
 
 
 def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
@@ -197,11 +203,7 @@ def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Inde
     txn.delete(POSTS + h)
     txn.deleted.add(h)
     txn.added.pop(h, None)
-    txn.types.add(post.post_type)
-    if post.post_type == INFO:
-        txn.info_authors.add(post.public_key)
-    elif ip.channel is not None:
-        txn.author_channels.setdefault(post.public_key, set()).add(ip.channel)
+    _note(txn, ip)
     for view, group in views.groups(ip):
         txn.touch(view, group)
         # What the post would write as its group's latest goes too: settle
