@@ -34,16 +34,7 @@ from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 
 
-cdef extern from *:
-    """
-    #ifndef CABLESTORE_SOURCE_DIGEST
-    #define CABLESTORE_SOURCE_DIGEST ""
-    #endif
-    """
-    const char* CABLESTORE_SOURCE_DIGEST
-
-SOURCE_DIGEST = CABLESTORE_SOURCE_DIGEST.decode("ascii")
-"""The digest of the sources this extension was built from (setup.py; cablestore.compiled.sources)."""
+include "_source_digest.pxi"
 
 # noexcept: libsodium raises no Python exception.  Without it Cython 3 checks for one
 # after every call, taking the GIL for each post, and a verify thread then waits for the

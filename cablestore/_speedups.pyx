@@ -24,16 +24,7 @@ from libc.stdio cimport snprintf
 from libc.string cimport memchr, memcpy
 
 
-cdef extern from *:
-    """
-    #ifndef CABLESTORE_SOURCE_DIGEST
-    #define CABLESTORE_SOURCE_DIGEST ""
-    #endif
-    """
-    const char* CABLESTORE_SOURCE_DIGEST
-
-SOURCE_DIGEST = CABLESTORE_SOURCE_DIGEST.decode("ascii")
-"""The digest of the sources this extension was built from (setup.py; cablestore.compiled.sources)."""
+include "_source_digest.pxi"
 
 
 cdef extern from "Python.h":

@@ -15,8 +15,8 @@ import hashlib
 from pathlib import Path
 
 SOURCES: dict[str, tuple[str, ...]] = {
-    "_speedups": ("_speedups.pyx", "_decoding.pxi", "_bulk.pxi"),  # the .pyx and the sections it includes
-    "_signatures": ("_signatures.pyx",),
+    "_speedups": ("_speedups.pyx", "_source_digest.pxi", "_decoding.pxi", "_bulk.pxi"),  # the .pyx and the sections it includes
+    "_signatures": ("_signatures.pyx", "_source_digest.pxi"),
 }
 """Extension name -> its source files, in ``cablestore/``."""
 
