@@ -345,11 +345,115 @@ def test_one_sync_per_channel_at_a_time(chat, stores):
     one.poll(WALL)
     two.poll(WALL)
     sent = responses(b2.data_to_send())
-    assert not any(isinstance(m, M.TimeRangeRequest) for m in sent) and node.syncing == {"general"}  # two waits for one
+    assert not any(isinstance(m, M.TimeRangeRequest) for m in sent) and node.syncing == {"general": 1}  # two waits for one
     pump((a1, b1), polls=[one])
     assert one.done and not node.syncing
     pump((a2, b2), polls=[two])
     assert two.done and two.summary()["posts_ingested"] == 0  # one already fetched everything
+
+
+def test_a_sync_holding_a_channel_forever_delays_another_sync_of_it_only_a_while(chat, stores):
+    """Regression: a hostile peer that keeps its sync of a channel alive (trickling posts) kept every other
+    peer's sync of that channel waiting until its progress timeout, so nothing of theirs ever arrived."""
+    from cablestore.peer.sync import CHANNEL_WAIT
+
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine)
+    a1, b1 = link(Node(stores("hostile")), node)  # lists "general" but never answers for it
+    a2, b2 = link(Node(s), node)
+    one, two = Sync(b1, "one", channels=["general"]), Sync(b2, "two", channels=["general"])
+    for conn, other, sync in ((b1, a1, one), (b2, a2, two)):
+        sync.poll(WALL)
+        conn.receive_data(other.receive_data(conn.data_to_send(), WALL) or other.data_to_send(), WALL)
+    one.poll(WALL)  # one holds "general"; its requests go nowhere
+    b1.data_to_send()
+    two.poll(WALL)  # and two finds it held
+    pump((a2, b2), polls=[two], now=WALL + CHANNEL_WAIT // 2)
+    assert not two.done and not any(h in mine for h in hashes[:7])  # two waits for one, a while
+    pump((a2, b2), polls=[two], now=WALL + CHANNEL_WAIT)
+    assert two.done and two.summary()["complete"] and all(h in mine for h in hashes[:7])
+    assert not one.done and node.syncing == {"general": 1}  # one still holds it; two let go
+
+
+def test_a_hash_another_peer_has_in_flight_is_waited_for_then_fetched_not_called_complete(chat, stores):
+    """Regression: a hash listed while another connection had it in flight was skipped, so a peer
+    that lists hashes and never sends them made another peer's sync end "complete" without the posts."""
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine, timeout=30_000)
+    a1, b1 = link(Node(stores("hostile")), node)
+    a2, b2 = link(Node(s), node)
+    b1.request_posts(hashes[2:7], now=WALL)  # in flight on b1, never answered
+    sync = Sync(b2, "two", channels=["general"])
+    pump((a2, b2), polls=[sync])
+    assert not sync.done and not any(h in mine for h in hashes[2:7])  # waiting, not complete
+    later = WALL + 30_000 // 3
+    node.tick(later - 1)
+    pump((a2, b2), polls=[sync], now=later - 1)
+    assert not sync.done
+    pump((a2, b2), polls=[sync], now=later)  # past the wait: asked for on this connection
+    assert sync.done and sync.summary()["complete"] and all(h in mine for h in hashes[:7])
+
+
+def test_a_hash_in_flight_elsewhere_that_arrives_there_ends_the_wait_without_a_second_request(chat, stores):
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine)
+    a1, b1 = link(Node(s), node)
+    a2, b2 = link(Node(s), node)
+    b1.request_posts(hashes[2:7], now=WALL)
+    sync = Sync(b2, "two", channels=["general"])
+    pump((a2, b2), polls=[sync])
+    assert not sync.done
+    pump((a1, b1), polls=[sync])  # the first connection delivers them
+    pump((a2, b2), polls=[sync])
+    assert sync.done and sync.summary()["complete"] and all(h in mine for h in hashes[:7])
+    assert sync.summary()["posts_received"] == 2  # the join and the topic: the texts came once, on b1
+
+
+def test_a_channel_list_longer_than_a_decoder_takes_is_answered_in_pages(stores):
+    """Regression: a store with more than 4,096 channels answered a list its own decoder refuses."""
+    from cablestore.peer.table import CHANNELS_PER_RESPONSE
+
+    alice = keypair("alice")
+    s = stores("many")
+    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i:05d}") for i in range(CHANNELS_PER_RESPONSE + 4)])
+    conn = Node(s).connect()
+    (first,) = ask(conn, M.ChannelListRequest(b"lst1", 0, 0))  # decoded with the real decoder
+    (rest,) = ask(conn, M.ChannelListRequest(b"lst2", CHANNELS_PER_RESPONSE, 0))
+    assert len(first.channels) == CHANNELS_PER_RESPONSE and len(rest.channels) == 4
+    assert list(first.channels + rest.channels) == s.channel_list()
+
+
+def test_sync_pages_through_the_channel_list(stores, monkeypatch):
+    from cablestore.peer import answering
+    from cablestore.peer import sync as sync_mod
+
+    monkeypatch.setattr(answering, "CHANNELS_PER_RESPONSE", 3)
+    monkeypatch.setattr(sync_mod, "CHANNELS_PER_RESPONSE", 3)
+    alice = keypair("alice")
+    s, mine = stores("seven"), stores("mine")
+    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(7)])
+    a, b = link(Node(s), Node(mine))
+    sync = Sync(b, "peer")
+    pump((a, b), polls=[sync])
+    assert sync.done and sync.summary()["complete"] and sync.summary()["channels_listed"] == 7
+    assert mine.channel_list() == s.channel_list() == [f"c{i}" for i in range(7)]
+
+
+def test_sync_gives_up_on_a_channel_list_without_end(stores, monkeypatch):
+    from cablestore.peer import sync as sync_mod
+
+    monkeypatch.setattr(sync_mod, "CHANNELS_PER_RESPONSE", 2)
+    monkeypatch.setattr(sync_mod, "MAX_LISTED_CHANNELS", 6)
+    alice = keypair("alice")
+    s, mine = stores("ten"), stores("mine")
+    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(10)])
+    a, b = link(Node(s), Node(mine))
+    sync = Sync(b, "peer")
+    pump((a, b), polls=[sync])
+    assert sync.done and not sync.summary()["complete"] and "more than 6 channels" in sync.summary()["reason"]
 
 
 def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(stores):

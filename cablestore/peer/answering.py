@@ -37,7 +37,7 @@ from cablestore.errors import (
 )
 from cablestore.keyspace.keys import canonical_channel
 from cablestore.peer.answers import channel_state_answer, check_relayed, listed_spellings, time_range_bounds, time_range_page
-from cablestore.peer.table import HASHES_PER_RESPONSE, POST_PAGE_BYTES, POST_RESPONSE_BYTES, RELAYED_HASHES, Inbound
+from cablestore.peer.table import CHANNELS_PER_RESPONSE, HASHES_PER_RESPONSE, POST_PAGE_BYTES, POST_RESPONSE_BYTES, RELAYED_HASHES, Inbound
 from cablestore.wire.messages import (
     CancelRequest,
     ChannelListRequest,
@@ -172,9 +172,15 @@ class Answering:
         return None
 
     def _listed_channels(self, m: ChannelListRequest) -> list[str]:
-        """The channel list answered: the store's channels, each in the spelling its posts use (:func:`listed_spelling`)."""
+        """The channel list answered: the store's channels, each in the spelling its posts use (:func:`listed_spelling`).
+
+        At most ``CHANNELS_PER_RESPONSE`` (what a decoder takes in one message,
+        ours included): a store with more answers a page, and the peer asks
+        on from ``offset`` (as :class:`cablestore.peer.sync.Sync` does).
+        """
         store = self.node.store
-        return listed_spellings(store, store.channel_list(m.offset, m.limit))
+        limit = m.limit if 0 < m.limit < CHANNELS_PER_RESPONSE else CHANNELS_PER_RESPONSE
+        return listed_spellings(store, store.channel_list(m.offset, limit))
 
     def _answer_moderation_state(self, entry: Inbound, m: ModerationStateRequest, now: int) -> Iterator | None:
         """moderation.md §5.2.1.1: what ``Store.moderation_state`` lists; ``future = 1`` stays live."""

@@ -58,12 +58,13 @@ class Node(LivePushes):
         self._seen: OrderedDict[bytes, int] = OrderedDict()  # req_id -> serial of the connection it came from (0: ours)
         self._seen_max = seen
         self._inflight: set[bytes] = set()  # hashes asked for or queued to be
+        self.deferred = 0  # hashes jobs wait on while another request has them in flight
         # Hashes in flight that time ranges listed: the channel (or channels) they listed them in.
         self._listed: dict[bytes, str | set[str]] = {}
         # Post requests we concluded once every post came: their closing empty
         # response is still on its way and must not count as unknown.
         self._quiet: OrderedDict[bytes, Connection] = OrderedDict()
-        self.syncing: set[str] = set()  # channels a sync is running for (one at a time)
+        self.syncing: dict[str, int] = {}  # channels a sync is running for: how many (one, unless one waited too long)
         self.lock = threading.RLock()
         self.on_output = None  # called (from any thread) when a live push queued bytes
         self.on_close = None  # called (from any thread) with a connection that closed
@@ -196,6 +197,7 @@ class Node(LivePushes):
                     entry.pending.clear()
                     entry.origin._finish_inbound(entry)
             for conn in list(self.connections):
+                conn._settle_deferred(now)
                 conn._check_time(now)
 
     def snapshot(self) -> dict:

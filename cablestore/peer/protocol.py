@@ -92,6 +92,7 @@ class Connection(Requesting, Answering):
         self.close_reason: str | None = None
         self.error: CableError | None = None
         self._queue: deque = deque()  # (hashes, job, ttl) post requests not sent yet
+        self._deferred: list = []  # (hash, job, ttl, channel, deadline): listed while in flight elsewhere
         self._posts_in_flight = 0
         self.inbound: dict[bytes, Inbound] = {}  # requests it sent us, alive
         self.outbound: dict[bytes, Outbound] = {}  # requests we sent on it, alive
@@ -187,6 +188,7 @@ class Connection(Requesting, Answering):
             self._out = bytearray()
             self._answers.clear()
             self._drop_queue()
+            self._settle_deferred(0)  # closed: each fails its job
             for entry in list(self.outbound.values()):
                 self._conclude_outbound(entry, "closed")
             for entry in list(self.inbound.values()):
@@ -271,7 +273,7 @@ class Connection(Requesting, Answering):
         elif (
             self.accepted
             and now - self.last_received > policy.idle_timeout
-            and not (self.inbound or self.outbound or self.awaiting or self._answers or self._queue or self.inbox.size)
+            and not (self.inbound or self.outbound or self.awaiting or self._answers or self._queue or self._deferred or self.inbox.size)
         ):
             reason = f"idle for {policy.idle_timeout} ms"
         if reason is not None:

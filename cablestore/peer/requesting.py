@@ -101,16 +101,20 @@ class Requesting:
         job.requests += 1
         self._send(request)
 
-    def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0, channel: str | None = None) -> bool:
+    def _request_missing(self, hashes: list[bytes], job: Job, now: int, ttl: int = 0, channel: str | None = None, force: bool = False) -> bool:
         """Ask for the hashes not held, deleted or in flight; ``channel``: the time range that listed them.
 
-        Returns False if not all of them fit under the pending-hash bound (the job is failed).
+        A hash another request has in flight is deferred, not dropped: the job
+        waits for it (see :meth:`_settle_deferred`).  ``force``: ask for the
+        hashes in flight too.  Returns False if not all of them fit under the
+        pending-hash bound (the job is failed).
         """
         node = self.node
         store, inflight, listed = node.store, node._inflight, node._listed
-        fresh = []
+        fresh, waits = [], []
         for h in dict.fromkeys(hashes):
-            if h in inflight:
+            if h in inflight and not force:
+                waits.append(h)
                 if channel is not None:
                     known = listed.get(h)
                     if known is None:
@@ -131,17 +135,23 @@ class Requesting:
             if (h not in tombstoned or not store.is_deleted(h)) and not store.is_dropped(h)  # a dropped post is not requested (§4.4.6)
         ]
         fits = True
-        room = node.policy.max_pending_hashes() - len(inflight)
-        if len(missing) > room:
+        room = node.policy.max_pending_hashes() - len(inflight) - node.deferred
+        if len(missing) + len(waits) > room:
             fits = False
             job.fail(f"overflow: the peer listed more than {node.policy.max_pending_hashes()} posts to fetch at once")
             missing = missing[: max(0, room)]
+            waits = waits[: max(0, room - len(missing))]
+        if waits:
+            deadline = now + node.timeout // 3  # well before the sync's progress timeout (the same 30 s by default)
+            self._deferred.extend((h, job, ttl, channel, deadline) for h in waits)
+            job.outstanding += len(waits)
+            node.deferred += len(waits)
         if channel is not None:
             # A delete of posts this store never held is listed where the peer listed it.
             if held:
                 store.learn_listing(channel, held)
             for h in missing:
-                listed[h] = channel
+                listed.setdefault(h, channel)  # (asked again, ``force``: it keeps the channels it was listed in)
         for i in range(0, len(missing), HASHES_PER_POST_REQUEST):
             chunk = tuple(missing[i : i + HASHES_PER_POST_REQUEST])
             inflight.update(chunk)
@@ -150,6 +160,31 @@ class Requesting:
             self._queue.append((chunk, job, ttl))
         self._send_queued(now)
         return fits
+
+    def _settle_deferred(self, now: int) -> None:
+        """The deferred hashes (listed while another request had them in flight): each waits
+        until that request delivered it or ended, or a third of ``node.timeout``; then the store has
+        it, or it is asked for on this connection.  So a peer that lists a hash and never
+        sends it (or trickles its answer) cannot keep it from another peer's sync, which would
+        otherwise end "complete" without the post.  Called on every tick and sync poll."""
+        if not self._deferred:
+            return
+        node, keep, due = self.node, [], {}
+        inflight = node._inflight
+        for item in self._deferred:
+            h, job, ttl, channel, deadline = item
+            if h in inflight and now < deadline and not self.closed:
+                keep.append(item)
+            else:
+                due.setdefault((id(job), ttl, channel), (job, []))[1].append(h)
+        self._deferred = keep
+        for (_, ttl, channel), (job, hashes) in due.items():
+            job.outstanding -= len(hashes)
+            node.deferred -= len(hashes)
+            if self.closed:
+                job.fail("closed: the connection closed before these posts came")
+            else:
+                self._request_missing(hashes, job, now, ttl, channel, force=True)
 
     def _send_queued(self, now: int) -> None:
         """Send queued post requests while fewer than POST_REQUESTS_IN_FLIGHT are unanswered."""

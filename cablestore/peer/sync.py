@@ -6,7 +6,11 @@ calls :meth:`Sync.poll`.  It keeps a cursor per remote peer and channel under
 ``!local!sync!`` (see KEYSPACE.md): the timestamp of the newest post of the
 last complete history fetch, less ``margin`` ms for clock skew, so a repeated
 sync asks only for ``[cursor, ...)``.  A channel is synced by one
-:class:`Sync` of a node at a time (``Node.syncing``); others wait for it.
+:class:`Sync` of a node at a time (``Node.syncing``); others wait for it, up
+to ``CHANNEL_WAIT`` ms (a hostile peer can hold its sync open for as long as
+it trickles posts), then fetch it beside it: a hash the other sync has in
+flight is then waited for, not asked for twice, for a while
+(``Requesting._settle_deferred``).
 
 A sync never calls a failure complete: it ends with a ``reason`` when the
 peer closes, breaks the framing, answers with the wrong message type or
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from cablestore.keyspace.keys import canonical_channel, channel_key
 from cablestore.peer.protocol import Connection, Job
+from cablestore.peer.table import CHANNELS_PER_RESPONSE, MAX_LISTED_CHANNELS
 from cablestore.wire.codec import decode_post
 
 if TYPE_CHECKING:
@@ -33,6 +38,7 @@ WEEK_MS = 7 * 24 * 60 * 60 * 1000
 DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
 DEFAULT_PROGRESS_TIMEOUT = 30_000
 PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
+CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
 
 
 def cursor_key(peer: str, channel: str) -> bytes:
@@ -62,6 +68,7 @@ class _Channel:
         self.jobs: dict[str, tuple[Job, Job]] | None = None  # spelling -> (time range, state), once asked
         self.live: list[Job] = []
         self.finished = False
+        self.waiting_since: int | None = None  # when it found another sync holding the channel
 
     @property
     def asked(self) -> bool:
@@ -127,7 +134,8 @@ class Sync:
                 self.wanted.setdefault(canonical_channel(c), []).append(c)
         self.also = also if callable(also) else list(also)
         self.channels: dict[str, _Channel] = {}
-        self.listing: Job | None = None
+        self.listing: Job | None = None  # the channel list request (of its last page)
+        self._pages: list[str] = []  # the channels of the full pages before it
         self.moderation: Job | None = None  # the moderation state request (message type 8), once the channels are known
         self.moderation_live: Job | None = None
         self.started = False
@@ -146,16 +154,27 @@ class Sync:
             if not self.started:
                 self.started = True
                 self._progress_at = now
-                self.listing = self.conn.request_channel_list(now=now, job=Job(tag=self))
+                self.listing = self.conn.request_channel_list(0, CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
+            if not self.conn.closed:
+                self.conn._settle_deferred(now)
             if self.conn.closed:
                 if self.conn.error is not None or not self.finite_done:
                     self.abandon(self._closed_reason())
                 return
             if self.listing is not None and self.listing.done and not self._listed:
+                full = self.listing.complete and len(self.listing.channels) >= CHANNELS_PER_RESPONSE
+                if full and len(self._pages) + len(self.listing.channels) < MAX_LISTED_CHANNELS:
+                    # A full page: the peer may list more (a cablestore peer answers 4,096 at a time).
+                    self._pages += self.listing.channels
+                    self.listing = self.conn.request_channel_list(len(self._pages), CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
+                    return
+                if full and self.wanted is None:
+                    self.abandon(f"channel list: the peer lists more than {MAX_LISTED_CHANNELS} channels")
+                    return
                 if not self.listing.complete and self.wanted is None:
                     self.abandon(f"channel list: {self.listing.reason}")
                     return
-                self._add_listed(self.listing.channels if self.listing.complete else ())
+                self._add_listed(self._pages + list(self.listing.channels) if self.listing.complete else ())
                 self._listed = True
             if self.moderation is None and self._listed and all(ch.finished for ch in self.channels.values()):
                 # Once the channels are in: every block and unblock, and the roles and actions for
@@ -231,8 +250,11 @@ class Sync:
             return
         if not ch.asked:
             if ch.name in self.node.syncing:
-                return  # another sync holds this channel: wait for it
-            self.node.syncing.add(ch.name)
+                if ch.waiting_since is None:
+                    ch.waiting_since = now
+                if now - ch.waiting_since < min(CHANNEL_WAIT, self.progress_timeout // 2):
+                    return  # another sync holds this channel: wait for it, a while
+            self.node.syncing[ch.name] = self.node.syncing.get(ch.name, 0) + 1
             start, end = self.window or (read_cursor(self.node.store, self.peer, ch.name) or 0, now + WEEK_MS)
             ch.jobs = {
                 spelling: (
@@ -245,7 +267,7 @@ class Sync:
         if not ch.answered:
             return
         ch.finished = True
-        self.node.syncing.discard(ch.name)
+        self._release(ch.name)
         if ch.complete and self.window is None:
             # One cursor for the channel: the oldest of its spellings' newest posts, so none is skipped next time.
             newest = [self.node.store.get(h.newest) for h, _ in ch.jobs.values() if h.newest is not None]
@@ -256,6 +278,13 @@ class Sync:
             for spelling in ch.spellings:
                 ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
                 ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
+
+    def _release(self, name: str) -> None:
+        holders = self.node.syncing
+        if holders.get(name, 0) > 1:
+            holders[name] -= 1
+        else:
+            holders.pop(name, None)
 
     def _live_failure(self) -> str | None:
         for ch in self.channels.values():
@@ -278,7 +307,7 @@ class Sync:
             for ch in self.channels.values():
                 if ch.asked and not ch.finished:
                     ch.finished = True
-                    self.node.syncing.discard(ch.name)
+                    self._release(ch.name)
             if not self.conn.closed:
                 for entry in [e for e in self.conn.outbound.values() if e.job.tag is self]:
                     self.conn.cancel(entry.req_id)
@@ -326,7 +355,7 @@ class Sync:
         return {
             "peer": self.peer,
             "channels": sorted(self.channels),
-            "channels_listed": None if self.listing is None else len(self.listing.channels),
+            "channels_listed": None if self.listing is None else len(self._pages) + len(self.listing.channels),
             "requests_sent": sum(j.requests for j in jobs),
             "requests_answered": sum(j.answered for j in jobs),
             "hashes_received": sum(j.hashes_seen for j in jobs),
