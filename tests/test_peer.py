@@ -115,6 +115,29 @@ def test_live_state_pushes_changes_and_the_next_latest_after_a_delete(chat):
     assert s.topic("general") == "one"
 
 
+def test_a_post_info_rereads_only_the_live_states_of_its_authors_channels(chat, monkeypatch):
+    """Regression: every post/info (or delete) committed re-read the state of every channel with a live
+    state request (1,024 a peer allowed, ~35 µs each), so a peer holding many made each commit cost 140 ms."""
+    from cablestore import INFO
+    from cablestore.peer import live
+
+    s, hashes, alice, bob = chat
+    read = []
+    real = live.channel_state_answer
+    monkeypatch.setattr(live, "channel_state_answer", lambda store, channel: read.append(channel) or real(store, channel))
+    conn = Node(s).connect()
+    for i, channel in enumerate(["general", "other"] + [f"empty{i}" for i in range(30)]):
+        ask(conn, M.ChannelStateRequest(b"st%02d" % i, channel, 1))
+    info = post(alice, INFO, T0 + 200, info=[("name", "alice")])
+    s.ingest(info)
+    assert read == ["general"]  # alice is a member of general only
+    (pushed,) = responses(conn.data_to_send())
+    assert pushed.req_id == b"st00" and pushed.hashes == (post_hash(info),)
+    read.clear()
+    s.ingest(post(bob, INFO, T0 + 201, info=[("name", "bob")]))
+    assert read == ["other"]
+
+
 def test_live_push_from_a_local_author_in_another_thread_wakes_the_transport(chat):
     s, hashes, _, bob = chat
     node = Node(s)
@@ -424,6 +447,25 @@ def test_a_channel_list_longer_than_a_decoder_takes_is_answered_in_pages(stores)
     (rest,) = ask(conn, M.ChannelListRequest(b"lst2", CHANNELS_PER_RESPONSE, 0))
     assert len(first.channels) == CHANNELS_PER_RESPONSE and len(rest.channels) == 4
     assert list(first.channels + rest.channels) == s.channel_list()
+
+
+def test_a_channel_list_is_spelled_a_few_channels_a_turn(stores, monkeypatch):
+    """Regression: a channel list answer read every channel's posts in one unit of work (~40 µs a channel,
+    150 ms at 4,096), so one cheap request delayed every other connection's answers that long."""
+    from cablestore.peer import answering
+
+    monkeypatch.setattr(answering, "SPELLINGS_PER_TURN", 2)
+    alice = keypair("alice")
+    s = stores("five")
+    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"C{i}") for i in range(5)])
+    conn = Node(s).connect()
+    conn.feed(M.encode(M.ChannelListRequest(b"lst1", 0, 0)), WALL)
+    sent = []
+    for _ in range(3):
+        assert not sent
+        assert conn._work(WALL, 1) == 1  # one unit: the request, then one step of two channels each
+        sent = responses(conn.data_to_send())
+    assert sent == [M.ChannelListResponse(b"lst1", tuple(f"C{i}" for i in range(5)))]  # one whole answer, as posts spell them
 
 
 def test_sync_pages_through_the_channel_list(stores, monkeypatch):

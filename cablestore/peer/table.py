@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 HASHES_PER_RESPONSE = 4096
 CHANNELS_PER_RESPONSE = 4096  # a channel list answer's page: the most a decoder takes in one message (Limits.max_channels)
 MAX_LISTED_CHANNELS = 16 * CHANNELS_PER_RESPONSE  # a sync takes at most this many channels from one peer's list
+SPELLINGS_PER_TURN = 128  # channels of a channel list answer spelled in one turn of the connection
 POST_RESPONSE_BYTES = 256 << 10
 POST_PAGE_BYTES = 64 << 10  # posts read for one unit of work on a post request
 HASHES_PER_POST_REQUEST = 1024
