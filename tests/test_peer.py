@@ -54,6 +54,14 @@ def test_post_request_answers_held_posts_and_ends_with_an_empty_response(chat):
     assert out == [M.PostResponse(RID, (s.get(hashes[0]), s.get(hashes[3]))), M.PostResponse(RID)]
 
 
+def test_a_post_request_naming_a_post_many_times_is_sent_it_once(chat):
+    """Regression: hashes were not de-duplicated, so a 2 MiB request got ~130x its size back."""
+    s, hashes, *_ = chat
+    conn = Node(s).connect()
+    got = ask(conn, M.PostRequest(RID, (hashes[0],) * 500 + (hashes[1],) * 3))
+    assert [p for m in got for p in m.posts] == [s.get(hashes[0]), s.get(hashes[1])]
+
+
 def test_time_range_newest_first_start_inclusive_end_exclusive_limit(chat):
     s, hashes, *_ = chat
     conn = Node(s).connect()

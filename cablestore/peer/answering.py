@@ -109,7 +109,8 @@ class Answering:
         if m.ttl > 0:
             entry.relay_wanted = set(m.hashes)
             self._maybe_forward(entry, m)
-        return self._post_pages(entry, m.hashes)
+        # Each post once: a request naming one post 65,536 times would otherwise be sent it 65,536 times.
+        return self._post_pages(entry, tuple(dict.fromkeys(m.hashes)))
 
     def _post_pages(self, entry: Inbound, hashes: tuple[bytes, ...]) -> Iterator:
         store, per = self.node.store, self.node.policy.posts_per_page
