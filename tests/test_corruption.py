@@ -117,6 +117,19 @@ def test_recover_refuses_what_is_not_a_store(tmp_path, capsys):
     assert not (tmp_path / "missing").exists()
 
 
+def test_recover_reads_only_leveldbs_logs_not_other_files_named_log(tmp_path, capsys):
+    """Regression: a stray notes.log made recover fail with a ValueError traceback."""
+    path = tmp_path / "s.ldb"
+    with Store(path, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=4, posts=50))
+        before = sorted(s.items(b"!post!"))
+    (path / "notes.log").write_text("operator's notes\n")
+    assert main(["recover", str(path)]) == 0, capsys.readouterr().err
+    with Store(path) as s:
+        assert sorted(s.items(b"!post!")) == before
+    assert (path / "notes.log").read_text() == "operator's notes\n"
+
+
 DISK_FULL = """
 import json, os, resource, signal, sys
 from cablestore import Store

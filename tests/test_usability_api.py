@@ -116,6 +116,53 @@ def test_a_bytes_store_path_is_a_path(tmp_path):
         assert s.path == tmp_path / "b.ldb"
 
 
+def test_a_store_path_that_is_not_utf8_opens_and_is_reopened(tmp_path, posts):
+    """Regression: plyvel refused such a name with a raw ValueError, after the directory was made."""
+    path = os.fsencode(tmp_path) + b"/bad\xff.ldb"
+    with Store(path) as s:
+        s.ingest_many(posts[:5])
+    with Store(path) as s:
+        assert len(list(s.items(b"!post!"))) == 5
+    assert os.listdir(os.fsencode(tmp_path)) == [b"bad\xff.ldb"]
+
+
+@pytest.mark.parametrize("bad", ["a\0b", "\ud800x"])
+def test_a_store_path_no_file_system_takes_is_an_argument_error_and_creates_nothing(tmp_path, bad, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArgumentError, match="store path"):
+        Store(bad)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_bad_local_user_creates_no_store(tmp_path):
+    """Regression: the store was created, then the key refused."""
+    from cablestore import LocalUserError
+
+    with pytest.raises(LocalUserError):
+        Store(tmp_path / "n.ldb", local_user="zz")
+    assert not (tmp_path / "n.ldb").exists()
+
+
+def test_an_io_error_at_open_is_not_called_a_lock_because_the_path_says_lock(tmp_path):
+    """Regression: any I/O error at open whose message held "lock" (the LOCK file's own name) was a StoreLockedError."""
+    from cablestore import StoreIOError, StoreLockedError
+
+    path = tmp_path / "s.ldb"
+    Store(path).close()
+    (path / "LOCK").unlink()
+    (path / "LOCK").mkdir()  # LevelDB cannot open it: "<path>/LOCK: Is a directory"
+    with pytest.raises(CableError) as info:
+        Store(path)
+    assert not isinstance(info.value, StoreLockedError) and isinstance(info.value, StoreIOError), info.value
+
+
+def test_moderation_queries_of_a_channel_that_is_not_unicode_are_query_errors(store):
+    """Regression: roles() and hidden_users() let a raw UnicodeEncodeError out."""
+    for query in (store.roles, store.hidden_users):
+        with pytest.raises(QueryError, match="not valid Unicode"):
+            query("\udcff")
+
+
 # --- keys and authors -------------------------------------------------------------
 
 

@@ -29,6 +29,12 @@ def store_path(path: object) -> Path:
         raise ArgumentError(f"a store path is a str or os.PathLike, not {type(path).__name__}") from None
     if not text:
         raise ArgumentError("a store path must not be empty")
+    if "\0" in text:
+        raise ArgumentError(f"a store path must not contain a NUL character: {text!r}")
+    try:
+        os.fsencode(text)  # what plyvel is given (a name that is not UTF-8 passes as its bytes)
+    except UnicodeEncodeError:
+        raise ArgumentError(f"a store path must be a file system name: {text!r}") from None
     return Path(text)
 
 

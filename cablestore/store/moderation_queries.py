@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.errors import LocalUserError, QueryError
-from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, escape, mono_timestamp, unescape
+from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.store import indexer
 from cablestore.store.inflight import guarded
 from cablestore.store.resolving import refresh
@@ -33,10 +33,7 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
     kept = db.get(LOCAL_USER_KEY)
     if given is None:
         return kept
-    try:
-        key = as_hash(given)
-    except (QueryError, ValueError, TypeError) as exc:
-        raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
+    key = local_user_key(given)
     if kept is not None:
         if kept != key:
             raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
@@ -48,11 +45,23 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
     return key
 
 
+def local_user_key(given: HashLike | None) -> bytes | None:
+    """``given`` as a 32-byte public key (None stays None); anything else raises :class:`LocalUserError`.
+
+    :class:`cablestore.Store` checks it before the store is opened, so a bad key creates nothing.
+    """
+    if given is None:
+        return None
+    try:
+        return as_hash(given)
+    except (QueryError, ValueError, TypeError) as exc:
+        raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
+
+
 def _channel_context(channel: str | None) -> str:
     if channel is None or channel == "":
         return ""
-    if not isinstance(channel, str):
-        raise QueryError(f"a channel name is a str, not {type(channel).__name__}")
+    channel_key(channel)  # a str of valid Unicode, or QueryError
     return canonical_channel(channel)
 
 

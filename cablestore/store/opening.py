@@ -243,7 +243,7 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
         # (docs/performance.md, "Compiled hot path"), for up to ~100 MB more
         # memory during an ingest (a memtable and the one being flushed).
         return plyvel.DB(
-            str(path),
+            os.fsencode(path),  # bytes: plyvel refuses a str that is not UTF-8 (a name made of other bytes)
             create_if_missing=create,
             paranoid_checks=True,
             lru_cache_size=cache_mb << 20,
@@ -255,7 +255,11 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
             max_file_size=MAX_FILE_SIZE,
         )
     except plyvel.IOError as exc:
-        if "lock" in message(exc).lower() and "not a directory" not in message(exc).lower():
+        # LevelDB: "lock <dir>/LOCK: already held by process" (this process) or the lock call's
+        # error (another process).  A LOCK file it cannot open at all ("<dir>/LOCK: Permission
+        # denied", a read-only directory) is an I/O error, not a lock: the path may say "lock" too.
+        text = message(exc)
+        if "IO error: lock " in text and ("already held" in text or "temporarily unavailable" in text):
             raise StoreLockedError(f"{path} is open in another process or Store") from exc
         raise translate(exc, path) from exc
     except plyvel.Error as exc:

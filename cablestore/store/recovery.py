@@ -97,7 +97,7 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
         with _leveldb_lock(path):
             logged = _log_evidence(path)
             with opening.translated(path):
-                plyvel.repair_db(str(path), paranoid_checks=True)  # checksums: drop damaged blocks, keep the rest
+                plyvel.repair_db(os.fsencode(path), paranoid_checks=True)  # checksums: drop damaged blocks, keep the rest
         report.set_aside = sorted(set(os.listdir(path / "lost")) - before_lost) if (path / "lost").is_dir() else []
         report.leveldb = _repair_lines(path)
         report.damaged = [line for line in report.leveldb if _DAMAGE.search(line)]
@@ -185,7 +185,9 @@ class _leveldb_lock:
 def _log_evidence(path: Path) -> set[bytes]:
     """Hashes whose last ``!post!`` write in the logs is a put (damaged records included)."""
     last: dict[bytes, bool] = {}
-    for log in sorted(path.glob("*.log"), key=lambda p: int(p.stem)):
+    # LevelDB's logs only (NNNNNN.log files): anything else an operator left there is not read.
+    logs = [p for p in path.glob("*.log") if p.stem.isdigit() and p.is_file()]
+    for log in sorted(logs, key=lambda p: int(p.stem)):
         data = log.read_bytes()
         for payload in leveldb_files.records(data):
             for m in _POST_OP.finditer(payload):
@@ -207,7 +209,7 @@ def _repair_lines(path: Path) -> list[str]:
 def _restore_format(path: Path) -> bool:
     """Put ``!meta!format`` back if repair lost it but the data is a cablestore store's."""
     with opening.translated(path):
-        db = plyvel.DB(str(path), create_if_missing=False)
+        db = plyvel.DB(os.fsencode(path), create_if_missing=False)
         try:
             if db.get(opening.FORMAT_KEY) is not None:
                 return False

@@ -35,7 +35,7 @@ from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.hashfilter import link_filter, tombstone_filter
 from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
-from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user
+from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user, local_user_key
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.resolving import needed, refresh, worth_resolving
@@ -126,6 +126,7 @@ class Store(Reading, Queries, ModerationQueries):
         self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
         self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
+        local_user = local_user_key(local_user)  # before anything is opened or created
         self._db, self._registered = opening.open_db(self.path, create=create, **self._sizes)
         try:
             self.local_user = adopt_local_user(self._db, local_user)
