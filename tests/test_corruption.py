@@ -130,6 +130,36 @@ def test_recover_reads_only_leveldbs_logs_not_other_files_named_log(tmp_path, ca
     assert (path / "notes.log").read_text() == "operator's notes\n"
 
 
+def _flip_a_stored_signature(path: Path, buf: bytes) -> None:
+    """Flip one byte of ``buf``'s signature where a table file holds it (Snappy keeps it verbatim)."""
+    for table in sorted(path.glob("*.ldb")):
+        data = bytearray(table.read_bytes())
+        at = data.find(buf[32:96])
+        if at >= 0:
+            data[at + 10] ^= 0x40
+            table.write_bytes(bytes(data))
+            return
+    raise AssertionError("signature not found in any table")
+
+
+@pytest.mark.parametrize("command", [["dump"], ["dump", "--json"]])
+def test_dump_of_a_damaged_post_fails_and_its_json_stays_one_document(tmp_path, capsys, command):
+    """Regression: dump printed a damaged post (its raw bytes not hashing to its hash) and exited 0,
+    and a failure part-way left --json output that was not JSON."""
+    path = tmp_path / "s.ldb"
+    posts = generate(seed=5, posts=400)
+    with Store(path, verify_signatures=False) as s:
+        s.ingest_many(posts)
+        stored = [buf for _, buf in s.items(b"!post!")]
+    _flip_a_stored_signature(path, stored[len(stored) // 2])
+    assert main([command[0], str(path), *command[1:]]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and "StoreCorruptError" in err
+    if "--json" in command:
+        doc = json.loads(out)
+        assert doc["error"] == "StoreCorruptError" and doc["count"] == len(doc["posts"]) < len(stored)
+
+
 DISK_FULL = """
 import json, os, resource, signal, sys
 from cablestore import Store

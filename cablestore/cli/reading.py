@@ -14,7 +14,8 @@ import sys
 import unicodedata
 from itertools import islice
 
-from cablestore.cli.args import int_at_least, json_text, open_existing, print_json, printable, require_channel
+from cablestore.cli.args import error_line, error_message, int_at_least, json_text, open_existing, print_json, printable, require_channel
+from cablestore.errors import CableError
 
 
 def _cmd_show(args) -> int:
@@ -101,9 +102,15 @@ def _cmd_dump(args) -> int:
         # One JSON document, written as it is read (a store may not fit in memory twice).
         print(json_text({"store": str(args.store), "channel": args.channel, "limit": args.limit or None})[:-1] + ', "posts": [', end="")
         count = 0
-        for post in posts:
-            print(",\n  " if count else "\n  ", json_text({**post.to_dict(), "raw": post.raw.hex()}), sep="", end="")
-            count += 1
+        try:
+            for post in posts:
+                print(",\n  " if count else "\n  ", json_text({**post.to_dict(), "raw": post.raw.hex()}), sep="", end="")
+                count += 1
+        except CableError as exc:  # damage found part-way: the document still ends, and says so
+            error = {"error": type(exc).__name__, "message": error_message(exc)}
+            print(f'\n], "count": {count}, ' + json_text(error)[1:])
+            print(error_line("dump", exc), file=sys.stderr)
+            return 2
         print(f'\n], "count": {count}}}')
     return 0
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cablestore.compiled import HOT_PATH
+from cablestore.errors import CableError, StoreCorruptError
 from cablestore.keyspace.keys import as_hash, canonical_channel, escape
 from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import actions as actions_view
@@ -24,7 +25,7 @@ from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
 from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post
+from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, post_hash
 
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
@@ -246,10 +247,10 @@ class Reading:
                 chat_keys = self._chat_range(snap, channel, start, end)
                 hashes = (k[-32:] for k in chat_keys)
             for h in hashes:
-                buf = snap.get(POSTS + h)
+                buf = snap.get(POSTS + h, verify_checksums=True)
                 if buf is None:
                     continue
-                post = decode_post(buf)
+                post = _checked_post(self.path, h, buf)
                 hider = hidden_by(snap, h, post, hidden_users) if moderated else None
                 if hider is not None and not include_hidden:
                     continue
@@ -280,10 +281,10 @@ class Reading:
         wanted = None if channel is None else canonical_channel(channel)
         deletes = set(self.channel_time_range(channel)) if channel is not None else set()
         names: dict[bytes, str | None] = {}
-        with self.db.snapshot() as snap, snap.iterator(prefix=POSTS) as it:
+        with self.db.snapshot() as snap, snap.iterator(prefix=POSTS, verify_checksums=True) as it:
             for key, buf in it:
-                post = decode_post(buf)
                 h = key[len(POSTS) :]
+                post = _checked_post(self.path, h, buf)
                 if wanted is not None and not (
                     (post.channel is not None and canonical_channel(post.channel) == wanted) or h in deletes
                 ):
@@ -368,3 +369,16 @@ def _name_key(public_key: bytes) -> bytes:
 
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("utf-8", "replace")
+
+
+def _checked_post(path: Path, h: bytes, buf: bytes) -> Post:
+    """The post stored under ``h``, decoded; one whose bytes are damaged (it does not hash to ``h``,
+    or does not decode) raises :class:`StoreCorruptError` instead of being shown as if it were whole.
+    (Its block passed LevelDB's checksum, or the damage is older than the block: ``check`` finds it.)"""
+    fix = "run `cablestore check STORE --repair` or `cablestore recover STORE`"
+    if post_hash(buf) != h:
+        raise StoreCorruptError(f"{path}: the post stored under {h.hex()} does not hash to it (damaged); {fix}")
+    try:
+        return decode_post(buf)
+    except CableError as exc:
+        raise StoreCorruptError(f"{path}: the post stored under {h.hex()} does not decode ({type(exc).__name__}: {exc}); {fix}") from exc
