@@ -278,7 +278,10 @@ def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
         with db.iterator(include_value=False, verify_checksums=True) as it:
             empty = next(it, None) is None
         if not empty:
-            raise NotAStoreError(f"{path} is a LevelDB database without {FORMAT_KEY!r}: not a cablestore store; nothing was changed")
+            raise NotAStoreError(
+                f"{path} is a LevelDB database without {FORMAT_KEY!r}: not a cablestore store; its data was not changed"
+                " (LevelDB rewrote its own MANIFEST and log when it was opened)"
+            )
         if not create:
             raise StoreNotFoundError(f"{path} is an empty LevelDB database, not a cablestore store")
         db.put(FORMAT_KEY, FORMAT, sync=True)
