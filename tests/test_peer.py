@@ -419,12 +419,68 @@ def test_a_hash_another_peer_has_in_flight_is_waited_for_then_fetched_not_called
     sync = Sync(b2, "two", channels=["general"])
     pump((a2, b2), polls=[sync])
     assert not sync.done and not any(h in mine for h in hashes[2:7])  # waiting, not complete
-    later = WALL + 30_000 // 3
+    from cablestore.peer.requesting import DEFER_MS
+
+    later = WALL + DEFER_MS
     node.tick(later - 1)
     pump((a2, b2), polls=[sync], now=later - 1)
     assert not sync.done
     pump((a2, b2), polls=[sync], now=later)  # past the wait: asked for on this connection
     assert sync.done and sync.summary()["complete"] and all(h in mine for h in hashes[:7])
+
+
+def test_a_hash_waited_on_counts_once_against_the_pending_bound(chat, stores):
+    """Regression (review): a hash in flight elsewhere counted twice (in flight, and waited on), so two peers
+    serving one channel failed a sync with "overflow" at half the bound."""
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine, policy=PeerLimits(pending_hashes=8))  # 7 distinct posts wanted in all
+    a1, b1 = link(Node(s), node)
+    a2, b2 = link(Node(s), node)
+    b1.request_posts(hashes[2:7], now=WALL)
+    sync = Sync(b2, "two", channels=["general"])
+    pump((a2, b2), polls=[sync])
+    pump((a1, b1), polls=[sync])
+    pump((a2, b2), polls=[sync])
+    assert sync.done and sync.summary()["complete"], sync.summary()["reason"]
+    assert all(h in mine for h in hashes[:7]) and node.deferred == 0
+
+
+def test_a_store_failing_while_deferred_hashes_settle_fails_their_jobs_and_leaks_nothing(chat, stores):
+    """Regression (review): a store error escaped Node.tick (ending serve's ticker) and left counts behind."""
+    from cablestore.peer.requesting import DEFER_MS
+
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine)
+    a1, b1 = link(Node(stores("hostile")), node)
+    a2, b2 = link(Node(s), node)
+    b1.request_posts(hashes[2:7], now=WALL)
+    first, second = b2.request_posts(hashes[2:4], now=WALL), b2.request_posts(hashes[4:7], now=WALL)
+    assert node.deferred == 5 and second.outstanding == 3
+    mine.close()  # every read now raises StoreClosedError
+    node.tick(WALL + DEFER_MS)
+    assert node.deferred == 0 and first.done and second.done and not b2._deferred
+    assert first.failed and second.failed and "StoreClosedError" in second.reason
+
+
+def test_a_sync_given_up_asks_for_none_of_the_hashes_it_waited_on(chat, stores):
+    """Regression (review): an abandoned sync's deferred hashes were still asked for, for nobody."""
+    from cablestore.peer.requesting import DEFER_MS
+
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine)
+    a1, b1 = link(Node(stores("hostile")), node)
+    a2, b2 = link(Node(s), node)
+    b1.request_posts(hashes[2:7], now=WALL)
+    sync = Sync(b2, "two", channels=["general"])
+    pump((a2, b2), polls=[sync])
+    assert node.deferred == 5
+    sync.abandon("given up")
+    b2.data_to_send()
+    node.tick(WALL + DEFER_MS)
+    assert not any(isinstance(m, M.PostRequest) for m in responses(b2.data_to_send())) and node.deferred == 0
 
 
 def test_a_hash_in_flight_elsewhere_that_arrives_there_ends_the_wait_without_a_second_request(chat, stores):

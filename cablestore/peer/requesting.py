@@ -49,6 +49,11 @@ def _with_tombstones(store, hashes: list[bytes]) -> set[bytes]:
     return found
 
 
+# How long a hash another request has in flight is waited for before it is asked for here too:
+# well within a sync's progress timeout (30 s), and long enough for a post request to be answered.
+DEFER_MS = 10_000
+
+
 class Requesting:
     """The requesting half of a connection (see :class:`cablestore.peer.protocol.Connection`)."""
 
@@ -134,15 +139,20 @@ class Requesting:
             h for h in unheld
             if (h not in tombstoned or not store.is_deleted(h)) and not store.is_dropped(h)  # a dropped post is not requested (§4.4.6)
         ]
-        fits = True
-        room = node.policy.max_pending_hashes() - len(inflight) - node.deferred
-        if len(missing) + len(waits) > room:
+        fits, bound = True, node.policy.max_pending_hashes()
+        # Hashes waited on: the ones in flight already count (``inflight``); a wait is a
+        # reference to one of them, bounded on its own (``node.deferred``).
+        new = [h for h in missing if h not in inflight] if force else missing
+        room, wait_room = bound - len(inflight), bound - node.deferred
+        if len(new) > room or len(waits) > wait_room:
             fits = False
-            job.fail(f"overflow: the peer listed more than {node.policy.max_pending_hashes()} posts to fetch at once")
-            missing = missing[: max(0, room)]
-            waits = waits[: max(0, room - len(missing))]
+            job.fail(f"overflow: the peer listed more than {bound} posts to fetch at once")
+            if len(new) > room:
+                dropped = set(new[max(0, room) :])
+                missing = [h for h in missing if h not in dropped]
+            waits = waits[: max(0, wait_room)]
         if waits:
-            deadline = now + node.timeout // 3  # well before the sync's progress timeout (the same 30 s by default)
+            deadline = now + min(node.timeout, DEFER_MS)  # within the sync's progress timeout (30 s by default)
             self._deferred.extend((h, job, ttl, channel, deadline) for h in waits)
             job.outstanding += len(waits)
             node.deferred += len(waits)
@@ -163,7 +173,7 @@ class Requesting:
 
     def _settle_deferred(self, now: int) -> None:
         """The deferred hashes (listed while another request had them in flight): each waits
-        until that request delivered it or ended, or a third of ``node.timeout``; then the store has
+        until that request delivered it or ended, or ``DEFER_MS`` (or the request timeout, if shorter); then the store has
         it, or it is asked for on this connection.  So a peer that lists a hash and never
         sends it (or trickles its answer) cannot keep it from another peer's sync, which would
         otherwise end "complete" without the post.  Called on every tick and sync poll."""
@@ -183,8 +193,21 @@ class Requesting:
             node.deferred -= len(hashes)
             if self.closed:
                 job.fail("closed: the connection closed before these posts came")
-            else:
+                continue
+            try:
                 self._request_missing(hashes, job, now, ttl, channel, force=True)
+            except CableError as exc:  # the store (closed, damaged): this job fails, the others go on
+                job.fail(f"store: {type(exc).__name__}: {exc}")
+
+    def _drop_deferred(self, tag: object) -> None:
+        """Forget the deferred hashes of the jobs tagged ``tag`` (a sync given up): nobody waits for them."""
+        keep = [item for item in self._deferred if item[1].tag is not tag]
+        for _, job, *_ in self._deferred:
+            if job.tag is tag:
+                job.outstanding -= 1
+                self.node.deferred -= 1
+                job.fail("cancelled: the sync was given up")
+        self._deferred = keep
 
     def _send_queued(self, now: int) -> None:
         """Send queued post requests while fewer than POST_REQUESTS_IN_FLIGHT are unanswered."""

@@ -311,6 +311,7 @@ class Sync:
             if not self.conn.closed:
                 for entry in [e for e in self.conn.outbound.values() if e.job.tag is self]:
                     self.conn.cancel(entry.req_id)
+                self.conn._drop_deferred(self)
 
     # --- results ------------------------------------------------------------------
     @property
