@@ -429,6 +429,17 @@ def test_a_hash_another_peer_has_in_flight_is_waited_for_then_fetched_not_called
     assert sync.done and sync.summary()["complete"] and all(h in mine for h in hashes[:7])
 
 
+def _in_flight_on_a_silent_peer(chat, stores):
+    """A node whose first connection has texts 2-6 of ``chat`` in flight to a peer that never answers,
+    and a second connection (``(a2, b2)``) to a peer holding them: ``(s, hashes, mine, node, (a2, b2))``."""
+    s, hashes, *_ = chat
+    mine = stores("mine")
+    node = Node(mine, timeout=30_000)
+    _, b1 = link(Node(stores("hostile")), node)
+    b1.request_posts(hashes[2:7], now=WALL)
+    return s, hashes, mine, node, link(Node(s), node)
+
+
 def test_a_hash_waited_on_counts_once_against_the_pending_bound(chat, stores):
     """Regression (review): a hash in flight elsewhere counted twice (in flight, and waited on), so two peers
     serving one channel failed a sync with "overflow" at half the bound."""
@@ -450,12 +461,7 @@ def test_a_store_failing_while_deferred_hashes_settle_fails_their_jobs_and_leaks
     """Regression (review): a store error escaped Node.tick (ending serve's ticker) and left counts behind."""
     from cablestore.peer.requesting import DEFER_MS
 
-    s, hashes, *_ = chat
-    mine = stores("mine")
-    node = Node(mine)
-    a1, b1 = link(Node(stores("hostile")), node)
-    a2, b2 = link(Node(s), node)
-    b1.request_posts(hashes[2:7], now=WALL)
+    s, hashes, mine, node, (a2, b2) = _in_flight_on_a_silent_peer(chat, stores)
     first, second = b2.request_posts(hashes[2:4], now=WALL), b2.request_posts(hashes[4:7], now=WALL)
     assert node.deferred == 5 and second.outstanding == 3
     mine.close()  # every read now raises StoreClosedError
@@ -468,12 +474,7 @@ def test_a_sync_given_up_asks_for_none_of_the_hashes_it_waited_on(chat, stores):
     """Regression (review): an abandoned sync's deferred hashes were still asked for, for nobody."""
     from cablestore.peer.requesting import DEFER_MS
 
-    s, hashes, *_ = chat
-    mine = stores("mine")
-    node = Node(mine)
-    a1, b1 = link(Node(stores("hostile")), node)
-    a2, b2 = link(Node(s), node)
-    b1.request_posts(hashes[2:7], now=WALL)
+    s, hashes, mine, node, (a2, b2) = _in_flight_on_a_silent_peer(chat, stores)
     sync = Sync(b2, "two", channels=["general"])
     pump((a2, b2), polls=[sync])
     assert node.deferred == 5
@@ -532,18 +533,24 @@ def test_a_channel_list_is_spelled_a_few_channels_a_turn(stores, monkeypatch):
     assert sent == [M.ChannelListResponse(b"lst1", tuple(f"C{i}" for i in range(5)))]  # one whole answer, as posts spell them
 
 
+def _sync_joined_channels(stores, n: int):
+    """A store whose alice joined channels c0 .. c<n-1>, and a finished sync of it into an empty store."""
+    alice = keypair("alice")
+    s, mine = stores("joined"), stores("mine")
+    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(n)])
+    a, b = link(Node(s), Node(mine))
+    sync = Sync(b, "peer")
+    pump((a, b), polls=[sync])
+    return s, mine, sync
+
+
 def test_sync_pages_through_the_channel_list(stores, monkeypatch):
     from cablestore.peer import answering
     from cablestore.peer import sync as sync_mod
 
     monkeypatch.setattr(answering, "CHANNELS_PER_RESPONSE", 3)
     monkeypatch.setattr(sync_mod, "CHANNELS_PER_RESPONSE", 3)
-    alice = keypair("alice")
-    s, mine = stores("seven"), stores("mine")
-    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(7)])
-    a, b = link(Node(s), Node(mine))
-    sync = Sync(b, "peer")
-    pump((a, b), polls=[sync])
+    s, mine, sync = _sync_joined_channels(stores, 7)
     assert sync.done and sync.summary()["complete"] and sync.summary()["channels_listed"] == 7
     assert mine.channel_list() == s.channel_list() == [f"c{i}" for i in range(7)]
 
@@ -553,12 +560,7 @@ def test_sync_gives_up_on_a_channel_list_without_end(stores, monkeypatch):
 
     monkeypatch.setattr(sync_mod, "CHANNELS_PER_RESPONSE", 2)
     monkeypatch.setattr(sync_mod, "MAX_LISTED_CHANNELS", 6)
-    alice = keypair("alice")
-    s, mine = stores("ten"), stores("mine")
-    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(10)])
-    a, b = link(Node(s), Node(mine))
-    sync = Sync(b, "peer")
-    pump((a, b), polls=[sync])
+    _, _, sync = _sync_joined_channels(stores, 10)
     assert sync.done and not sync.summary()["complete"] and "more than 6 channels" in sync.summary()["reason"]
 
 
