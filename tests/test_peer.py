@@ -564,6 +564,22 @@ def test_sync_gives_up_on_a_channel_list_without_end(stores, monkeypatch):
     assert sync.done and not sync.summary()["complete"] and "more than 6 channels" in sync.summary()["reason"]
 
 
+def test_a_live_sync_keeps_a_bounded_number_of_channels_live(stores, monkeypatch):
+    """A peer that lists many channels (pages of them, now) cannot make a live sync hold two requests for each."""
+    from cablestore.peer import sync as sync_mod
+
+    monkeypatch.setattr(sync_mod, "MAX_LIVE_CHANNELS", 2)
+    alice = keypair("alice")
+    s, mine = stores("five"), stores("mine")
+    s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(5)])
+    a, b = link(Node(s), Node(mine))
+    sync = Sync(b, "peer", live=True)
+    pump((a, b), polls=[sync])
+    assert mine.channel_list() == [f"c{i}" for i in range(5)]  # every channel synced once
+    assert sum(1 for ch in sync.channels.values() if ch.live) == 2 and sync.summary()["channels_not_live"] == 3
+    assert sum(1 for e in b.outbound.values() if e.live) == 2 * 2 + 1  # two live channels, and the moderation state
+
+
 def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(stores):
     from cablestore.peer.protocol import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
 

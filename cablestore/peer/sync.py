@@ -39,6 +39,9 @@ DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this 
 DEFAULT_PROGRESS_TIMEOUT = 30_000
 PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
 CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
+# Channels a live sync keeps live requests open for (two each): as many as one channel list page, so
+# a peer listing 65,536 channels cannot make this peer hold 131,072 requests for it.
+MAX_LIVE_CHANNELS = CHANNELS_PER_RESPONSE
 
 
 def cursor_key(peer: str, channel: str) -> bytes:
@@ -144,6 +147,8 @@ class Sync:
         self._progress_at: int | None = None
         self._listed = False
         self.unlisted: list[str] = []  # channels named that the peer's channel list lacks
+        self.not_live: list[str] = []  # channels synced once but not kept live (past MAX_LIVE_CHANNELS)
+        self._live_channels = 0
 
     # --- driving ------------------------------------------------------------------
     def poll(self, now: int) -> None:
@@ -274,7 +279,10 @@ class Sync:
             stamps = [decode_post(buf).timestamp for buf in newest if buf is not None]
             if stamps:
                 write_cursor(self.node.store, self.peer, ch.name, min(stamps) - self.margin)
-        if self.live and not self.conn.closed:
+        if self.live and not self.conn.closed and self._live_channels >= MAX_LIVE_CHANNELS:
+            self.not_live.append(ch.name)
+        elif self.live and not self.conn.closed:
+            self._live_channels += 1
             for spelling in ch.spellings:
                 ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
                 ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
@@ -370,6 +378,7 @@ class Sync:
             "dropped_by_error": dict(sorted(self.conn.errors.items())),
             "requests_from_peer": stats["requests"],
             "incomplete_channels": incomplete,
+            "channels_not_live": len(self.not_live),  # a live sync: channels synced once, past MAX_LIVE_CHANNELS
             # Per spelling asked for: requests sent (time range, state and their post requests), hashes and posts got.
             "spellings": {
                 spelling: {"asked": h.requests + s.requests, "hashes": h.hashes_seen + s.hashes_seen, "posts": h.posts_received + s.posts_received}
