@@ -12,7 +12,7 @@ is closed rather than buffered without bound.
 
 from __future__ import annotations
 
-from cablestore.keyspace.keys import canonical_channel, channel_key, mono
+from cablestore.keyspace.keys import canonical_channel, escape, mono
 from cablestore.moderation import RELEVANT_TYPES
 from cablestore.peer.answering import MODERATION_LIVE
 from cablestore.peer.answers import channel_state_answer
@@ -81,12 +81,12 @@ class LivePushes:
         (their latest post/info is in the answer: a post/info or a delete of theirs may change it)."""
         from cablestore.views import channel as channel_view
 
-        get, out = self.store.db.get, set()
-        for channel, entries in self._live_index.items():
+        get, membership, out = self.store.db.get, channel_view.latest_prefix, set()
+        for channel, entries in self._live_index.items():  # (canonical names, as the view keys them)
             if channel == MODERATION_LIVE or all(isinstance(e.request, TimeRangeRequest) for e in entries):
                 continue
-            members = channel_view.PREFIX + channel_key(channel) + b"m"
-            if any(get(members + pk) is not None for pk in authors):
+            group = b"m" + escape(channel)  # the channel view's member group, less the member's key
+            if any(get(membership(group + pk)) is not None for pk in authors):
                 out.add(channel)
         return out
 

@@ -188,7 +188,7 @@ class Connection(Requesting, Answering):
             self._out = bytearray()
             self._answers.clear()
             self._drop_queue()
-            self._settle_deferred(0)  # closed: each fails its job
+            self._drop_deferred("closed: the connection closed before these posts came")
             for entry in list(self.outbound.values()):
                 self._conclude_outbound(entry, "closed")
             for entry in list(self.inbound.values()):

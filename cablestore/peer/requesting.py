@@ -142,7 +142,7 @@ class Requesting:
         fits, bound = True, node.policy.max_pending_hashes()
         # Hashes waited on: the ones in flight already count (``inflight``); a wait is a
         # reference to one of them, bounded on its own (``node.deferred``).
-        new = [h for h in missing if h not in inflight] if force else missing
+        new = [h for h in missing if h not in inflight]  # (only ``force`` asks again for some in flight)
         room, wait_room = bound - len(inflight), bound - node.deferred
         if len(new) > room or len(waits) > wait_room:
             fits = False
@@ -183,7 +183,7 @@ class Requesting:
         inflight = node._inflight
         for item in self._deferred:
             h, job, ttl, channel, deadline = item
-            if h in inflight and now < deadline and not self.closed:
+            if h in inflight and now < deadline:
                 keep.append(item)
             else:
                 due.setdefault((id(job), ttl, channel), (job, []))[1].append(h)
@@ -191,22 +191,23 @@ class Requesting:
         for (_, ttl, channel), (job, hashes) in due.items():
             job.outstanding -= len(hashes)
             node.deferred -= len(hashes)
-            if self.closed:
-                job.fail("closed: the connection closed before these posts came")
-                continue
             try:
                 self._request_missing(hashes, job, now, ttl, channel, force=True)
             except CableError as exc:  # the store (closed, damaged): this job fails, the others go on
                 job.fail(f"store: {type(exc).__name__}: {exc}")
 
-    def _drop_deferred(self, tag: object) -> None:
-        """Forget the deferred hashes of the jobs tagged ``tag`` (a sync given up): nobody waits for them."""
-        keep = [item for item in self._deferred if item[1].tag is not tag]
-        for _, job, *_ in self._deferred:
-            if job.tag is tag:
-                job.outstanding -= 1
-                self.node.deferred -= 1
-                job.fail("cancelled: the sync was given up")
+    def _drop_deferred(self, reason: str, tag: object = None) -> None:
+        """Forget the deferred hashes (of the jobs tagged ``tag`` only, if given), failing their jobs
+        with ``reason``: the connection closed, or the sync waiting for them was given up."""
+        keep = []
+        for item in self._deferred:
+            job = item[1]
+            if tag is not None and job.tag is not tag:
+                keep.append(item)
+                continue
+            job.outstanding -= 1
+            self.node.deferred -= 1
+            job.fail(reason)
         self._deferred = keep
 
     def _send_queued(self, now: int) -> None:

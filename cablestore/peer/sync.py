@@ -279,9 +279,10 @@ class Sync:
             stamps = [decode_post(buf).timestamp for buf in newest if buf is not None]
             if stamps:
                 write_cursor(self.node.store, self.peer, ch.name, min(stamps) - self.margin)
-        if self.live and not self.conn.closed and self._live_channels >= MAX_LIVE_CHANNELS:
-            self.not_live.append(ch.name)
-        elif self.live and not self.conn.closed:
+        if self.live and not self.conn.closed:
+            if self._live_channels >= MAX_LIVE_CHANNELS:
+                self.not_live.append(ch.name)
+                return
             self._live_channels += 1
             for spelling in ch.spellings:
                 ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
@@ -319,7 +320,7 @@ class Sync:
             if not self.conn.closed:
                 for entry in [e for e in self.conn.outbound.values() if e.job.tag is self]:
                     self.conn.cancel(entry.req_id)
-                self.conn._drop_deferred(self)
+                self.conn._drop_deferred("cancelled: the sync was given up", tag=self)
 
     # --- results ------------------------------------------------------------------
     @property
