@@ -171,31 +171,33 @@ class Answering:
         return self._channel_list_steps(entry, m)
 
     def _channel_list_steps(self, entry: Inbound, m: ChannelListRequest) -> Iterator:
-        """The one response, its spellings found ``SPELLINGS_PER_TURN`` channels a turn (each
-        costs reads: ~40 µs), so a long list delays other connections' answers by a turn at most."""
-        store = self.node.store
-        names = store.channel_list(m.offset, self._list_limit(m))
+        """The one response, its spellings found a part a turn (:meth:`_spelled_parts`)."""
         spelled: list[str] = []
-        for i in range(0, len(names), SPELLINGS_PER_TURN):
+        for i, part in enumerate(self._spelled_parts(m)):
             if i:
                 yield
-            spelled += listed_spellings(store, names[i : i + SPELLINGS_PER_TURN])
+            spelled += part
         self._send(ChannelListResponse(m.req_id, tuple(spelled)))
         entry.answered = True  # the one response, which concludes it
 
     def _listed_channels(self, m: ChannelListRequest) -> list[str]:
-        """The channel list answered: the store's channels, each in the spelling its posts use (:func:`listed_spelling`).
+        """The channel list answered, at once (:meth:`_spelled_parts`, joined)."""
+        return [name for part in self._spelled_parts(m) for name in part]
+
+    def _spelled_parts(self, m: ChannelListRequest) -> Iterator[list[str]]:
+        """The channel list answered: the store's channels, each in the spelling its posts use
+        (:func:`listed_spelling`), ``SPELLINGS_PER_TURN`` at a time (each costs reads: ~40 µs), so
+        a long list delays other connections' answers by a turn at most.
 
         At most ``CHANNELS_PER_RESPONSE`` (what a decoder takes in one message,
         ours included): a store with more answers a page, and the peer asks
         on from ``offset`` (as :class:`cablestore.peer.sync.Sync` does).
         """
         store = self.node.store
-        return listed_spellings(store, store.channel_list(m.offset, self._list_limit(m)))
-
-    @staticmethod
-    def _list_limit(m: ChannelListRequest) -> int:
-        return m.limit if 0 < m.limit < CHANNELS_PER_RESPONSE else CHANNELS_PER_RESPONSE
+        limit = m.limit if 0 < m.limit < CHANNELS_PER_RESPONSE else CHANNELS_PER_RESPONSE
+        names = store.channel_list(m.offset, limit)
+        for i in range(0, len(names), SPELLINGS_PER_TURN):
+            yield listed_spellings(store, names[i : i + SPELLINGS_PER_TURN])
 
     def _answer_moderation_state(self, entry: Inbound, m: ModerationStateRequest, now: int) -> Iterator | None:
         """moderation.md §5.2.1.1: what ``Store.moderation_state`` lists; ``future = 1`` stays live."""
