@@ -13,14 +13,14 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from .snapshot import export
+from .snapshot import export, export_store
 from .verify import Report, apply_repair, check, verify
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
-__all__ = ["Report", "apply_repair", "check", "export", "rebuild", "verify"]
+__all__ = ["Report", "apply_repair", "check", "export", "export_store", "rebuild", "verify"]
 
 
 def rebuild(

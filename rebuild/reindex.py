@@ -36,7 +36,7 @@ import plyvel
 from cablestore import views
 from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import next_prefix
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, next_prefix
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -49,9 +49,7 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
-from cablestore.store.moderation_queries import LOCAL_USER_KEY
 from cablestore.store.resolving import moderation_posts
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:

@@ -85,7 +85,7 @@ def groups(ip):
 
 entries_py, groups_py = entries, groups
 if _native is not None:  # the compiled twins (cablestore.compiled): the same entries, in the same order
-    _native.bind_views(entries_py, groups_py, escape, state, user, channel, links)
+    _native.bind_views(entries_py, groups_py, escape, chat, state, author, user, channel, links)
     entries, groups = _native.entries, _native.groups
 
 

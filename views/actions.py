@@ -13,11 +13,12 @@ hidden users.  All but the ``p`` entries are resolved from the set of posts by
 :mod:`cablestore.moderation`.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape, mono
 from cablestore.wire.codec import MODERATION
 
 NAME = "actions"
-PREFIX = b"!actions!"
+PREFIX = keys.ACTIONS
 RESOLVED_PREFIXES = tuple(PREFIX + k for k in (b"c", b"u", b"h", b"d", b"x", b"v"))
 
 

@@ -5,8 +5,10 @@ Lets a peer list what someone wrote and purge a blocked author.
     !author!<pubkey><type:u8><mono> -> ''
 """
 
+from cablestore.keyspace import keys
+
 NAME = "author"
-PREFIX = b"!author!"
+PREFIX = keys.AUTHOR
 
 
 def prefix(public_key: bytes, post_type: int | None = None) -> bytes:

@@ -11,10 +11,11 @@ All but the ``p`` entries are resolved from the set of posts by
 :mod:`cablestore.moderation`.
 """
 
+from cablestore.keyspace import keys
 from cablestore.wire.codec import BLOCK, UNBLOCK
 
 NAME = "blocks"
-PREFIX = b"!blocks!"
+PREFIX = keys.BLOCKS
 RESOLVED_PREFIXES = (PREFIX + b"b", PREFIX + b"u", PREFIX + b"n", PREFIX + b"k")
 
 

@@ -12,13 +12,14 @@ such post is a candidate; the latest topic is the newest post/topic.
 Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape, next_prefix, unescape
 from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 
 from . import state
 
 NAME = "channel"
-PREFIX = b"!channel!"
+PREFIX = keys.CHANNEL
 _MEMBERSHIP_TYPES = CHANNEL_TYPES  # every post to a channel: join, text, topic, leave
 
 

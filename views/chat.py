@@ -8,11 +8,12 @@ author belonged to).
     !chat!<channel><mono> -> ''
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.wire.codec import DELETE, TEXT
 
 NAME = "chat"
-PREFIX = b"!chat!"
+PREFIX = keys.CHAT
 
 
 def key(channel: str, mono: bytes) -> bytes:

@@ -25,6 +25,7 @@ their 37-byte prefix.
 from msgpack import UnpackException
 
 from cablestore.compiled import native as _native
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.keyspace.reverse import PREFIX as REV
 from cablestore.keyspace.reverse import channel_of, stand_in
@@ -33,8 +34,9 @@ from cablestore.wire.codec import CHANNEL_TYPES
 from . import channel as channel_view
 
 NAME = "links"
-PREFIX = b"!links!"
+PREFIX = keys.LINKS
 LINKABLE = CHANNEL_TYPES  # spec 5.1.2.1 linkableTypes: text, topic, join, leave
+HEADS = PREFIX + b"h"  # a channel's heads: HEADS<ch><hash>
 _LINKER = b"l"
 
 
@@ -44,11 +46,11 @@ def linkers_prefix(target: bytes) -> bytes:
 
 
 def heads_prefix(channel: str) -> bytes:
-    return PREFIX + b"h" + channel_key(channel)
+    return HEADS + channel_key(channel)
 
 
 def _head_key(channel: str, h: bytes) -> bytes:
-    return PREFIX + b"h" + escape(channel) + h
+    return HEADS + escape(channel) + h
 
 
 def _linkable(ip) -> bool:

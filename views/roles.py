@@ -13,11 +13,12 @@ the whole cabal; a channel with no ``c`` entry has the cabal's roles.  The
 of posts, never with their order.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape, mono
 from cablestore.wire.codec import ROLE
 
 NAME = "roles"
-PREFIX = b"!roles!"
+PREFIX = keys.ROLES
 RESOLVED_PREFIXES = (PREFIX + b"c", PREFIX + b"r", PREFIX + b"v")
 
 

@@ -8,11 +8,12 @@ the ``!user`` view.)
     !state!<channel>t<mono>         -> ''   post/topic
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.wire.codec import JOIN, LEAVE, TOPIC
 
 NAME = "state"
-PREFIX = b"!state!"
+PREFIX = keys.STATE
 
 
 def member_prefix(channel: str, public_key: bytes = b"") -> bytes:

@@ -12,11 +12,12 @@ Groups: ``<pubkey>`` (the properties) and ``h<pubkey>`` (the hash, one
 point read for channel state); both rank the user's ``p`` run.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape
 from cablestore.wire.codec import INFO
 
 NAME = "user"
-PREFIX = b"!user!"
+PREFIX = keys.USER
 
 
 def posts_prefix(public_key: bytes) -> bytes:

@@ -37,7 +37,8 @@ from cablestore.wire.codec import CHANNEL_TYPES, TEXT, TOPIC, Post
 DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
 
 
-ROW_PREFIXES = (actions.PREFIX + b"d", actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
+_DROPPED_POST = actions.PREFIX + b"d"
+ROW_PREFIXES = (_DROPPED_POST, actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
 
 
 def memo_for(reader: Any) -> dict | None:
@@ -79,7 +80,7 @@ def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post, memo: di
 
 def _memoized(get, memo: dict):
     def cached(key: bytes) -> bytes | None:
-        if key[:9] == b"!actions!" and key[9:10] == b"d":  # one per post: not worth keeping
+        if key.startswith(_DROPPED_POST):  # one per post: not worth keeping
             return get(key)
         if key not in memo:
             memo[key] = get(key)

@@ -29,10 +29,10 @@ from __future__ import annotations
 from cablestore import views
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import canonical_channel, escape
+from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
-from cablestore.store.txn import DELETED, ENFORCE_UNREAD, POSTS, REFUSED, Txn
+from cablestore.store.txn import ENFORCE_UNREAD, Txn
 from cablestore.views.channel import channel_names
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 

@@ -13,15 +13,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.errors import LocalUserError, QueryError
-from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.store import indexer
 from cablestore.store.inflight import guarded
 from cablestore.store.resolving import refresh
-from cablestore.store.txn import POSTS, Txn
+from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
 from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, decode_post, post_type_of
 
-LOCAL_USER_KEY = b"!local!user"
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
 
 
@@ -233,4 +232,4 @@ def _is_public(blob: bytes | None) -> bool:
     return post.privacy != 1 and not (post.post_type == BLOCK and post.notify == 0)
 
 
-__all__ = ["ModerationQueries", "adopt_local_user", "LOCAL_USER_KEY"]
+__all__ = ["ModerationQueries", "adopt_local_user"]

@@ -44,10 +44,10 @@ from cablestore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from cablestore.keyspace.keys import FORMAT_KEY
 
 from . import leveldb_files
 
-FORMAT_KEY = b"!meta!format"
 FORMAT = b"cablestore-1"
 RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
 

@@ -12,12 +12,23 @@ from itertools import islice
 from typing import Any
 
 from cablestore.errors import CorruptRecordError, QueryError
-from cablestore.keyspace.keys import MONO_SIZE, TS_SIZE, HashLike, as_hash, channel_key, next_prefix, unescape
+from cablestore.keyspace.keys import (
+    DELETED,
+    LOCAL,
+    MONO_SIZE,
+    POSTS,
+    TS_SIZE,
+    HashLike,
+    as_hash,
+    channel_key,
+    mono_timestamp,
+    next_prefix,
+    unescape,
+)
 from cablestore.keyspace.records import Tombstone
 from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.inflight import guarded
 from cablestore.store.link_queries import LinkQueries
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import author, chat, state, user
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import POST_TYPE_NAMES
@@ -187,6 +198,24 @@ class Queries(LinkQueries):
         keys = list(self.db.iterator(prefix=prefix, include_value=False))
         keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
         return [k[-32:] for k in keys]
+
+    @guarded
+    def newest_timestamp(self, public_key: HashLike) -> int:
+        """The newest claimed timestamp among the author's stored posts (0: none)."""
+        pk, newest = as_hash(public_key), 0
+        for post_type in POST_TYPE_NAMES:
+            with self.db.iterator(prefix=author.prefix(pk, post_type), reverse=True, include_value=False) as it:
+                key = next(it, None)
+            if key is not None:
+                newest = max(newest, mono_timestamp(key))
+        return newest
+
+    @guarded
+    def local_value(self, key: bytes) -> bytes | None:
+        """The value of a ``!local!`` key (this peer's own state: an author's clock, a sync cursor), or None."""
+        if not isinstance(key, bytes) or not key.startswith(LOCAL):
+            raise QueryError(f"local keys start with {LOCAL!r}, not {bytes(key[:16])!r}")
+        return self.db.get(key)
 
 
 def _text(key: bytes, value: bytes) -> str:

@@ -18,8 +18,7 @@ from typing import Any
 
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
-from cablestore.keyspace.keys import as_hash, canonical_channel, escape
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, escape
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from cablestore import views
+from cablestore.keyspace.keys import POSTS
 from cablestore.moderation import RELEVANT_TYPES, resolve
-from cablestore.store.txn import POSTS
 from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
 

@@ -23,13 +23,12 @@ import plyvel
 from cablestore import views
 from cablestore.errors import (
     CableError,
-    FutureTimestampError,
     QueryError,
     SignatureError,
     StoreClosedError,
     StoreError,
 )
-from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key
+from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
 from cablestore.store import arguments, indexer, opening
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
@@ -39,18 +38,14 @@ from cablestore.store.moderation_queries import ModerationQueries, adopt_local_u
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.resolving import needed, refresh, worth_resolving
-from cablestore.store.txn import POSTS, Txn
+from cablestore.store.txn import Txn
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.rebuild import Report
 
-WEEK_MS = 7 * 24 * 60 * 60 * 1000
 VERIFY_AHEAD = 2  # batches ingest_batches has its workers verify ahead of the one it indexes
-FORMAT_KEY = opening.FORMAT_KEY
-FORMAT = opening.FORMAT
-LOCAL = b"!local!"  # this peer's own state (clock, sync cursors): neither primary nor derived
 
 
 def wall_clock_ms() -> int:
@@ -218,8 +213,7 @@ class Store(Reading, Queries, ModerationQueries):
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
         now = self._now() if now is None else now
-        if post.timestamp >= now + WEEK_MS:
-            raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
+        check_horizon(post.timestamp, now)
         return post_hash(buf), post
 
     def subscribe(self, callback: Callable[[Committed], None]) -> Callable[[], None]:
@@ -408,4 +402,4 @@ class Store(Reading, Queries, ModerationQueries):
         return guarded_iter(self, self.db.iterator(prefix=prefix))
 
 
-__all__ = ["Store", "IngestResult", "as_hash", "canonical_channel", "channel_key", "WEEK_MS"]
+__all__ = ["Store", "IngestResult", "wall_clock_ms"]

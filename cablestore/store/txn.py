@@ -13,14 +13,11 @@ from bisect import bisect_left
 from collections import defaultdict
 
 from cablestore.compiled import native as _native
-from cablestore.keyspace.keys import next_prefix
+from cablestore.keyspace.keys import DELETED, POSTS, next_prefix
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.views import latest_keys, needs_winner, rank
 from cablestore.wire.codec import decode_post
 
-POSTS = b"!post!"
-DELETED = b"!deleted!"
-REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see indexer)
 _MISSING = object()
 ENFORCE_UNREAD = object()  # a txn has not yet looked for moderation rows that keep posts out
 WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
