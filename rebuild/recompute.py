@@ -146,7 +146,7 @@ def recompute_post(h: bytes, blob: bytes, post, made):
     """
     ip, entries = post_entries(h, blob, post, made)
     candidates = [
-        ((view.NAME, group), (rank, h, blob if views.needs_winner(view, group, rank) else None))
+        ((view.NAME, group), (rank, h, blob if view.latest_needs_winner(group, rank) else None))
         for view, group, rank in views.ranked_groups(ip)
     ]
     return entries, candidates
@@ -187,7 +187,7 @@ def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]
     """The latest entries of a group whose winning candidate is ``candidate``."""
     rank, h, blob = candidate
     view = views.BY_NAME[view_name]
-    if blob is None and not views.needs_winner(view, group, rank):
+    if blob is None and not view.latest_needs_winner(group, rank):
         return []
     return view.latest(group, Indexed.of(blob, decode_post(blob), h))
 

@@ -7,6 +7,8 @@ Lets a peer list what someone wrote and purge a blocked author.
 
 from cablestore.keyspace import keys
 
+from .base import View
+
 NAME = "author"
 PREFIX = keys.AUTHOR
 
@@ -19,6 +21,11 @@ def entries(ip):
     return [(prefix(ip.post.public_key, ip.post.post_type) + ip.mono, b"")]
 
 
-def groups(ip):
-    return []
+class AuthorView(View):
+    """The ``author`` view: :data:`VIEW`."""
 
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+
+
+VIEW = AuthorView()

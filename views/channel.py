@@ -17,6 +17,7 @@ from cablestore.keyspace.keys import escape, next_prefix, unescape
 from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 
 from . import state
+from .base import View
 
 NAME = "channel"
 PREFIX = keys.CHANNEL
@@ -64,7 +65,7 @@ def latest_prefix(group):
     return PREFIX + group[1:] + b"t"
 
 
-def latest_keys(group, txn):
+def latest_keys(group):
     """The one key ``latest`` writes for a group, known without reading."""
     return [latest_prefix(group)]
 
@@ -75,3 +76,18 @@ def latest(group, winner):
     if group[:1] == b"m":
         return [(latest_prefix(group), b"\x00" if winner.post.post_type == LEAVE else b"\x01")]
     return [(latest_prefix(group), winner.post.topic.encode("utf-8"))]
+
+
+class ChannelView(View):
+    """The ``channel`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+    groups = staticmethod(groups)
+    candidates = staticmethod(candidates)
+    latest = staticmethod(latest)
+    latest_prefix = staticmethod(latest_prefix)
+    latest_keys = staticmethod(latest_keys)
+
+
+VIEW = ChannelView()

@@ -12,6 +12,8 @@ from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.wire.codec import DELETE, TEXT
 
+from .base import View
+
 NAME = "chat"
 PREFIX = keys.CHAT
 
@@ -33,6 +35,11 @@ def entries(ip):
     return []
 
 
-def groups(ip):
-    return []
+class ChatView(View):
+    """The ``chat`` view: :data:`VIEW`."""
 
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+
+
+VIEW = ChatView()

@@ -15,6 +15,7 @@ from typing import Any
 from cablestore.errors import LocalUserError, QueryError
 from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.store import indexer
+from cablestore.store.indexing import IndexState
 from cablestore.store.inflight import guarded
 from cablestore.store.resolving import refresh
 from cablestore.store.txn import Txn
@@ -37,10 +38,11 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
         if kept != key:
             raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
         return kept
-    txn = Txn(db)
-    txn.put(LOCAL_USER_KEY, key)
-    indexer.enforce(txn, refresh(txn, key))  # the state of the posts already held, for this user, acted on
-    txn.commit(sync=True)
+    batch = IndexState(Txn(db))
+    batch.put(LOCAL_USER_KEY, key)
+    indexer.enforce(batch, refresh(batch, key))  # the state of the posts already held, for this user, acted on
+    batch.settle()
+    batch.commit(sync=True)
     return key
 
 
