@@ -13,6 +13,7 @@ through Spark (``rebuild/spark.py``).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from cablestore.keyspace.keys import DELETED, POSTS
 
@@ -20,10 +21,14 @@ from .exporter import export
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
 from .recompute import PRIMARY_PREFIXES
 
+if TYPE_CHECKING:
+    from cablestore.progress import Progress
+    from cablestore.store.store import Store
+
 __all__ = ["SnapshotSource", "StoreSource", "export", "export_store", "load_manifest"]
 
 
-def export_store(store, location: str | os.PathLike, partitions: int = 16, progress=None, **kw):
+def export_store(store: Store, location: str | os.PathLike, partitions: int = 16, progress: Progress | None = None, **kw: Any) -> dict[str, Any]:
     """:func:`export` of an open :class:`cablestore.Store`, drawing ``progress`` (a :class:`cablestore.progress.Progress`) with a total.
 
     ``kw``: :func:`export`'s keywords (``decoded``, ``workers``, ``source``).

@@ -76,6 +76,7 @@ class IndexState:
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
+        """The tombstones naming ``target``, as this batch would commit them."""
         if self._tomb_filter is not None and target not in self._tombs and not self._tomb_filter.might_have(target):
             return []
         prefix = DELETED + target
@@ -93,6 +94,7 @@ class IndexState:
         return out
 
     def put_tombstone(self, tomb: Tombstone) -> None:
+        """Write (or rewrite) a tombstone."""
         value = tomb.pack()
         if self._tomb_filter is not None:
             self._tomb_filter.add(tomb.target)
@@ -100,11 +102,13 @@ class IndexState:
         self.put(DELETED + tomb.target + tomb.by, value)
 
     def forget_tombstone(self, tomb: Tombstone) -> None:
+        """Remove a tombstone."""
         self._tombs[tomb.target][tomb.by] = None
         self.delete(DELETED + tomb.target + tomb.by)
 
     # --- latest groups --------------------------------------------------
     def touch(self, view, group: bytes) -> None:
+        """Mark a latest group for :meth:`settle` to recompute."""
         self._touched[(view.NAME, group)] = view
 
     def add_candidates(self, groups, ip: Indexed) -> None:

@@ -27,7 +27,6 @@ from cablestore.keyspace.keys import (
 )
 from cablestore.keyspace.records import Tombstone
 from cablestore.store.deprecated import renamed_keyword
-from cablestore.store.inflight import guarded
 from cablestore.store.link_queries import LinkQueries
 from cablestore.views import author, chat, state, user
 from cablestore.views import channel as channel_view
@@ -50,18 +49,16 @@ def _stop(limit: int) -> int | None:
 class Queries(LinkQueries):
     """Mixed into Store; expects ``self.db`` (a plyvel DB) and ``self._gate``.
 
-    Every public method is ``@guarded``: ``close()`` waits for it, and plyvel
-    errors leave it as CableErrors.  A new public method must be too
-    (tests/test_lifecycle.py checks).
+    Every public method is guarded by ``Store``'s class decorator
+    (:func:`cablestore.store.inflight.guard_public_methods`): ``close()``
+    waits for it, and plyvel errors leave it as CableErrors.
     """
 
     # --- posts ------------------------------------------------------------
-    @guarded
     def get(self, h: HashLike, default: bytes | None = None) -> bytes | None:
         """The post's bytes (``h``: a hash as bytes or hex), or ``default`` if it is not stored (as plyvel's ``get``)."""
         return self.db.get(POSTS + as_hash(h), default)
 
-    @guarded
     def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
         """Answer a post request: bytes (or None) for each hash, in order."""
         keys = [as_hash(h) for h in hashes]
@@ -71,7 +68,6 @@ class Queries(LinkQueries):
     def __contains__(self, h: HashLike) -> bool:
         return self.get(h) is not None
 
-    @guarded
     def is_deleted(self, h: HashLike) -> bool:
         """True if a tombstone holds this hash and no post with it is stored.
 
@@ -85,12 +81,10 @@ class Queries(LinkQueries):
                 return False
             return any(t.authorized for t in _tombstones(snap, h))
 
-    @guarded
     def tombstones(self, h: HashLike) -> list[Tombstone]:
         """Every tombstone kept for hash ``h`` (one per post/delete that named it)."""
         return _tombstones(self.db, as_hash(h))
 
-    @guarded
     def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[HashLike]) -> list[Tombstone]:
         """The tombstones the post/delete ``delete_hash`` left for ``targets`` (hashes as bytes or hex)."""
         by = as_hash(delete_hash)
@@ -99,7 +93,6 @@ class Queries(LinkQueries):
         return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
 
     # --- channel time range -------------------------------------------------
-    @guarded
     @renamed_keyword("name", "channel")
     def channel_time_range(self, channel: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
         """Hashes of post/text and post/delete in ``[start, end)``, newest first.
@@ -120,7 +113,6 @@ class Queries(LinkQueries):
         return reader.iterator(start=lo, stop=hi, reverse=True, include_value=False)
 
     # --- channel state ------------------------------------------------------
-    @guarded
     @renamed_keyword("name", "channel")
     def channel_state(self, channel: str, historic: bool = False) -> list[bytes]:
         """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
@@ -152,13 +144,11 @@ class Queries(LinkQueries):
         prefix = channel_view.PREFIX + ch + b"m"
         return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
 
-    @guarded
     @renamed_keyword("name", "channel")
     def members(self, channel: str) -> list[bytes]:
         """Public keys of the channel's current members, ascending."""
         return self._member_keys(self.db, channel_key(channel), current_only=True)
 
-    @guarded
     @renamed_keyword("name", "channel")
     def topic(self, channel: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
@@ -166,7 +156,6 @@ class Queries(LinkQueries):
         value = self.db.get(key)
         return _text(key, value) if value else ""
 
-    @guarded
     def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
@@ -175,21 +164,18 @@ class Queries(LinkQueries):
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------
-    @guarded
     def name(self, public_key: HashLike) -> str | None:
         """The user's current name (from their latest post/info), or None."""
         key = user.property_key(as_hash(public_key), "name")
         value = self.db.get(key)
         return None if value is None else _text(key, value)
 
-    @guarded
     def user_info(self, public_key: HashLike) -> dict[str, str]:
         """Every property of the user's latest post/info."""
         prefix = user.PREFIX + as_hash(public_key) + b"i"
 
         return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
 
-    @guarded
     def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
         if post_type is not None and (type(post_type) is not int or post_type not in POST_TYPE_NAMES):
@@ -199,7 +185,6 @@ class Queries(LinkQueries):
         keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
         return [k[-32:] for k in keys]
 
-    @guarded
     def newest_timestamp(self, public_key: HashLike) -> int:
         """The newest claimed timestamp among the author's stored posts (0: none)."""
         pk, newest = as_hash(public_key), 0
@@ -210,7 +195,6 @@ class Queries(LinkQueries):
                 newest = max(newest, mono_timestamp(key))
         return newest
 
-    @guarded
     def local_value(self, key: bytes) -> bytes | None:
         """The value of a ``!local!`` key (this peer's own state: an author's clock, a sync cursor), or None."""
         if not isinstance(key, bytes) or not key.startswith(LOCAL):

@@ -34,7 +34,7 @@ from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.hashfilter import link_filter, tombstone_filter
 from cablestore.store.indexing import IndexState
-from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
+from cablestore.store.inflight import Gate, guard_public_methods, guarded_iter
 from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user, local_user_key
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
@@ -222,7 +222,6 @@ class Store(Reading, Queries, ModerationQueries):
         """
         return self._listeners.subscribe(callback)
 
-    @guarded
     def ingest(self, buf: bytes, *, now: int | None = None, extra: dict[bytes, bytes] | None = None) -> bytes:
         """Validate and store one post with all its view entries; return its hash.
 
@@ -248,7 +247,6 @@ class Store(Reading, Queries, ModerationQueries):
             raise batch.enforced[h]
         return h
 
-    @guarded
     def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
@@ -258,7 +256,6 @@ class Store(Reading, Queries, ModerationQueries):
         with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
             return self._ingest_many(bufs, now)
 
-    @guarded
     def ingest_batches(self, batches: Iterable[Iterable[bytes]], *, now: int | None = None) -> Iterator[list[IngestResult]]:
         """:meth:`ingest_many` of each batch in turn (one WriteBatch each), yielding each batch's results.
 
@@ -320,7 +317,6 @@ class Store(Reading, Queries, ModerationQueries):
         # A post stored early in the batch and kept out by a moderation post later in it is not stored.
         return [IngestResult(r.index, r.hash, batch.enforced[r.hash]) if r.ok and r.hash in batch.enforced else r for r in results]
 
-    @guarded
     def learn_listing(self, channel: str, hashes: Iterable[HashLike]) -> int:
         """Record that a peer listed these posts in ``channel``'s time range; return how many deletes that re-listed.
 
@@ -345,7 +341,6 @@ class Store(Reading, Queries, ModerationQueries):
         return learned
 
     # --- local removal --------------------------------------------------
-    @guarded
     def delete(self, h: HashLike) -> bool:
         """Discard a post locally, without a post/delete and without a tombstone.
 
@@ -365,7 +360,6 @@ class Store(Reading, Queries, ModerationQueries):
         self._listeners.notify(batch.committed())
         return True
 
-    @guarded
     def purge_author(self, public_key: HashLike) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
@@ -382,7 +376,6 @@ class Store(Reading, Queries, ModerationQueries):
         return len(hashes)
 
     # --- verification ---------------------------------------------------
-    @guarded
     def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
         """Recompute every derived view and compare; with ``fix``, repair.
 
@@ -395,7 +388,6 @@ class Store(Reading, Queries, ModerationQueries):
         finally:
             self._forget_caches()  # a repair writes views directly
 
-    @guarded
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
         return guarded_iter(self, self.db.iterator(prefix=prefix))
