@@ -42,7 +42,7 @@ def require_java() -> None:
     """Refuse early, in one line, when no Java is installed."""
     java_home = os.environ.get("JAVA_HOME")
     if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
-        raise RebuildError("Java 17 or newer is required for --engine spark (install a JDK, or use --engine local)")
+        raise RebuildError("Java 17 or newer is required for engine='spark' (install a JDK, or use engine='local')")
 
 
 def is_local(master: str) -> bool:
@@ -332,7 +332,7 @@ def job_errors():
         if worker:  # the executors' Python did not start: what it said
             line = f"the executors' Python failed to start: {worker.group(1).strip()[:200]}"
         if worker or "pyspark.daemon" in line or "No module named 'cablestore'" in line or "Cannot run program" in line:
-            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or drop --no-ship-env)"
+            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or ship_env=True)"
         raise failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
 
 

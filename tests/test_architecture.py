@@ -253,3 +253,27 @@ def test_the_checker_sees_a_deferred_circle_and_a_db_use(tmp_path):
     graph = {n: {t for t, _ in _imports(n, p, mods)} for n, p in mods.items()}
     assert _circles(graph) == [["cablestore.a", "cablestore.b"], ["cablestore.c"]]
     assert _db_uses(b) == [3] and _db_uses(a) == []
+
+
+def _library_error_strings(path: Path) -> list[tuple[int, str]]:
+    """``(line, text)`` of every string literal inside a ``raise`` or an error constructed in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Error"):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    out.append((sub.lineno, sub.value))
+    return out
+
+
+def test_library_errors_name_no_command_line_flag():
+    """A library error says what is wrong in the library's terms; the CLI spells its flags (cablestore.cli.args.error_message)."""
+    flag = re.compile(r"(^|[\s(`'\"])--[a-z]")
+    bad = [
+        f"{name}:{line}: {text!r}"
+        for name, path in _modules().items()
+        if not name.startswith("cablestore.cli") and name not in PEER_PENDING_MERGE
+        for line, text in _library_error_strings(path)
+        if flag.search(text)
+    ]
+    assert bad == []

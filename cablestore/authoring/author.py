@@ -318,7 +318,7 @@ def _check_local_user(store: Store, local_user: HashLike | None) -> None:
         raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
     if key != store.local_user:
         held = store.local_user.hex() if store.local_user else "none"
-        raise LocalUserError(f"{store.path} is held open with local user {held}, not {key.hex()} (serve it with --local-user)")
+        raise LocalUserError(f"{store.path} is held open with local user {held}, not {key.hex()} (hold it open with that local_user)")
 
 
 def read_heads(store_path: str | os.PathLike, channel: str) -> list[bytes]:

@@ -136,7 +136,7 @@ def unescape(buf: bytes, pos: int = 0) -> tuple[str, int]:
         end = buf.index(_TERM, pos)
         return buf[pos:end].replace(_NUL_ESC, b"\x00").decode("utf-8"), end + len(_TERM)
     except ValueError as exc:  # no terminator, or not UTF-8 (UnicodeDecodeError is a ValueError)
-        raise CorruptRecordError(f"damaged key {bytes(buf[:48])!r}: {exc}; run `cablestore check STORE --repair`") from exc
+        raise CorruptRecordError(f"damaged key {bytes(buf[:48])!r}: {exc}; Store.check(fix=True) sets it aside") from exc
 
 
 def next_prefix(prefix: bytes) -> bytes:

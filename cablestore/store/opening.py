@@ -103,7 +103,7 @@ def refusal(path: Path, kind: Kind, create: bool) -> StoreError | None:
     if kind is Kind.FILE:
         return NotAStoreError(f"{path} is a file, not a store directory")
     if kind is Kind.SNAPSHOT:
-        return NotAStoreError(f"{path} is an exported snapshot, not a store (read it with --snapshot {path})")
+        return NotAStoreError(f"{path} is an exported snapshot, not a store (verify it as a snapshot: snapshot={path})")
     if kind is Kind.HEADLESS:
         return StoreCorruptError(f"{path} holds LevelDB files but no CURRENT file; {RECOVER_HINT}")
     return NotAStoreError(f"{path} is a non-empty directory that is not a cablestore store; nothing was changed")

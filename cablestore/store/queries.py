@@ -206,7 +206,7 @@ def _text(key: bytes, value: bytes) -> str:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"view entry {key[:48]!r} is not UTF-8; run `cablestore check STORE --repair`") from exc
+        raise CorruptRecordError(f"view entry {key[:48]!r} is not UTF-8; Store.check(fix=True) sets it aside") from exc
 
 
 def _tombstones(reader, h: bytes) -> list[Tombstone]:
