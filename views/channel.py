@@ -13,7 +13,7 @@ Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
 """
 
 from cablestore.keyspace import keys
-from cablestore.keyspace.keys import escape, next_prefix, unescape
+from cablestore.keyspace.keys import escape
 from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 
 from . import state
@@ -22,17 +22,6 @@ from .base import View
 NAME = "channel"
 PREFIX = keys.CHANNEL
 _MEMBERSHIP_TYPES = CHANNEL_TYPES  # every post to a channel: join, text, topic, leave
-
-
-def channel_names(reader) -> list[str]:
-    """Every channel with a ``!channel`` entry, ascending (a skip scan over ``reader``: a DB or snapshot)."""
-    names = []
-    with reader.iterator(prefix=PREFIX, include_value=False) as it:
-        for key in it:
-            name, end = unescape(key, len(PREFIX))
-            names.append(name)
-            it.seek(next_prefix(key[:end]))
-    return names
 
 
 def entries(ip):

@@ -33,8 +33,8 @@ from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel,
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
 from cablestore.store.indexing import ENFORCE_UNREAD, IndexState
+from cablestore.store.queries import channel_names
 from cablestore.store.resolving import needed, refresh, worth_resolving
-from cablestore.views.channel import channel_names
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
 

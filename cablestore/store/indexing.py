@@ -20,9 +20,9 @@ from collections import defaultdict
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import DELETED, POSTS
 from cablestore.keyspace.records import Indexed, Tombstone
+from cablestore.store.queries import channel_names
 from cablestore.store.txn import Txn
 from cablestore.views import rank
-from cablestore.views.channel import channel_names
 from cablestore.wire.codec import decode_post
 
 _MISSING = object()

@@ -160,7 +160,7 @@ class Queries(LinkQueries):
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
         with self.db.snapshot() as snap:
-            names = channel_view.channel_names(snap)
+            names = channel_names(snap)
         return names[offset : offset + limit if limit else None]
 
     # --- users and authors ----------------------------------------------------
@@ -200,6 +200,17 @@ class Queries(LinkQueries):
         if not isinstance(key, bytes) or not key.startswith(LOCAL):
             raise QueryError(f"local keys start with {LOCAL!r}, not {bytes(key[:16])!r}")
         return self.db.get(key)
+
+
+def channel_names(reader) -> list[str]:
+    """Every channel with a ``!channel`` entry, ascending (a skip scan over ``reader``: a DB or snapshot)."""
+    names = []
+    with reader.iterator(prefix=channel_view.PREFIX, include_value=False) as it:
+        for key in it:
+            name, end = unescape(key, len(channel_view.PREFIX))
+            names.append(name)
+            it.seek(next_prefix(key[:end]))
+    return names
 
 
 def _text(key: bytes, value: bytes) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
 from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, escape
+from cablestore.store.queries import channel_names
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
@@ -323,7 +324,7 @@ class Reading:
         """Every channel with its topic, member count and message count, ascending by name (one snapshot)."""
         out = []
         with self.db.snapshot() as snap:
-            for name in channel_view.channel_names(snap):
+            for name in channel_names(snap):
                 ch = escape(name)  # the name as its keys spell it
                 topic = snap.get(channel_view.PREFIX + ch + b"t")
                 with snap.iterator(prefix=channel_view.PREFIX + ch + b"m") as it:
@@ -340,7 +341,7 @@ class Reading:
         with self.db.snapshot() as snap:
             posts = _count_keys(snap, POSTS)
             tombstones = _count_keys(snap, DELETED)
-            channels = len(channel_view.channel_names(snap))
+            channels = len(channel_names(snap))
             with snap.iterator(prefix=prefix, include_value=False) as it:
                 for key in it:
                     authors.add(key[len(prefix) : len(prefix) + 32])
