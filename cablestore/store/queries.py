@@ -202,7 +202,7 @@ class Queries(LinkQueries):
         return self.db.get(key)
 
 
-def channel_names(reader) -> list[str]:
+def channel_names(reader: Any) -> list[str]:
     """Every channel with a ``!channel`` entry, ascending (a skip scan over ``reader``: a DB or snapshot)."""
     names = []
     with reader.iterator(prefix=channel_view.PREFIX, include_value=False) as it:
