@@ -26,7 +26,7 @@ without a tombstone: the resolved rows are the record of why.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import BlockedError, DroppedError, ModerationRefusalError
 from cablestore.keyspace.keys import canonical_channel
@@ -39,6 +39,10 @@ DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
 
 _DROPPED_POST = actions.PREFIX + b"d"
 ROW_PREFIXES = (_DROPPED_POST, actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
+
+
+if TYPE_CHECKING:
+    from cablestore.store.indexing import IndexState
 
 
 def memo_for(reader: Any) -> dict | None:
@@ -89,7 +93,7 @@ def _memoized(get, memo: dict):
     return cached
 
 
-def candidates(txn: Any, changed: set[bytes]) -> set[bytes]:
+def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
     """Hashes of stored channel posts that resolved rows ``changed`` (keys newly written) may keep out."""
     found: set[bytes] = set()
     for key in changed:
@@ -97,11 +101,11 @@ def candidates(txn: Any, changed: set[bytes]) -> set[bytes]:
             found.add(key[-32:])
         elif key.startswith(actions.PREFIX + b"x"):
             ch = key[len(actions.PREFIX) + 1 :]
-            found.update(k[-32:] for k, _ in txn.current(channel_view.PREFIX + ch + b"a"))
+            found.update(k[-32:] for k, _ in batch.current(channel_view.PREFIX + ch + b"a"))
         elif key.startswith((blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")):
             who = key[-32:]
             for t in CHANNEL_TYPES:
-                found.update(k[-32:] for k, _ in txn.current(author.prefix(who, t)))
+                found.update(k[-32:] for k, _ in batch.current(author.prefix(who, t)))
     return found
 
 
