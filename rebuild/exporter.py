@@ -31,11 +31,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cablestore.errors import RebuildError
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, META, POSTS
 
 from . import decoded as decoded_table
 from .parquet import FORMAT, MANIFEST, SCHEMAS, file_name, filesystem, renames_directories
-from .recompute import LOCAL_USER_KEY, META, PRIMARY_PREFIXES, VIEW_PREFIXES
+from .recompute import PRIMARY_PREFIXES, VIEW_PREFIXES
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress

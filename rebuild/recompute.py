@@ -15,19 +15,14 @@ import blake3
 from cablestore import views
 from cablestore.errors import CableError, CorruptRecordError
 from cablestore.keyspace import reverse
+from cablestore.keyspace.keys import DELETED, LOCAL, META, POSTS, QUARANTINE, REFUSED
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.store.enforcing import refusal
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
 
-META = b"!meta!"
-LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)
-QUARANTINE = b"!quarantine!"  # records a repair set aside: `!quarantine!<original key>`
-REFUSED = b"!refused!"  # who wrote a refused post/delete: kept for later ingest decisions, read by no view
 PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED)
-LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves (cablestore.store.moderation_queries)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
@@ -151,7 +146,7 @@ def recompute_post(h: bytes, blob: bytes, post, made):
     """
     ip, entries = post_entries(h, blob, post, made)
     candidates = [
-        ((view.NAME, group), (rank, h, blob if views.needs_winner(view, group, rank) else None))
+        ((view.NAME, group), (rank, h, blob if view.latest_needs_winner(group, rank) else None))
         for view, group, rank in views.ranked_groups(ip)
     ]
     return entries, candidates
@@ -192,7 +187,7 @@ def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]
     """The latest entries of a group whose winning candidate is ``candidate``."""
     rank, h, blob = candidate
     view = views.BY_NAME[view_name]
-    if blob is None and not views.needs_winner(view, group, rank):
+    if blob is None and not view.latest_needs_winner(group, rank):
         return []
     return view.latest(group, Indexed.of(blob, decode_post(blob), h))
 

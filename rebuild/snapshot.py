@@ -13,14 +13,32 @@ through Spark (``rebuild/spark.py``).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS
 
 from .exporter import export
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
 from .recompute import PRIMARY_PREFIXES
 
-__all__ = ["SnapshotSource", "StoreSource", "export", "load_manifest"]
+if TYPE_CHECKING:
+    from cablestore.progress import Progress
+    from cablestore.store.store import Store
+
+__all__ = ["SnapshotSource", "StoreSource", "export", "export_store", "load_manifest"]
+
+
+def export_store(store: Store, location: str | os.PathLike, partitions: int = 16, progress: Progress | None = None, **kw: Any) -> dict[str, Any]:
+    """:func:`export` of an open :class:`cablestore.Store`, drawing ``progress`` (a :class:`cablestore.progress.Progress`) with a total.
+
+    ``kw``: :func:`export`'s keywords (``decoded``, ``workers``, ``source``).
+    """
+    with store.in_flight():
+        total = None
+        if progress is not None and progress.enabled:  # a bar needs a total; count only when one is drawn
+            total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
+        stage = None if progress is None else progress.stage("export posts and tombstones", total)
+        return export(store.db, location, partitions, stage, **kw)
 
 
 class StoreSource:

@@ -40,7 +40,7 @@ from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
 from .recompute import enforcement_rows, newer, partition_of
 from .result import EngineResult
-from .sparksession import executor_python, is_local, job_errors, log_path, quiet_gateway, session  # noqa: F401 - the engine's public names
+from .sparksession import job_errors, quiet_gateway, session
 
 _FOLD = "\0fold"  # shuffle key of a file's fold, beside the (view, group) keys of candidates
 

@@ -64,7 +64,7 @@ def require_java() -> None:
     """Refuse early, in one line, when no Java 17 or newer is installed."""
     problem = java_problem()
     if problem is not None:
-        raise RebuildError(f"Java 17 or newer is required for --engine spark: {problem} (install a JDK, or use --engine local)")
+        raise RebuildError(f"Java 17 or newer is required for engine='spark': {problem} (install a JDK, or use engine='local')")
 
 
 def is_local(master: str) -> bool:
@@ -354,7 +354,7 @@ def job_errors():
         if worker:  # the executors' Python did not start: what it said
             line = f"the executors' Python failed to start: {worker.group(1).strip()[:200]}"
         if worker or "pyspark.daemon" in line or "No module named 'cablestore'" in line or "Cannot run program" in line:
-            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or drop --no-ship-env)"
+            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or ship_env=True)"
         raise failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
 
 

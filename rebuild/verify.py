@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import RebuildError
-from cablestore.store.txn import POSTS
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE
 
 from . import local
-from .recompute import FAULT_KINDS, LOCAL_USER_KEY, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
+from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
 from .snapshot import SnapshotSource, StoreSource, export
 
 if TYPE_CHECKING:

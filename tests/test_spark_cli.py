@@ -66,7 +66,7 @@ def test_executors_run_the_drivers_python_and_quiet_prints_only_the_result(tmp_p
 
 
 def test_executor_python_defaults(monkeypatch):
-    from cablestore.rebuild.spark import executor_python
+    from cablestore.rebuild.sparksession import executor_python
 
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     assert executor_python("local[2]") == sys.executable

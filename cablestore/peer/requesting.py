@@ -35,7 +35,7 @@ def _with_tombstones(store, hashes: list[bytes]) -> set[bytes]:
     Most hashes a peer lists have none; one seek each is much cheaper than
     ``is_deleted``'s snapshot and iterator per hash (a 65,536-hash response).
     """
-    from cablestore.store.txn import DELETED
+    from cablestore.keyspace.keys import DELETED
 
     found: set[bytes] = set()
     if not hashes:

@@ -26,7 +26,7 @@ without a tombstone: the resolved rows are the record of why.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import BlockedError, DroppedError, ModerationRefusalError
 from cablestore.keyspace.keys import canonical_channel
@@ -37,7 +37,12 @@ from cablestore.wire.codec import CHANNEL_TYPES, TEXT, TOPIC, Post
 DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
 
 
-ROW_PREFIXES = (actions.PREFIX + b"d", actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
+_DROPPED_POST = actions.PREFIX + b"d"
+ROW_PREFIXES = (_DROPPED_POST, actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
+
+
+if TYPE_CHECKING:
+    from cablestore.store.indexing import IndexState
 
 
 def memo_for(reader: Any) -> dict | None:
@@ -79,7 +84,7 @@ def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post, memo: di
 
 def _memoized(get, memo: dict):
     def cached(key: bytes) -> bytes | None:
-        if key[:9] == b"!actions!" and key[9:10] == b"d":  # one per post: not worth keeping
+        if key.startswith(_DROPPED_POST):  # one per post: not worth keeping
             return get(key)
         if key not in memo:
             memo[key] = get(key)
@@ -88,7 +93,7 @@ def _memoized(get, memo: dict):
     return cached
 
 
-def candidates(txn: Any, changed: set[bytes]) -> set[bytes]:
+def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
     """Hashes of stored channel posts that resolved rows ``changed`` (keys newly written) may keep out."""
     found: set[bytes] = set()
     for key in changed:
@@ -96,11 +101,11 @@ def candidates(txn: Any, changed: set[bytes]) -> set[bytes]:
             found.add(key[-32:])
         elif key.startswith(actions.PREFIX + b"x"):
             ch = key[len(actions.PREFIX) + 1 :]
-            found.update(k[-32:] for k, _ in txn.current(channel_view.PREFIX + ch + b"a"))
+            found.update(k[-32:] for k, _ in batch.current(channel_view.PREFIX + ch + b"a"))
         elif key.startswith((blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")):
             who = key[-32:]
             for t in CHANNEL_TYPES:
-                found.update(k[-32:] for k, _ in txn.current(author.prefix(who, t)))
+                found.update(k[-32:] for k, _ in batch.current(author.prefix(who, t)))
     return found
 
 

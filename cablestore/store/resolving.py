@@ -15,13 +15,16 @@ rather than patched: simple, and exactly what the rebuild computes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cablestore import views
+from cablestore.keyspace.keys import POSTS
 from cablestore.moderation import RELEVANT_TYPES, resolve
-from cablestore.store.txn import POSTS
 from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
+
+if TYPE_CHECKING:
+    from cablestore.store.indexing import IndexState
 
 
 def needed(types: set[int]) -> bool:
@@ -29,15 +32,15 @@ def needed(types: set[int]) -> bool:
     return not RELEVANT_TYPES.isdisjoint(types)
 
 
-def worth_resolving(txn: Any) -> bool:
+def worth_resolving(batch: IndexState) -> bool:
     """False when the only relevant posts touched are post/infos of users no post/role names (the common case)."""
-    if not MODERATION_TYPES.isdisjoint(txn.types):
+    if not MODERATION_TYPES.isdisjoint(batch.types):
         return True
-    # No post/role was added or removed, so this txn wrote nothing under the
+    # No post/role was added or removed, so this batch wrote nothing under the
     # roles' candidates: the DB's rows are the ones it will hold (a scan, not
     # an overlay of every write, which sorts them all: ~1 ms a batch of 1,000).
-    recipients = {value for _, value in txn.scan(roles.candidates_prefix())}
-    return not recipients.isdisjoint(txn.info_authors)
+    recipients = {value for _, value in batch.scan(roles.candidates_prefix())}
+    return not recipients.isdisjoint(batch.info_authors)
 
 
 def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], bytes | None]) -> list:
@@ -61,19 +64,19 @@ def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], b
     return posts
 
 
-def refresh(txn: Any, local: bytes | None) -> set[bytes]:
-    """Rewrite the resolved entries for the state ``txn`` leaves; return the keys written (new or changed)."""
-    state = resolve(local, moderation_posts(txn.current, lambda h: txn.get(POSTS + h)))
+def refresh(batch: IndexState, local: bytes | None) -> set[bytes]:
+    """Rewrite the resolved entries for the state ``batch`` leaves; return the keys written (new or changed)."""
+    state = resolve(local, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)))
     fresh = dict(views.resolved_entries(state))
     old = {}
     for view in views.RESOLVED:
         for prefix in view.RESOLVED_PREFIXES:
-            old.update(txn.current(prefix))
+            old.update(batch.current(prefix))
     for key in old.keys() - fresh.keys():
-        txn.delete(key)
+        batch.delete(key)
     changed = set()
     for key, value in fresh.items():
         if old.get(key) != value:
-            txn.put(key, value)
+            batch.put(key, value)
             changed.add(key)
     return changed
