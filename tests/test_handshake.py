@@ -127,12 +127,12 @@ def test_garbage_and_truncated_handshake_messages_fail():
     for garbage in (os.urandom(48), bytes(48), os.urandom(1 << 20)):
         _, r = pair()
         (failed,) = r.receive_data(garbage, 0)
-        assert isinstance(failed, Failed) and r.data_to_send() == b"" and r.finished
+        assert isinstance(failed, Failed) and r.data_to_send() == b"" and r.finished and r.buffered == 0
         assert r.receive_data(b"more", 0) == []  # nothing is read after a failure
     i, _ = pair()
     assert [type(e) for e in i.receive_data(os.urandom(96), 0)] == [Failed]
     i, r = pair()
-    assert r.receive_data(i.data_to_send()[:30], 0) == []  # short: waits for the rest ...
+    assert r.receive_data(i.data_to_send()[:30], 0) == [] and r.buffered == 30  # short: waits for the rest ...
     assert [type(e) for e in r.receive_data(b"", 5)] == [Failed]  # ... and the socket ends
     i, r = pair()  # message 1 with 16 bytes too many: the extra is the start of message 3, which fails
     r.receive_data(i.data_to_send() + os.urandom(16), 0)
@@ -268,6 +268,18 @@ def test_misuse_is_refused():
         CableHandshake(initiator=True, cabal_key=b"short", now=0)
     with pytest.raises(ArgumentError):
         CableHandshake(initiator=False, cabal_key=CABAL, now=0, accept_prologues=())
+
+
+def test_nothing_is_held_beyond_the_frame_being_read():
+    i, r = connected()
+    i.send_message(os.urandom(200_000))
+    wire = i.data_to_send()
+    partial = []
+    for at in range(0, len(wire) - 1, 50_000):  # chunks larger than a segment: the rest of a chunk is not held whole
+        events = r.receive_data(wire[at:min(at + 50_000, len(wire) - 1)], 0)
+        partial.append(r.buffered - len(r._message))  # the part of a frame read so far
+    assert events == [] and all(p < 65_535 for p in partial) and r.buffered == 3 * 65_519 + (200_000 - 3 * 65_519 + 16) - 1  # 3 segments decrypted, the 4th but a byte
+    assert [type(e) for e in r.receive_data(wire[-1:], 0)] == [MessageReceived] and r.buffered == 0
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -160,6 +160,11 @@ class CableHandshake:
         return self._state in (_DONE, _FAILED)
 
     @property
+    def buffered(self) -> int:
+        """Bytes held here: the part of a frame read so far and the segments of a message being read (at most ``max_message`` + 65,535)."""
+        return len(self._in) + len(self._message)
+
+    @property
     def deadline(self) -> int | None:
         """When (ms) :meth:`check_time` must next be called: the end of the handshake's time, or of the wait for the remote's marker."""
         return self._deadline
@@ -206,15 +211,22 @@ class CableHandshake:
             if self._state == _HANDSHAKE:
                 return [self._fail("the connection closed during the handshake")]
             return [self._fail("the connection closed without an end-of-stream marker")]
-        self._in += data
+        view, at = memoryview(data), 0
         events: list[Event] = []
         try:
-            while not self.finished:
+            while not self.finished:  # one frame at a time: nothing is held beyond the frame being read
                 need = self._need()
-                if len(self._in) < need:
+                take = min(need - len(self._in), len(view) - at)
+                if len(self._in) + take < need:
+                    self._in += view[at:]
                     break
-                chunk = bytes(self._in[:need])
-                del self._in[:need]
+                if self._in:
+                    self._in += view[at:at + take]
+                    chunk = bytes(self._in)
+                    self._in.clear()
+                else:
+                    chunk = bytes(view[at:at + take])
+                at += take
                 event = self._step(chunk)
                 if event is not None:
                     events.append(event)
@@ -290,6 +302,7 @@ class CableHandshake:
         return HandshakeComplete(self.remote_static, self.prologue, self.handshake_hash)
 
     def _remote_ended(self) -> EndOfStream:
+        self._in.clear()  # the remote MUST NOT send anything after its marker; what it did is dropped
         if not self._sent_end:
             self._write(memoryview(b""))
             self._sent_end = True
