@@ -6,7 +6,7 @@ together, may hold of this process (modelled on libp2p's resource manager:
 a *system* scope and a *peer* scope, each with limits on memory, streams and
 connections; and on nginx's ``limit_conn`` and HTTP/2 flow control).
 
-:class:`PeerLimits` holds the numbers, all settable (``cablestore serve
+:class:`PeerLimits` holds the settable numbers (``cablestore serve
 --max-connections``, ``--memory-mb``, ...).  What each limit does when it is
 reached:
 
