@@ -34,7 +34,6 @@ from cablestore.authoring.author import Author
 from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
 from cablestore.errors import DroppedError
-from cablestore.peer.sync import write_cursor
 
 from .conftest import NOW, keypair, post, stop
 from .moderation_helpers import URSULA, cabal
@@ -85,7 +84,7 @@ def populated(tmp_path_factory):
         s.ingest_many(read_posts(ROOT / "tests/data/cablejs-0.2.1-s7-2000/posts.bin"))
         s.ingest_many(generate(seed=3, posts=500))
         Author(s, keypair("docs"), now=lambda: NOW).text("general", "written here")  # the local clock
-        write_cursor(s, "127.0.0.1:7000", "general", NOW)
+        s.set_sync_cursor("127.0.0.1:7000", "general", NOW)
     with Store(path, now=lambda: NOW, local_user=URSULA.public_key) as s:  # a moderated cabal: every moderation row
         assert all(r.ok or isinstance(r.error, DroppedError) for r in s.ingest_many(cabal()))  # its spam is dropped
         stored = s.channel_time_range("dev")[0]  # someone else's post: a delete of it is refused, its author kept

@@ -31,8 +31,8 @@ def _serve_policy(args) -> PeerLimits:
 
 def _cmd_serve(args) -> int:
     from cablestore.cli import run_served  # the package's entry point, not a command module
+    from cablestore.peer import parse_address, run_server
     from cablestore.peer.control import ControlServer
-    from cablestore.peer.transport import parse_address, run_server
 
     policy = _serve_policy(args)
     parse_address(args.listen, listening=True)  # a bad address fails before the store is opened
@@ -62,7 +62,7 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_sync(args) -> int:
-    from cablestore.peer.transport import parse_address, sync_path
+    from cablestore.peer import parse_address, sync_path
     from cablestore.progress import Progress
 
     parse_address(args.connect)

@@ -16,11 +16,10 @@ one of our requests that is malformed fails that request at once.
 from __future__ import annotations
 
 from cablestore.errors import CableError, DecodeError, FramingError
+from cablestore.peer.limits import COMPACT_AT
 from cablestore.wire.codec import read_varint
 from cablestore.wire.decoding import decode_payload, frame_header
 from cablestore.wire.messages import CIRCUIT_SIZE, AnyMessage, Framing, Limits
-
-COMPACT_AT = 64 << 10  # drop consumed bytes once this many accumulate
 
 
 class BadMessage:

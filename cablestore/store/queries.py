@@ -106,10 +106,7 @@ class Queries(LinkQueries):
 
     def _chat_range(self, reader: Any, channel: str, start: int = 0, end: int = 0) -> Any:
         """An iterator over a channel's ``!chat`` keys in ``[start, end)``, newest first (close it)."""
-        start, end = _count(start, "start"), _count(end, "end")
-        prefix = chat.channel_prefix(channel)
-        lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
-        hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+        lo, hi = chat_bounds(channel, _count(start, "start"), _count(end, "end"))
         return reader.iterator(start=lo, stop=hi, reverse=True, include_value=False)
 
     # --- channel state ------------------------------------------------------
@@ -227,6 +224,14 @@ def _tombstones(reader, h: bytes) -> list[Tombstone]:
 
 # One iterator, re-seeked, answers a whole channel state request: creating an
 # iterator per member cost more than the seeks.
+def chat_bounds(channel: str, start: int, end: int) -> tuple[bytes, bytes]:
+    """The ``(lowest, above highest)`` ``!chat`` keys of a channel's time range ``[start, end)`` (``end = 0``: no bound)."""
+    prefix = chat.channel_prefix(channel)
+    lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
+    hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+    return lo, hi
+
+
 def last_under(it: Any, prefix: bytes) -> Any:
     """What ``it`` (a LevelDB iterator, re-seeked) yields for the greatest key under ``prefix``, or None.
 
