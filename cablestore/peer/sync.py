@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from cablestore.keyspace.keys import canonical_channel
+from cablestore.keyspace.keys import WEEK_MS, canonical_channel
 from cablestore.peer import limits
 from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
 from cablestore.peer.protocol import Connection
 from cablestore.peer.table import Job
-from cablestore.store import WEEK_MS
 from cablestore.wire.codec import decode_post
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, canonical_channel, channel_key, escape
 from cablestore.store.queries import chat_bounds, last_under
@@ -18,13 +18,10 @@ from cablestore.views import chat, state
 from cablestore.wire.codec import TOPIC, decode_post
 from cablestore.wire.crypto import check_signature
 
-if TYPE_CHECKING:
-    from cablestore.store.store import Store
-
 CURSOR = SYNC_CURSORS
 
 
-def channel_state_answer(store: Store, channel: str) -> list[bytes]:
+def channel_state_answer(store: Any, channel: str) -> list[bytes]:
     """The hashes answering a channel state request.
 
     ``Store.channel_state`` (latest topic, latest join/leave and post/info of
@@ -52,7 +49,7 @@ def channel_state_answer(store: Store, channel: str) -> list[bytes]:
     return [h for h in dict.fromkeys(extra) if h not in known] + hashes
 
 
-def listed_spelling(store: Store, channel: str) -> str:
+def listed_spelling(store: Any, channel: str) -> str:
     """The spelling a channel is listed under in answers: the ``channel`` field of a post it holds.
 
     Names are case-insensitive (spec 5.4.1) and the store keys them
@@ -85,7 +82,7 @@ def listed_spelling(store: Store, channel: str) -> str:
     return channel if best is None else best[1]
 
 
-def time_range_page(store: Store, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:
+def time_range_page(store: Any, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:
     """Up to ``n`` ``!chat`` keys of a channel's time range ``[start, end)``, newest first, below the key ``below`` (None: from the top).
 
     Paging by key, not by timestamp, so posts sharing a timestamp are never
@@ -102,7 +99,7 @@ def time_range_page(store: Store, channel: str, start: int, end: int, below: byt
         return out
 
 
-def tombstoned(store: Store, hashes: list[bytes]) -> set[bytes]:
+def tombstoned(store: Any, hashes: list[bytes]) -> set[bytes]:
     """The hashes among ``hashes`` that have a tombstone (candidates for ``Store.is_deleted``), found with one iterator.
 
     Most hashes a peer lists have none; one seek each is much cheaper than
@@ -120,13 +117,13 @@ def tombstoned(store: Store, hashes: list[bytes]) -> set[bytes]:
     return found
 
 
-def any_member(store: Store, channel: str, public_keys: Iterable[bytes]) -> bool:
+def any_member(store: Any, channel: str, public_keys: Iterable[bytes]) -> bool:
     """True if one of ``public_keys`` is a member or ex-member of ``channel`` (canonical): their latest post/info is in its state."""
     get, group = store.db.get, b"m" + escape(channel)  # the channel view's member group, less the member's key
     return any(get(channel_view.latest_prefix(group + pk)) is not None for pk in public_keys)
 
 
-def check_relayed(store: Store, buf: bytes, now: int) -> bytes:
+def check_relayed(store: Any, buf: bytes, now: int) -> bytes:
     """Check a post another peer sent for a forwarded request: it decodes, its timestamp is acceptable
     (the store's rule), its signature verifies (always).  Returns its hash; raises the CableError that says what is wrong."""
     h, _ = store._check_fields(buf, now)
@@ -134,7 +131,7 @@ def check_relayed(store: Store, buf: bytes, now: int) -> bytes:
     return h
 
 
-def has_posts(store: Store) -> bool:
+def has_posts(store: Any) -> bool:
     """True if the store holds any post."""
     with store.db.iterator(prefix=POSTS, include_value=False) as it:
         return next(it, None) is not None
@@ -145,13 +142,13 @@ def cursor_key(peer: str, channel: str) -> bytes:
     return CURSOR + hashlib.blake2b(peer.encode("utf-8"), digest_size=32).digest() + channel_key(channel)
 
 
-def sync_cursor(store: Store, peer: str, channel: str) -> int | None:
+def sync_cursor(store: Any, peer: str, channel: str) -> int | None:
     """The stored sync cursor (ms), or None if this channel was never synced from ``peer``."""
     value = store.db.get(cursor_key(peer, channel))
     return None if value is None else int.from_bytes(value, "big")
 
 
-def set_sync_cursor(store: Store, peer: str, channel: str, timestamp: int) -> None:
+def set_sync_cursor(store: Any, peer: str, channel: str, timestamp: int) -> None:
     """Store the sync cursor under the store's write lock; it never moves backwards."""
     key = cursor_key(peer, channel)
     with store._write_lock:

@@ -28,7 +28,7 @@ from cablestore.errors import (
     StoreClosedError,
     StoreError,
 )
-from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, canonical_channel, channel_key, check_horizon
+from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
 from cablestore.store import arguments, indexer, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
