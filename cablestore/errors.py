@@ -221,6 +221,10 @@ class LocalUserError(StoreError):
     """The store belongs to another local user than the one given, or the key given is not a public key."""
 
 
+class CabalMismatchError(StoreError):
+    """The store belongs to another cabal than the cabal key given: two cabals are never mixed in one store."""
+
+
 class ModerationRefusalError(CableError):
     """The moderation state in effect keeps this post out (moderation.md §4.4.6, §4.6); nothing was written."""
 

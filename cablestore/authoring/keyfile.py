@@ -1,4 +1,4 @@
-"""Keypairs on disk: one small text file per identity.
+"""Secrets on disk: a keypair per identity, and cabal keys.
 
 Format (UTF-8 text, one ``name value`` pair per line, ``#`` comments)::
 
@@ -12,6 +12,11 @@ file is refused instead of posting under an unexpected identity.  Files are
 created with mode 0600 and never overwritten; a file that is group- or
 world-accessible is refused (as ssh does), as is one that is unreadable or
 malformed.  Every refusal is a :class:`cablestore.errors.KeyFileError`.
+
+A cabal key file (handshake.md: the cabal key, the Noise psk that keeps a
+cabal private) is 64 hex characters and a newline, under the same rules:
+created 0600 and never overwritten, refused when others can read it.  The
+key is never taken on a command line or printed.
 """
 
 from __future__ import annotations
@@ -42,11 +47,45 @@ def format_keyfile(keypair: Keypair) -> str:
 def write_keyfile(path: str | os.PathLike, keypair: Keypair | None = None) -> Keypair:
     """Write a new key file (mode 0600) and return its keypair; an existing file is never replaced."""
     keypair = keypair or Keypair()
-    data = format_keyfile(keypair).encode("ascii")
+    _create_secret(path, format_keyfile(keypair).encode("ascii"), "a key")
+    return keypair
+
+
+def read_keyfile(path: str | os.PathLike) -> Keypair:
+    """Load the keypair of a key file; refuse one that is unreadable, malformed or too open."""
+    return parse_keyfile(_read_secret(path, "key file"), str(path))
+
+
+CABAL_KEY_SIZE = 32
+
+
+def write_cabal_key(path: str | os.PathLike, key: bytes | None = None) -> bytes:
+    """Write a new cabal key file (a random 32-byte key as 64 hex characters, mode 0600); never replaces a file."""
+    key = os.urandom(CABAL_KEY_SIZE) if key is None else key
+    if len(key) != CABAL_KEY_SIZE:
+        raise KeyFileError(f"a cabal key is {CABAL_KEY_SIZE} bytes, not {len(key)}")
+    _create_secret(path, key.hex().encode("ascii") + b"\n", "a cabal key")
+    return key
+
+
+def read_cabal_key(path: str | os.PathLike) -> bytes:
+    """The 32-byte cabal key of a cabal key file; refuse one that is unreadable, malformed or too open."""
+    raw = _read_secret(path, "cabal key file")
+    try:
+        text = raw.decode("ascii").strip()
+        key = bytes.fromhex(text)
+    except (UnicodeDecodeError, ValueError):
+        key = b""
+    if len(key) != CABAL_KEY_SIZE or len(text) != 2 * CABAL_KEY_SIZE:
+        raise KeyFileError(f"{path} is not a cabal key file (64 hex characters)")
+    return key
+
+
+def _create_secret(path, data: bytes, what: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError as exc:
-        raise KeyFileError(f"{path} already exists; refusing to overwrite a key") from exc
+        raise KeyFileError(f"{path} already exists; refusing to overwrite {what}") from exc
     except OSError as exc:
         raise KeyFileError(f"cannot create {path}: {exc.strerror or exc}") from exc
     try:
@@ -58,30 +97,28 @@ def write_keyfile(path: str | os.PathLike, keypair: Keypair | None = None) -> Ke
         Path(path).unlink(missing_ok=True)
         raise KeyFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
     os.close(fd)
-    return keypair
 
 
-def read_keyfile(path: str | os.PathLike) -> Keypair:
-    """Load the keypair of a key file; refuse one that is unreadable, malformed or too open."""
+def _read_secret(path, what: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
-        raise KeyFileError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
+        raise KeyFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise KeyFileError(f"key file {path} is not a regular file")
+            raise KeyFileError(f"{what} {path} is not a regular file")
         if info.st_mode & 0o077:
             mode = stat.S_IMODE(info.st_mode)
-            raise KeyFileError(f"key file {path} is accessible by others (mode {mode:04o}); run: chmod 600 {path}")
+            raise KeyFileError(f"{what} {path} is accessible by others (mode {mode:04o}); run: chmod 600 {path}")
         raw = os.read(fd, MAX_SIZE + 1)
     except OSError as exc:
-        raise KeyFileError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
+        raise KeyFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
     if len(raw) > MAX_SIZE:
-        raise KeyFileError(f"key file {path} is larger than {MAX_SIZE} bytes: not a key file")
-    return parse_keyfile(raw, str(path))
+        raise KeyFileError(f"{what} {path} is larger than {MAX_SIZE} bytes: not a {what}")
+    return raw
 
 
 def parse_keyfile(raw: bytes, name: str = "key file") -> Keypair:

@@ -1,4 +1,4 @@
-"""CLI for authoring: ``keygen``, ``post`` and ``heads`` (see cablestore.authoring.author)."""
+"""CLI for authoring: ``keygen``, ``cabal new``, ``post`` and ``heads`` (see cablestore.authoring.author)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ def _cmd_keygen(args) -> int:
 
     keypair = write_keyfile(args.keyfile)
     print_json({"public_key": keypair.public_key.hex(), "keyfile": args.keyfile}) if args.json else print(keypair.public_key.hex())
+    return 0
+
+
+def _cmd_cabal_new(args) -> int:
+    from cablestore.authoring.keyfile import write_cabal_key
+
+    write_cabal_key(args.file)  # the key is never printed
+    print_json({"cabal_key_file": args.file}) if args.json else print(f"wrote a new cabal key to {args.file} (mode 0600): share it only with the cabal's members")
     return 0
 
 
@@ -64,6 +72,16 @@ def register(sub) -> None:
     p.add_argument("keyfile", help="where to write the key (never overwritten)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_keygen)
+
+    p = sub.add_parser("cabal", help="cabal keys: what keeps a cabal private (docs/security.md)")
+    cabal = p.add_subparsers(dest="cabal_command", required=True, metavar="COMMAND")
+    k = cabal.add_parser(
+        "new", help="write a new random cabal key to FILE (64 hex characters, mode 0600, never overwritten, never printed)",
+        description="Write a new random 32-byte cabal key to FILE. Give FILE to serve and sync with --cabal-key; share it only with the cabal's members.",
+    )
+    k.add_argument("file", help="where to write the key (never overwritten)")
+    k.add_argument("--json", action="store_true", help="print the result as JSON")
+    k.set_defaults(func=_cmd_cabal_new)
 
     p = sub.add_parser("post", help="write a post as the key file's owner, linked to the channel's heads")
     p.add_argument("store", help="the store directory (created if missing, except for delete)")

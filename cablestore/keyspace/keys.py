@@ -31,6 +31,7 @@ META = b"!meta!"
 FORMAT_KEY = META + b"format"  # the store's format, checked on open
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors, local user)
 LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves
+CABAL_KEY = LOCAL + b"cabal"  # a digest of the cabal key the store belongs to (never the key)
 CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a post of that author
 SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channel from a peer starts
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see the indexer)

@@ -29,7 +29,7 @@ from cablestore.errors import (
     StoreError,
 )
 from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
-from cablestore.store import arguments, indexer, opening, peer_reads
+from cablestore.store import arguments, indexer, membership, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.hashfilter import link_filter, tombstone_filter
@@ -203,6 +203,15 @@ class Store(Reading, Queries, ModerationQueries):
 
     def _commit(self, batch: IndexState) -> None:
         indexer.commit(batch, self.local_user, self.sync)
+
+    def join_cabal(self, cabal_key: bytes) -> None:
+        """Tie the store to the cabal of ``cabal_key`` (a digest is kept, never the key); another cabal's key raises :class:`CabalMismatchError`.
+
+        A private ``serve`` or ``sync`` calls it before any byte is exchanged,
+        so two cabals are never mixed in one store.
+        """
+        with self._write_lock:
+            membership.adopt_cabal(self.db, cabal_key)
 
     def _forget_caches(self) -> None:
         """Drop what the store remembers of its views: after writes not made by its transactions (a repair, a reindex, a reopen)."""
