@@ -7,6 +7,7 @@ import json
 import os
 
 from cablestore.cli.args import add_local_user_flag, int_at_least, open_existing, positive_float, positive_int, print_json
+from cablestore.errors import ArgumentError
 from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
 
 
@@ -26,7 +27,20 @@ def _serve_policy(args) -> PeerLimits:
         frame_timeout=int(args.slow_timeout * 1000),
         stall_timeout=int(args.slow_timeout * 1000),
         request_timeout=int(args.request_timeout * 1000),
+        handshake_timeout=int(args.handshake_timeout * 1000),
     )
+
+
+def _private(args) -> dict:
+    """``--cabal-key FILE`` and ``--key FILE`` read (refused if others can read them): the keyword arguments of the peer's entry points."""
+    from cablestore.authoring.keyfile import read_cabal_key, read_keyfile
+
+    if args.cabal_key is None:
+        for flag, given in (("--key", args.key), ("--plain-listen", getattr(args, "plain_listen", None)), ("--legacy-prologue", getattr(args, "legacy_prologue", False))):
+            if given:
+                raise ArgumentError(f"{flag} goes with --cabal-key (a private cabal)")
+        return {}
+    return {"cabal_key": read_cabal_key(args.cabal_key), "keypair": read_keyfile(args.key) if args.key else None}
 
 
 def _cmd_serve(args) -> int:
@@ -36,20 +50,31 @@ def _cmd_serve(args) -> int:
 
     policy = _serve_policy(args)
     parse_address(args.listen, listening=True)  # a bad address fails before the store is opened
+    if args.plain_listen:
+        parse_address(args.plain_listen, listening=True)
+    private = _private(args)
     wrote = []
 
     def ready(host, port):
-        if args.port_file:
+        first = not ready.seen
+        ready.seen = True
+        kind = ("private" if first else "plain") if private else None
+        if args.port_file and first:
             _write_port_file(args.port_file, port)
             wrote.append(args.port_file)
-        if args.json:  # JSON lines: this one now, the summary at exit
-            print(json.dumps({"listening": f"{host}:{port}", "port": port}, sort_keys=True), flush=True)
+        if args.json:  # JSON lines: these now, the summary at exit
+            line = {"listening": f"{host}:{port}", "port": port}
+            if kind:
+                line["kind"] = kind
+            print(json.dumps(line, sort_keys=True), flush=True)
         elif not args.quiet:
-            print(f"listening on {host}:{port}", flush=True)
+            print(f"listening on {host}:{port}" + (f" ({kind})" if kind else ""), flush=True)
+
+    ready.seen = False
 
     try:
         with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ControlServer(args.store, run_served(store)):
-            summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull))
+            summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, **private))
     finally:
         for path in wrote:
             try:
@@ -64,9 +89,13 @@ def _cmd_serve(args) -> int:
 def _cmd_sync(args) -> int:
     from cablestore.peer import parse_address, sync_path
     from cablestore.progress import Progress
+    from cablestore.wire.handshake import CABLE_PROLOGUE, LEGACY_PROLOGUE
 
     parse_address(args.connect)
     policy = PeerLimits(memory_mb=args.memory_mb, max_connections=4)
+    private = _private(args)
+    if private:
+        private["prologue"] = LEGACY_PROLOGUE if args.legacy_prologue else CABLE_PROLOGUE
     progress = Progress(quiet=args.quiet or args.json).stage("sync: posts ingested")
     try:
         summary = asyncio.run(
@@ -81,6 +110,7 @@ def _cmd_sync(args) -> int:
                 progress_timeout=args.progress_timeout,
                 duration=args.duration,
                 policy=policy,
+                **private,
             )
         )
     finally:
@@ -119,6 +149,16 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help='JSON lines: {"listening": ..., "port": ...} once listening, the counts on exit')
     p.add_argument("--port-file", metavar="PATH", help="write the port listened on to PATH once listening (removed on exit)")
     p.add_argument("--no-pull", action="store_true", help="only answer: do not sync from the peers that connect (default: pull their posts, then live)")
+    g = p.add_argument_group("a private cabal (docs/security.md)")
+    g.add_argument(
+        "--cabal-key", metavar="FILE",
+        help="a cabal key file (cablestore cabal new): every connection to --listen must pass the Cable Handshake with this key, then speaks draft8; ties the store to the cabal",
+    )
+    g.add_argument("--key", metavar="FILE", help="with --cabal-key: your key file, whose key authenticates this peer (default: a fresh key for the run: an unknown user)")
+    g.add_argument(
+        "--plain-listen", metavar="HOST:PORT",
+        help="with --cabal-key: also a plain listener (legacy TCP, as cable-client.js speaks): anyone who reaches it reads every post of the store and can write to it",
+    )
     g = p.add_argument_group("limits (a peer over its share is refused or closed; others are not affected)")
     g.add_argument(
         "--max-connections", type=positive_int, default=d.max_connections, metavar="N", help=f"connections at once; more are closed at once (default: {d.max_connections})"
@@ -139,6 +179,10 @@ def register(sub) -> None:
     g.add_argument(
         "--request-timeout", type=positive_float, default=d.request_timeout / 1000, metavar="S", help=f"give up a forwarded request (default: {d.request_timeout // 1000})"
     )
+    g.add_argument(
+        "--handshake-timeout", type=positive_float, default=d.handshake_timeout / 1000, metavar="S",
+        help=f"close a connection whose Cable Handshake takes longer (default: {d.handshake_timeout // 1000})",
+    )
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("sync", help="pull what a Cable peer has and this store lacks (created if missing)")
@@ -153,4 +197,8 @@ def register(sub) -> None:
     p.add_argument("--memory-mb", type=positive_int, default=d.memory_mb, metavar="MB", help=f"memory budget: bounds the posts waited on at once (default: {d.memory_mb})")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g = p.add_argument_group("a private cabal (docs/security.md)")
+    g.add_argument("--cabal-key", metavar="FILE", help="a cabal key file: initiate the Cable Handshake with this key, then speak draft8; ties the store to the cabal")
+    g.add_argument("--key", metavar="FILE", help="with --cabal-key: your key file, whose key authenticates this peer (default: a fresh key for the run: an unknown user)")
+    g.add_argument("--legacy-prologue", action="store_true", help="with --cabal-key: the prologue CABLE1.0 (cable-handshake.ts 1.0.0, cable.rs) instead of the spec's CABLE/1.0")
     p.set_defaults(func=_cmd_sync)

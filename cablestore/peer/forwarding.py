@@ -29,7 +29,7 @@ class Forwarding:
         for conn in self.state.connections:
             if len(entry.forwarded) >= fanout:
                 break
-            if conn is not self and not conn.closed and conn._output_ok():
+            if conn is not self and not conn.closed and conn.framing == self.framing and conn._output_ok():
                 conn._send(forwarded)
                 entry.forwarded.add(conn)
                 entry.pending.add(conn)
@@ -77,7 +77,7 @@ class Forwarding:
     def _cancel_forward(self, entry: Inbound, conn) -> None:
         """Stop waiting on ``conn`` for ``entry`` (it floods, or the requester cannot take more)."""
         if conn in entry.pending and not conn.closed:
-            conn._send(CancelRequest(self.state.new_req_id(), cancel_id=entry.req_id))
+            conn._send(CancelRequest(conn.new_req_id(), cancel_id=entry.req_id))
         entry.pending.discard(conn)
         conn.awaiting.discard(entry)
         entry.origin._finish_inbound(entry)
@@ -85,7 +85,7 @@ class Forwarding:
     def _stop_forwards(self, entry: Inbound) -> None:
         for conn in list(entry.pending):
             if not conn.closed:
-                conn._send(CancelRequest(self.state.new_req_id(), cancel_id=entry.req_id))
+                conn._send(CancelRequest(conn.new_req_id(), cancel_id=entry.req_id))
             conn.awaiting.discard(entry)
         entry.pending.clear()
 

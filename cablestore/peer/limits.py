@@ -81,6 +81,7 @@ class PeerLimits:
     frame_timeout: int = 20_000
     stall_timeout: int = 20_000
     request_timeout: int = 30_000
+    handshake_timeout: int = 10_000
     input_reserved: int = 16 * KIB
     output_reserved: int = 64 * KIB
     output_high: int = 256 * KIB
@@ -148,6 +149,8 @@ CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel be
 WRITE_CHUNK = 64 << 10  # handed to a socket at once; also its write buffer's high-water mark
 PUMP_SECONDS = 0.005  # work between two looks at the sockets
 BACKLOG = 512  # connections the kernel queues before they are accepted
+# A private connection (cablestore.peer.secure): read no further ahead than the longest handshake message until it is through
+HANDSHAKE_READ = 96
 # The control socket of a served store (cablestore.peer.control)
 MAX_REQUEST = 64 << 10  # a command's request (argv and cwd), at most
 MAX_LINE = 1 << 20  # a reply line read by the client, at most
@@ -175,6 +178,7 @@ _CLI = {
     "frame_timeout": "serve --slow-timeout",
     "stall_timeout": "serve --slow-timeout",
     "request_timeout": "serve --request-timeout",
+    "handshake_timeout": "serve --handshake-timeout",
 }
 _SETTABLE_BOUNDS = {
     "max_connections": "connections at once (accepted beyond it: closed)",
@@ -192,6 +196,7 @@ _SETTABLE_BOUNDS = {
     "frame_timeout": "ms one message may take to arrive",
     "stall_timeout": "ms a peer may read none of its answers",
     "request_timeout": "ms before a finite request (ours, or one forwarded) is given up",
+    "handshake_timeout": "ms a Cable Handshake (a private listener or sync) may take; the half-open one holds a connection slot meanwhile",
     "input_reserved": "input bytes a connection buffers outside the pool",
     "output_reserved": "output bytes a connection buffers outside the pool",
     "output_high": "output bytes past which a connection is not worked for",
@@ -234,6 +239,7 @@ _FIXED = (
     ("WRITE_CHUNK", "bytes handed to a socket at once"),
     ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),
     ("BACKLOG", "connections the kernel queues before they are accepted"),
+    ("HANDSHAKE_READ", "bytes read from a private connection at once until its handshake is through"),
     ("MAX_REQUEST", "bytes of one control-socket request"),
     ("MAX_LINE", "bytes of one control-socket reply line"),
     ("CHUNK", "bytes read from the control socket at once"),

@@ -12,6 +12,7 @@ from cablestore.peer.live import LivePushes
 from cablestore.peer.protocol import Connection
 from cablestore.peer.state import PeerState
 from cablestore.peer.table import Outbound
+from cablestore.wire.messages import Framing
 
 if TYPE_CHECKING:
     from cablestore.store.store import Store
@@ -86,12 +87,14 @@ class Node:
         return self.state.take_touched()
 
     # --- connections --------------------------------------------------------------
-    def connect(self, name: str = "peer", *, now: int = 0, accepted: bool = False) -> Connection:
+    def connect(self, name: str = "peer", *, now: int = 0, accepted: bool = False, framing: Framing | None = None) -> Connection:
         """A new connection to a remote peer called ``name`` (for logs and sync cursors).
 
         ``accepted``: the remote peer dialled us; such connections count
         against ``policy.max_connections`` (beyond it,
         :class:`cablestore.errors.TooManyConnectionsError`) and close when idle.
+        ``framing``: the connection's (default the node's; draft8's over the
+        Cable Handshake).
         """
         state = self.state
         with state.lock:
@@ -99,7 +102,7 @@ class Node:
                 state.stats["connections_refused"] += 1
                 raise TooManyConnectionsError(f"{len(state.connections)} connections open, limit {state.policy.max_connections}")
             self._serial += 1
-            conn = Connection(state, name, self._serial, now, accepted)
+            conn = Connection(state, name, self._serial, now, accepted, framing)
             state.add_connection(conn)
             return conn
 

@@ -52,7 +52,7 @@ from cablestore.peer.requesting import Requesting
 from cablestore.peer.serving import Serving
 from cablestore.peer.state import PeerState
 from cablestore.peer.table import Inbound, Outbound, Refused
-from cablestore.wire.messages import encode
+from cablestore.wire.messages import Framing, encode
 
 log = logging.getLogger("cablestore.peer")
 
@@ -62,14 +62,21 @@ class Connection(Requesting, Serving, Forwarding):
 
     ``state``: what it shares with the peer's other connections (it holds no
     reference to the :class:`cablestore.peer.Node` that made it).
+    ``framing``: its wire framing (default the node's): draft8's over the
+    Cable Handshake (:mod:`cablestore.peer.secure`), the deployed one on
+    plain TCP.  Its ``req_id`` s are of that framing's size, and requests are
+    forwarded only between connections of the same framing.
     """
 
-    def __init__(self, state: PeerState, name: str, serial: int = 0, now: int = 0, accepted: bool = False):
+    def __init__(self, state: PeerState, name: str, serial: int = 0, now: int = 0, accepted: bool = False, framing: Framing | None = None):
         self.state = state
         self.name = name
         self.serial = serial
         self.accepted = accepted
-        self.inbox = Inbox(state.framing, state.limits)
+        self.framing = state.framing if framing is None else framing
+        self.user: bytes | None = None  # the remote's Ed25519 key, once a handshake identified a known user
+        self.authenticated = False  # the remote passed a Cable Handshake (a known user or not)
+        self.inbox = Inbox(self.framing, state.limits)
         self._out = bytearray()
         self._events: deque = deque(maxlen=EVENTS_KEPT)
         self.closed = False
@@ -311,7 +318,7 @@ class Connection(Requesting, Serving, Forwarding):
         self._events.append(Refused(error))
 
     def _send(self, m) -> None:
-        data = encode(m, self.state.framing)
+        data = encode(m, self.framing)
         self._out += data
         self.state.account(len(data))
         self.state.mark_dirty(self)
@@ -325,3 +332,7 @@ class Connection(Requesting, Serving, Forwarding):
         self._refuse(SlowPeerError(f"{len(self._out)} bytes of answers unread; a live push would pass the limit"))
         self.close("overflow")
         return False
+
+    def new_req_id(self) -> bytes:
+        """A fresh ``req_id`` of this connection's framing (see :meth:`PeerState.new_req_id`)."""
+        return self.state.new_req_id(self.framing.req_id_size)

@@ -63,13 +63,13 @@ class Requesting:
         with self.state.lock:
             entry = self.outbound.get(req_id)
             if entry is not None:
-                self._send(CancelRequest(self.state.new_req_id(), cancel_id=req_id))
+                self._send(CancelRequest(self.new_req_id(), cancel_id=req_id))
                 self._conclude_outbound(entry, "cancelled")
 
     def _request(self, make, now: int, job: Job | None, live: bool = False) -> Job:
         job = job or Job()
         with self.state.lock:
-            request = make(self.state.new_req_id())
+            request = make(self.new_req_id())
             self._track(request, now, job, live)
         return job
 
@@ -184,7 +184,7 @@ class Requesting:
         while self._queue and self._posts_in_flight < limits.POST_REQUESTS_IN_FLIGHT and not self.closed:
             chunk, job, ttl = self._queue.popleft()
             self._posts_in_flight += 1
-            self._track(PostRequest(self.state.new_req_id(), chunk, ttl=ttl), now, job, wanted=chunk, counted=True)
+            self._track(PostRequest(self.new_req_id(), chunk, ttl=ttl), now, job, wanted=chunk, counted=True)
 
     def _drop_queue(self) -> None:
         while self._queue:
@@ -232,7 +232,7 @@ class Requesting:
                 job.hashes_seen += len(m.hashes)
                 channel = request.channel if isinstance(request, TimeRangeRequest) else None
                 if not self._request_missing(list(m.hashes), job, now, request.ttl, channel):  # fetch along the same route
-                    self._send(CancelRequest(self.state.new_req_id(), cancel_id=entry.req_id))
+                    self._send(CancelRequest(self.new_req_id(), cancel_id=entry.req_id))
                     self._conclude_outbound(entry, "overflow")
             else:
                 self._conclude_outbound(entry, "answered")

@@ -295,7 +295,7 @@ class Serving:
         for conn in entry.forwarded:
             conn.awaiting.discard(entry)
             if cancel_forwards and not conn.closed and conn in entry.pending:
-                conn._send(CancelRequest(self.state.new_req_id(), cancel_id=entry.req_id))
+                conn._send(CancelRequest(conn.new_req_id(), cancel_id=entry.req_id))
         entry.pending.clear()
 
     def _handle_cancel(self, m: CancelRequest) -> None:

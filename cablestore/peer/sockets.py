@@ -16,10 +16,11 @@ from cablestore.errors import TooManyConnectionsError, TransportError
 from cablestore.peer.limits import PUMP_SECONDS, WRITE_CHUNK
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
+from cablestore.peer.secure import PrivateCabal, SecureChannel
 
 log = logging.getLogger("cablestore.peer.transport")  # one logger for the TCP side
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (Linux)
-ABORTED = {"slow", "stalled", "idle", "overflow", "framing", "left"}  # reasons a socket is reset, its unsent bytes dropped
+ABORTED = {"slow", "stalled", "idle", "overflow", "framing", "left", "handshake", "blocked"}  # reasons a socket is reset, its unsent bytes dropped
 
 
 def now_ms() -> int:
@@ -42,10 +43,12 @@ def parse_address(text: str, *, listening: bool = False) -> tuple[str, int]:
 class _Link(asyncio.BufferedProtocol):
     """One socket of a :class:`Wire`: reads what its connection allows, writes what it has."""
 
-    def __init__(self, wire: Wire | None = None, accept: bool = False):
+    def __init__(self, wire: Wire | None = None, accept: bool = False, private: PrivateCabal | None = None):
         self.wire = wire
         self.accept = accept
+        self.private = private  # a private listener's: every accepted socket speaks the Cable Handshake
         self.conn: Connection | None = None
+        self.io: Connection | SecureChannel | None = None  # what bytes go through: the Connection, or the handshake around it
         self.transport: asyncio.Transport | None = None
         self.paused = False
         self.eof = False
@@ -59,30 +62,38 @@ class _Link(asyncio.BufferedProtocol):
             self._pause()  # a dialled socket is read once a connection is attached
             return
         peer = transport.get_extra_info("peername")
+        framing = None if self.private is None else SecureChannel.framing
+        now = now_ms()
         try:
-            conn = self.wire.node.connect(f"{peer[0]}:{peer[1]}" if peer else "peer", now=now_ms(), accepted=True)
+            conn = self.wire.node.connect(f"{peer[0]}:{peer[1]}" if peer else "peer", now=now, accepted=True, framing=framing)
         except TooManyConnectionsError as exc:
             log.info("refused a connection: %s", exc)
             transport.abort()
             return
-        self.wire.attach(self, conn)
+        io = None if self.private is None else SecureChannel(conn, self.private, initiator=False, now=now, on_open=self.wire.on_open)
+        self.wire.attach(self, conn, io)
         if self.wire.on_accept is not None:
             self.wire.on_accept(conn)
             self.wire.kick()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        n = self.conn.read_allowance() if self.conn is not None else 0
+        n = self.io.read_allowance() if self.io is not None else 0
         return self.wire.view[: max(1, n)] if self.wire is not None else memoryview(bytearray(1))
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.conn is None or self.conn.closed:
             return
-        self.conn.feed(bytes(self.wire.view[:nbytes]), now_ms())
+        self.io.feed(bytes(self.wire.view[:nbytes]), now_ms())
+        if self.io is not self.conn:
+            self.write()  # the handshake's answer, or the end-of-stream marker
         self.update_reading()
         self.wire.kick()
 
     def eof_received(self) -> bool:
         self.eof = True
+        if self.io is not None and self.io is not self.conn and not self.conn.closed:
+            self.io.feed(b"", now_ms())  # over the handshake, the end of the socket without a marker ends the connection
+            return False
         if self.wire is not None:
             self.wire.kick()
         return True  # keep writing the answers to what it sent; closed once they are out
@@ -90,6 +101,8 @@ class _Link(asyncio.BufferedProtocol):
     def connection_lost(self, exc) -> None:
         if self.conn is not None and not self.conn.closed:
             self.conn.close("lost" if exc else "closed")
+        if isinstance(self.io, SecureChannel):
+            self.io.release()
         if self.wire is not None:
             self.wire.links.pop(self.conn, None)
             self.wire.paused.pop(self, None)
@@ -142,7 +155,7 @@ class _Link(asyncio.BufferedProtocol):
         """Pause reading while the connection may not take more; resume when it may."""
         if self.conn is None or self.transport is None or self.transport.is_closing():
             return
-        if self.conn.read_allowance() > 0:
+        if self.io.read_allowance() > 0:
             if self.paused:
                 self._resume()
         else:
@@ -152,12 +165,17 @@ class _Link(asyncio.BufferedProtocol):
 
     def write(self) -> None:
         """Hand the socket what it takes now; close a half-closed peer once its answers are out."""
-        conn, transport = self.conn, self.transport
+        conn, io, transport = self.conn, self.io, self.transport
         if conn is None or transport is None or transport.is_closing():
             return
-        while conn.writable and conn.output_buffered:
-            transport.write(conn.data_to_send(WRITE_CHUNK))
-        if self.eof and not conn.runnable and not conn.output_buffered and not conn.inbox.ready:
+        while conn.writable and io.output_buffered:
+            data = io.data_to_send(WRITE_CHUNK)
+            if not data:
+                break
+            transport.write(data)
+        if io is not conn and io.ended and not io.output_buffered:
+            conn.close("ended")  # both end-of-stream markers exchanged
+        elif self.eof and not conn.runnable and not conn.output_buffered and not conn.inbox.ready:
             transport.close()
         elif self.wire.node.has_work:
             self.wire.kick()
@@ -175,18 +193,19 @@ class Wire:
         self.view = memoryview(bytearray(node.policy.read_chunk))
         self.on_event: Callable[[], None] | None = None  # after each slice of work, tick or lost socket (a sync re-checks)
         self.on_accept: Callable[[Connection], None] | None = None  # a peer connected (serve starts pulling from it)
+        self.on_open: Callable[[SecureChannel, int], None] | None = None  # a handshake went through (the remote is identified)
         self._kicked = False
         self._closing = False
         node.on_output = self._wake
         node.on_close = self._closed
         policy = node.policy
-        shortest = min(policy.frame_timeout, policy.stall_timeout, policy.idle_timeout, node.timeout) or 1000
+        shortest = min(policy.frame_timeout, policy.stall_timeout, policy.idle_timeout, policy.handshake_timeout, node.timeout) or 1000
         self.tick_seconds = min(1.0, max(0.05, shortest / 4000))
         self._ticker = self.loop.create_task(self._tick())
 
-    def attach(self, link: _Link, conn: Connection) -> None:
-        """Pair a socket with its connection and start reading it."""
-        link.wire, link.conn = self, conn
+    def attach(self, link: _Link, conn: Connection, io: SecureChannel | None = None) -> None:
+        """Pair a socket with its connection (and the handshake around it, ``io``, if private) and start reading it."""
+        link.wire, link.conn, link.io = self, conn, conn if io is None else io
         self.links[conn] = link
         link.update_reading()
         link.write()
@@ -205,6 +224,8 @@ class Wire:
         link = self.links.pop(conn, None)
         self.pool_paused.pop(link, None)
         self.paused.pop(link, None)
+        if link is not None and isinstance(link.io, SecureChannel):
+            link.io.release()
         if link is not None and link.transport is not None and not link.transport.is_closing():
             if conn.close_reason in ABORTED:
                 link.transport.abort()
@@ -250,7 +271,11 @@ class Wire:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.tick_seconds)
-            self.node.tick(now_ms())
+            now = now_ms()
+            for link in [link for link in self.links.values() if isinstance(link.io, SecureChannel)]:
+                link.io.check_time(now)  # the handshake's deadline, a slow message, the wait for the remote's marker
+                link.write()
+            self.node.tick(now)
             for link in [link for link in self.paused if link.gone()]:  # free the slots of peers that left
                 link.conn.close("left")
             self.kick()
@@ -262,7 +287,11 @@ class Wire:
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
         links = list(self.links.values())
+        now = now_ms()
         for link in links:
+            if isinstance(link.io, SecureChannel) and not link.conn.closed:
+                link.io.end(now)  # our end-of-stream marker goes before the socket closes
+                link.write()
             if link.transport is not None:
                 link.transport.close()
         if links:

@@ -90,11 +90,11 @@ class PeerState:
             self.peak_buffered = self.buffered
 
     # --- request ids --------------------------------------------------------------
-    def new_req_id(self) -> bytes:
-        """A fresh random ``req_id``, remembered so an echo of it is discarded."""
+    def new_req_id(self, size: int | None = None) -> bytes:
+        """A fresh random ``req_id`` of ``size`` bytes (default: the framing's), remembered so an echo of it is discarded."""
         with self.lock:
             while True:
-                req_id = self.random(self.framing.req_id_size)
+                req_id = self.random(self.framing.req_id_size if size is None else size)
                 if req_id not in self.requests and req_id not in self._seen:
                     self.remember(req_id, 0)
                     return req_id

@@ -27,52 +27,85 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cablestore.errors import TransportError
+from cablestore.errors import ArgumentError, TransportError
 from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, DEFAULT_PROGRESS_TIMEOUT, STORE_CACHE_MB, PeerLimits
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
 from cablestore.peer.pulling import Puller
+from cablestore.peer.secure import PrivateCabal, SecureChannel, identify
 from cablestore.peer.sockets import Wire, _Link, now_ms, parse_address
 from cablestore.peer.sync import Sync
+from cablestore.wire.crypto import Keypair
+from cablestore.wire.handshake import CABLE_PROLOGUE
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
 class PeerServer:
-    """Accepts Cable peers on ``host:port`` (port 0: any free port, see ``.port``)."""
+    """Accepts Cable peers on ``host:port`` (port 0: any free port, see ``.port``).
 
-    def __init__(self, node: Node, host: str, port: int):
+    ``private``: a :class:`cablestore.peer.secure.PrivateCabal`: every
+    connection of this listener must pass the Cable Handshake with its cabal
+    key first (a plain client, or one with another key, gets nothing and is
+    closed), then speaks draft8's framing.  :meth:`listen` adds more
+    listeners to the same node (a plain one beside a private one, say).
+    """
+
+    def __init__(self, node: Node, host: str, port: int, *, private: PrivateCabal | None = None):
         self.node, self.host, self.port = node, host, port
+        self.private = private
         self.wire: Wire | None = None
-        self._server = None
+        self._servers: list = []
+        self.listeners: list[tuple[str, int, bool]] = []  # (host, port, private)
 
     async def start(self) -> PeerServer:
         """Listen; raises :class:`TransportError` if the address cannot be bound."""
         self.wire = Wire(self.node)
-        loop = asyncio.get_running_loop()
+        self.wire.on_open = identify
         try:
-            self._server = await loop.create_server(lambda: _Link(self.wire, accept=True), self.host, self.port, backlog=BACKLOG)
-        except (OSError, OverflowError, ValueError) as exc:
+            self.port = await self.listen(self.host, self.port, private=self.private)
+        except TransportError:
             await self.wire.close()
-            raise TransportError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
-        self.port = self._server.sockets[0].getsockname()[1]
+            raise
         return self
 
-    async def dial(self, host: str, port: int, name: str | None = None) -> Connection:
-        """Connect this node to another peer too (its requests get forwarded there)."""
+    async def listen(self, host: str, port: int, *, private: PrivateCabal | None = None) -> int:
+        """Listen on one more address (private with ``private``); return its port."""
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(lambda: _Link(self.wire, accept=True, private=private), host, port, backlog=BACKLOG)
+        except (OSError, OverflowError, ValueError) as exc:
+            raise TransportError(f"cannot listen on {host}:{port}: {exc}") from exc
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()[1]
+        self.listeners.append((host, bound, private is not None))
+        return bound
+
+    async def dial(self, host: str, port: int, name: str | None = None, *, private: PrivateCabal | None = None) -> Connection:
+        """Connect this node to another peer too (its requests get forwarded there); ``private``: over the handshake."""
         link = await dial(host, port)
-        conn = self.node.connect(name or f"{host}:{port}", now=now_ms())
-        self.wire.attach(link, conn)
-        return conn
+        return attach_dialled(self.wire, link, name or f"{host}:{port}", private)
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         await self.wire.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
+
+
+def attach_dialled(wire: Wire, link: _Link, name: str, private: PrivateCabal | None) -> Connection:
+    """A connection for a socket we dialled, over the handshake (as its initiator) when ``private``."""
+    now = now_ms()
+    if private is None:
+        conn = wire.node.connect(name, now=now)
+        wire.attach(link, conn)
+        return conn
+    conn = wire.node.connect(name, now=now, framing=SecureChannel.framing)
+    wire.attach(link, conn, SecureChannel(conn, private, initiator=True, now=now, on_open=identify))
+    return conn
 
 
 async def dial(host: str, port: int) -> _Link:
@@ -100,6 +133,14 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     created = not Path(path).exists()
     try:
         store = Store(path, local_user=local_user, cache_mb=STORE_CACHE_MB)  # within the peer's memory budget
+        if kw.get("cabal_key") is not None:
+            try:
+                store.join_cabal(bytes(kw["cabal_key"]))  # another cabal's store: refused before any byte is sent
+            except BaseException:
+                store.close()
+                if created:
+                    shutil.rmtree(path, ignore_errors=True)
+                raise
     except BaseException:
         link.transport.abort()
         raise
@@ -128,16 +169,43 @@ async def run_server(
     stop: asyncio.Event | None = None,
     policy: PeerLimits = DEFAULT_POLICY,
     pull: bool = True,
+    cabal_key: bytes | None = None,
+    keypair: Keypair | None = None,
+    plain_listen: str | None = None,
 ) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts.
 
     ``pull``: also sync from every peer that connects (:class:`cablestore.peer.pulling.Puller`):
     its channels and ours, the moderation state, then live, so what it writes reaches the store
     and the other peers' live requests.  False: only answer.
+
+    ``cabal_key``: ``address`` is a private listener: every connection must
+    pass the Cable Handshake with this key (see :mod:`cablestore.peer.secure`);
+    ``keypair``: the static key's Ed25519 keypair (None: a fresh one for the
+    run).  The store is tied to the cabal first (``Store.join_cabal``:
+    another cabal's store raises :class:`cablestore.errors.CabalMismatchError`
+    before any socket is opened).  ``plain_listen``: also a plain listener
+    (legacy TCP, deployed framing) on that address, serving the same store to
+    anyone who reaches it.  ``ready(host, port)`` is called for each listener,
+    the private one first.
     """
     host, port = parse_address(address, listening=True)
+    private = None
+    if cabal_key is not None:
+        private = PrivateCabal(bytes(cabal_key), keypair)
+        store.join_cabal(private.cabal_key)
+    elif plain_listen is not None:
+        raise ArgumentError("plain_listen is the plain listener beside a private one: give cabal_key too")
+    plain = parse_address(plain_listen, listening=True) if plain_listen is not None else None
     node = Node(store, policy=policy)
-    server = await PeerServer(node, host, port).start()
+    server = await PeerServer(node, host, port, private=private).start()
+    if plain is not None:
+        try:
+            await server.listen(*plain)
+        except TransportError:
+            await server.close()
+            node.close()
+            raise
     puller = None
     if pull:
         puller = Puller(node)
@@ -148,7 +216,8 @@ async def run_server(
     _on_signals(loop, stop, True)
     try:
         if ready is not None:
-            ready(server.host, server.port)
+            for listen_host, listen_port, _ in server.listeners:
+                ready(listen_host, listen_port)
         await stop.wait()
     finally:
         _on_signals(loop, stop, False)
@@ -157,7 +226,10 @@ async def run_server(
             server.wire.flush()
         await server.close()
         node.close()
-    return {"listen": f"{server.host}:{server.port}", **node.snapshot()}
+    summary = {"listen": f"{server.host}:{server.port}", **node.snapshot()}
+    if plain is not None:
+        summary["plain_listen"] = f"{server.listeners[1][0]}:{server.listeners[1][1]}"
+    return summary
 
 
 async def run_sync(
@@ -174,6 +246,9 @@ async def run_sync(
     stop: asyncio.Event | None = None,
     policy: PeerLimits = DEFAULT_POLICY,
     link: _Link | None = None,
+    cabal_key: bytes | None = None,
+    keypair: Keypair | None = None,
+    prologue: bytes = CABLE_PROLOGUE,
 ) -> dict:
     """Sync ``store`` from the peer at ``address``; return the sync summary (see :meth:`cablestore.peer.sync.Sync.summary`).
 
@@ -184,12 +259,21 @@ async def run_sync(
     listing more than the memory budget holds.  With ``live``: until ``stop``
     is set, SIGINT/SIGTERM, ``duration`` seconds, or such a failure.
     ``link``: a connection to ``address`` already open (see :func:`sync_path`).
+    ``cabal_key``: initiate the Cable Handshake with this key (the store is
+    tied to the cabal first, ``Store.join_cabal``), then speak draft8's
+    framing; ``keypair``: the static key's Ed25519 keypair (None: a fresh
+    one); ``prologue``: ``CABLE/1.0`` (the spec's) or ``CABLE1.0``
+    (cable-handshake.ts 1.0.0, cable.rs).
     """
+    private = None
+    if cabal_key is not None:
+        private = PrivateCabal(bytes(cabal_key), keypair, prologue)
+        store.join_cabal(private.cabal_key)
     if link is None:
         link = await dial(*parse_address(address))
     node = Node(store, policy=policy)
     wire = Wire(node)
-    conn = node.connect(address, now=now_ms())
+    conn = attach_dialled(wire, link, address, private)
     sync = Sync(conn, address, channels=channels, live=live, window=window, progress_timeout=int(progress_timeout * 1000))
     finished = asyncio.Event()
     stop = stop or asyncio.Event()
@@ -209,7 +293,6 @@ async def run_sync(
     started = loop.time()
     wire.on_event = step
     wire.tick_seconds = min(wire.tick_seconds, max(0.05, progress_timeout / 4))
-    wire.attach(link, conn)
     step()
     wire.flush()
     waiters = [asyncio.create_task(finished.wait()), asyncio.create_task(stop.wait())]

@@ -13,8 +13,8 @@ from typing import Any
 
 from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, canonical_channel, channel_key, escape
 from cablestore.store.queries import chat_bounds, last_under
+from cablestore.views import author, chat, state
 from cablestore.views import channel as channel_view
-from cablestore.views import chat, state
 from cablestore.wire.codec import TOPIC, decode_post
 from cablestore.wire.crypto import check_signature
 
@@ -155,3 +155,16 @@ def set_sync_cursor(store: Any, peer: str, channel: str, timestamp: int) -> None
         old = store.db.get(key)
         if old is None or timestamp > int.from_bytes(old, "big"):
             store.db.put(key, max(0, timestamp).to_bytes(8, "big"), sync=store.sync)
+
+
+def known_user(store: Any, public_key: bytes) -> bool:
+    """True if the store knows the user: an author of a stored post (one seek in ``!author!``), or a user a block names.
+
+    A connection's remote static key identifies a user only when it is the
+    X25519 form of a known user's key (:func:`cablestore.wire.static_keys.identify`):
+    a key that never wrote a post here and is named by no block is an unknown user.
+    """
+    with store.db.iterator(prefix=author.prefix(public_key, None), include_value=False) as it:
+        if next(it, None) is not None:
+            return True
+    return public_key in store.blocks() or public_key in store.blocked_by()

@@ -430,6 +430,10 @@ class Store(Reading, Queries, ModerationQueries):
         """True if the store holds any post."""
         return peer_reads.has_posts(self)
 
+    def known_user(self, public_key: bytes) -> bool:
+        """An author of a stored post, or a user a block names (:func:`cablestore.store.peer_reads.known_user`)."""
+        return peer_reads.known_user(self, bytes(public_key))
+
     def sync_cursor(self, peer: str, channel: str) -> int | None:
         """The sync cursor of ``channel`` from ``peer`` (ms), or None (:func:`cablestore.store.peer_reads.sync_cursor`)."""
         return peer_reads.sync_cursor(self, peer, channel)

@@ -1,0 +1,284 @@
+"""Private cabals (issue 39, items 3, 4, 6): serve and sync over the Cable Handshake, real TCP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cablestore import Keypair, Store
+from cablestore.authoring.author import Author
+from cablestore.authoring.workload import generate
+from cablestore.errors import CabalMismatchError
+from cablestore.peer import Node, PeerLimits, PeerServer, run_server, run_sync
+from cablestore.peer.secure import PrivateCabal, one_wire_message
+from cablestore.wire import messages as M
+from cablestore.wire.decoding import decode
+from cablestore.wire.fields import encode_varint
+from cablestore.wire.handshake import LEGACY_PROLOGUE, CableHandshake, MessageReceived
+
+from .peer_helpers import answers
+
+KEY = bytes(range(32))
+OTHER = bytes(range(1, 33))
+FAST = PeerLimits(handshake_timeout=400, max_connections=2, memory_mb=128)
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+@pytest.fixture
+def full(tmp_path):
+    store = Store(tmp_path / "full")
+    store.ingest_many(generate(seed=5, posts=300))
+    yield store
+    store.close()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def closed_with_nothing(reader, timeout: float = 5.0) -> bytes:
+    """Read until the server closes; what it sent."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = await asyncio.wait_for(reader.read(4096), deadline - time.monotonic())
+        except (TimeoutError, ConnectionError):
+            break
+        if not chunk:
+            return got
+        got += chunk
+    return got + b"<not closed>" if time.monotonic() >= deadline else got
+
+
+class Initiator:
+    """A hand-driven initiator over a raw socket: the test's own side of the handshake."""
+
+    def __init__(self, reader, writer, key=KEY, keypair=None, prologue=b"CABLE/1.0"):
+        self.reader, self.writer = reader, writer
+        self.hs = CableHandshake(initiator=True, cabal_key=key, now=now_ms(), keypair=keypair, prologue=prologue)
+        self.messages: list[bytes] = []
+
+    @classmethod
+    async def connect(cls, port, **kw):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer, **kw)
+
+    def flush(self):
+        self.writer.write(self.hs.data_to_send())
+
+    async def pump(self, until, timeout=5.0):
+        self.flush()
+        deadline = time.monotonic() + timeout
+        while not until() and time.monotonic() < deadline:
+            try:
+                data = await asyncio.wait_for(self.reader.read(65536), max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            for event in self.hs.receive_data(data, now_ms()):
+                if isinstance(event, MessageReceived):
+                    self.messages.append(event.data)
+            self.flush()
+            if not data or self.hs.finished:
+                break
+        return until()
+
+
+def test_one_wire_message():
+    body = b"\x00" * 5
+    assert one_wire_message(encode_varint(5) + body)
+    assert not one_wire_message(encode_varint(6) + body)
+    assert not one_wire_message(encode_varint(4) + body)
+    assert not one_wire_message(b"\x80")
+    assert not one_wire_message(b"\x00")
+
+
+def test_private_sync_end_to_end_and_plain_beside_it(full, tmp_path):
+    mine, plain, outsider = (Store(tmp_path / n) for n in ("mine", "plain", "outsider"))
+
+    async def main():
+        server = await PeerServer(Node(full), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        plain_port = await server.listen("127.0.0.1", 0)
+        try:
+            private = await run_sync(mine, f"127.0.0.1:{server.port}", cabal_key=KEY, timeout=30)
+            legacy = await run_sync(mine, f"127.0.0.1:{server.port}", cabal_key=KEY, prologue=LEGACY_PROLOGUE, timeout=30)
+            open_ = await run_sync(plain, f"127.0.0.1:{plain_port}", timeout=30)
+            # a plain client on the private port: nothing comes back, the sync fails
+            refused = await run_sync(outsider, f"127.0.0.1:{server.port}", timeout=30, progress_timeout=1)
+            return private, legacy, open_, refused, server.node.snapshot()
+        finally:
+            await server.close()
+
+    private, legacy, open_, refused, snap = run(main())
+    assert private["complete"] and private["posts_ingested"] > 200, private
+    assert legacy["complete"], legacy
+    assert open_["complete"] and open_["posts_ingested"] == private["posts_ingested"]
+    assert not refused["complete"] and refused["messages_received"] == 0 and refused["posts_ingested"] == 0
+    assert snap["handshakes"] == 2
+    assert answers(mine) == answers(plain)
+    for s in (mine, plain, outsider):
+        s.close()
+
+
+def test_wrong_key_fails_both_sides(full, tmp_path):
+    other = Store(tmp_path / "other")
+
+    async def main():
+        server = await PeerServer(Node(full), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            summary = await run_sync(other, f"127.0.0.1:{server.port}", cabal_key=OTHER, timeout=30, progress_timeout=5)
+            return summary, server.node.snapshot()
+        finally:
+            await server.close()
+
+    summary, snap = run(main())
+    assert not summary["complete"] and "HandshakeError" in summary["reason"], summary
+    assert summary["messages_received"] == 0
+    assert snap["handshakes_failed"] == 1 and snap["closed"].get("handshake") == 1
+    assert snap.get("handshakes", 0) == 0 and snap.get("requests", 0) == 0
+    other.close()
+
+
+def test_plain_client_on_private_port_gets_zero_bytes_and_is_closed(full):
+    request = M.encode(M.ChannelListRequest(b"\x01\x02\x03\x04", 0, 0))
+
+    async def main():
+        server = await PeerServer(Node(full, policy=FAST), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            got = []
+            for data in (request, request * 8, os.urandom(300)):  # short, 48 bytes and more, garbage
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(data)
+                got.append(await closed_with_nothing(reader))
+                writer.close()
+            return got, server.node.snapshot()
+        finally:
+            await server.close()
+
+    got, snap = run(main())
+    assert got == [b"", b"", b""]
+    assert snap["closed"].get("handshake") == 3 and snap.get("requests", 0) == 0 and snap.get("received", 0) == 0
+
+
+def test_handshake_deadline_and_half_open_handshakes_hold_slots(full):
+    async def main():
+        server = await PeerServer(Node(full, policy=FAST), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            silent = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)  # a third: over max_connections
+            third = await closed_with_nothing(reader, 2.0)
+            writer.close()
+            refused = server.node.snapshot().get("connections_refused", 0)
+            started = time.monotonic()
+            first = await closed_with_nothing(silent[0][0], 5.0)
+            waited = time.monotonic() - started
+            for _, w in silent:
+                w.close()
+            return third, refused, first, waited, server.node.snapshot()
+        finally:
+            await server.close()
+
+    third, refused, first, waited, snap = run(main())
+    assert third == b"" and refused == 1  # the half-open handshakes held both slots
+    assert first == b"" and waited < 3.0  # closed by the 400 ms handshake deadline (and the tick), not by the test
+    assert snap["closed"].get("handshake") == 2
+
+
+def test_draft8_request_answered_over_the_handshake_and_bad_segments_close(full):
+    async def main():
+        server = await PeerServer(Node(full), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            peer = await Initiator.connect(server.port, prologue=LEGACY_PROLOGUE)
+            assert await peer.pump(lambda: peer.hs.handshake_complete)
+            req_id = os.urandom(8)
+            peer.hs.send_message(M.encode(M.ChannelListRequest(req_id, 0, 0), M.DRAFT8))
+            assert await peer.pump(lambda: peer.messages)
+            answer = decode(peer.messages[0], M.DRAFT8)
+            # now a handshake message that is not one wire message (two of them): closed
+            one = M.encode(M.ChannelListRequest(os.urandom(8), 0, 0), M.DRAFT8)
+            peer.hs.send_message(one + one)
+            peer.flush()
+            after = await closed_with_nothing(peer.reader)
+            # and a totalLen over the bound: closed, nothing more read
+            big = await Initiator.connect(server.port)
+            assert await big.pump(lambda: big.hs.handshake_complete)
+            big.hs.send_message(encode_varint(8 << 20) + b"\x00" * (8 << 20))
+            big.writer.write(big.hs.data_to_send()[:4096])
+            after_big = await closed_with_nothing(big.reader)
+            big.writer.close()
+            peer.writer.close()
+            return answer, req_id, after, after_big, server.node.snapshot()
+        finally:
+            await server.close()
+
+    answer, req_id, after, after_big, snap = run(main())
+    assert isinstance(answer, M.ChannelListResponse) and answer.req_id == req_id and answer.channels
+    assert after == b"" and after_big == b""
+    assert snap["closed"].get("framing") == 1 and snap["closed"].get("handshake") == 1, snap
+
+
+def test_serve_refuses_another_cabals_store(tmp_path):
+    store = Store(tmp_path / "s")
+    store.join_cabal(KEY)
+
+    async def main():
+        await run_server(store, "127.0.0.1:0", cabal_key=OTHER, stop=asyncio.Event())
+
+    with pytest.raises(CabalMismatchError):
+        run(main())
+    store.close()
+
+
+def test_cli_sync_refuses_another_cabals_store(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "cablestore", "cabal", "new", str(tmp_path / f"{name}.key")], check=True, capture_output=True, env=env)
+    Store(tmp_path / "s").close()
+    from cablestore.authoring.keyfile import read_cabal_key
+
+    with Store(tmp_path / "s") as s:
+        s.join_cabal(read_cabal_key(tmp_path / "a.key"))
+    out = subprocess.run(
+        [sys.executable, "-m", "cablestore", "sync", str(tmp_path / "s"), "--connect", "127.0.0.1:9", "--cabal-key", str(tmp_path / "b.key")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and ("CabalMismatchError" in lines[0] or "TransportError" in lines[0]), out.stderr
+
+
+def test_a_blocked_user_is_closed_after_the_handshake_and_a_known_one_identified(tmp_path):
+    me, eve = Keypair(), Keypair()
+    store = Store(tmp_path / "s", local_user=me.public_key)
+    author_me = Author(store, me)
+    author_me.block([eve.public_key])
+
+    async def main():
+        server = await PeerServer(Node(store), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            blocked = await Initiator.connect(server.port, keypair=eve)
+            await blocked.pump(lambda: blocked.hs.handshake_complete)
+            got = await closed_with_nothing(blocked.reader)
+            blocked.writer.close()
+            known = await Initiator.connect(server.port, keypair=me)
+            assert await known.pump(lambda: known.hs.handshake_complete)
+            await asyncio.sleep(0.2)
+            users = [c.user for c in server.node.connections]
+            known.writer.close()
+            return got, users, server.node.snapshot()
+        finally:
+            await server.close()
+
+    got, users, snap = run(main())
+    assert got == b"" and snap["closed"].get("blocked") == 1
+    assert users == [me.public_key]  # the local user authored the block: a known user
+    store.close()
