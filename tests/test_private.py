@@ -282,3 +282,84 @@ def test_a_blocked_user_is_closed_after_the_handshake_and_a_known_one_identified
     assert got == b"" and snap["closed"].get("blocked") == 1
     assert users == [me.public_key]  # the local user authored the block: a known user
     store.close()
+
+
+@pytest.fixture
+def cabal(tmp_path):
+    """me (the local user) blocks zed without notifying; ann blocks bob; bob blocks cat; dan blocks no one."""
+    people = {n: Keypair() for n in ("me", "ann", "bob", "cat", "dan", "zed")}
+    store = Store(tmp_path / "cabal", local_user=people["me"].public_key)
+    authors = {n: Author(store, kp) for n, kp in people.items()}
+    texts = {n: authors[n].text("general", f"hello from {n}") for n in ("ann", "bob", "cat", "dan")}
+    quiet_block = authors["me"].block([people["zed"].public_key], notify=False)
+    authors["ann"].block([people["bob"].public_key], notify=True)
+    authors["bob"].block([people["cat"].public_key], notify=True)
+    yield store, people, texts, quiet_block
+    store.close()
+
+
+def test_store_shunned_and_the_quiet_block_shared_only_with_identified_users(cabal):
+    store, people, texts, quiet_block = cabal
+    bob, zed = people["bob"].public_key, people["zed"].public_key
+    assert store.shunned(bob) == {people["ann"].public_key, people["cat"].public_key}
+    assert store.shunned(people["dan"].public_key) == frozenset()
+    assert store.known_user(bob) and store.known_user(zed) and not store.known_user(Keypair().public_key)
+    assert store.shareable([quiet_block]) == [None]  # a plain peer, or an unknown user
+    assert store.shareable([quiet_block], to=bob) != [None]
+    assert store.shareable([quiet_block], to=zed) == [None]  # never the blocked user
+    assert quiet_block in store.moderation_state(to=bob) and quiet_block not in store.moderation_state()
+    assert quiet_block not in store.moderation_state(to=zed)
+
+
+def test_authenticated_post_responses_leave_out_shunned_authors(cabal):
+    store, people, texts, quiet_block = cabal
+    wanted = (*texts.values(), quiet_block)
+
+    async def ask(port, keypair):
+        peer = await Initiator.connect(port, keypair=keypair)
+        assert await peer.pump(lambda: peer.hs.handshake_complete)
+        peer.hs.send_message(M.encode(M.PostRequest(os.urandom(8), wanted), M.DRAFT8))
+        await peer.pump(lambda: any(isinstance(decode(m, M.DRAFT8), M.PostResponse) and not decode(m, M.DRAFT8).posts for m in peer.messages))
+        peer.writer.close()
+        return {p[:32] for m in peer.messages for p in decode(m, M.DRAFT8).posts}
+
+    async def main():
+        server = await PeerServer(Node(store), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            return await ask(server.port, people["bob"]), await ask(server.port, Keypair())
+        finally:
+            await server.close()
+
+    as_bob, as_stranger = run(main())
+    pk = {n: kp.public_key for n, kp in people.items()}
+    assert as_bob == {pk["bob"], pk["dan"], pk["me"]}  # ann blocks bob, bob blocks cat; the quiet block (by me) is sent
+    assert as_stranger == {pk["ann"], pk["bob"], pk["cat"], pk["dan"]}  # an unknown user: all texts, no quiet block
+
+
+def test_connections_per_user_and_per_address(cabal):
+    store, people, _, _ = cabal
+
+    async def main():
+        policy = PeerLimits(connections_per_user=1, connections_per_address=3)
+        server = await PeerServer(Node(store, policy=policy), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
+        try:
+            first = await Initiator.connect(server.port, keypair=people["dan"])
+            assert await first.pump(lambda: first.hs.handshake_complete)
+            second = await Initiator.connect(server.port, keypair=people["dan"])
+            await second.pump(lambda: second.hs.handshake_complete)
+            second_got = await closed_with_nothing(second.reader)
+            third = await Initiator.connect(server.port, keypair=Keypair())  # an unknown user: no per-user count
+            assert await third.pump(lambda: third.hs.handshake_complete)
+            extra = await asyncio.open_connection("127.0.0.1", server.port)  # a 4th from 127.0.0.1 (dan's first and the stranger hold 2)
+            fifth = await asyncio.open_connection("127.0.0.1", server.port)
+            fifth_got = await closed_with_nothing(fifth[0], 3.0)
+            snap = server.node.snapshot()
+            for w in (first.writer, second.writer, third.writer, extra[1], fifth[1]):
+                w.close()
+            return second_got, fifth_got, snap
+        finally:
+            await server.close()
+
+    second_got, fifth_got, snap = run(main())
+    assert second_got == b"" and snap["closed"].get("per-user") == 1
+    assert fifth_got == b"" and snap["connections_refused"] == 2

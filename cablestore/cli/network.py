@@ -28,6 +28,8 @@ def _serve_policy(args) -> PeerLimits:
         stall_timeout=int(args.slow_timeout * 1000),
         request_timeout=int(args.request_timeout * 1000),
         handshake_timeout=int(args.handshake_timeout * 1000),
+        connections_per_address=args.max_per_address,
+        connections_per_user=args.max_per_user,
     )
 
 
@@ -166,6 +168,14 @@ def register(sub) -> None:
     g.add_argument(
         "--memory-mb", type=positive_int, default=d.memory_mb, metavar="MB",
         help=f"memory budget of the process; the peers' buffers get what the base and --max-connections leave (default: {d.memory_mb})",
+    )
+    g.add_argument(
+        "--max-per-address", type=int_at_least(0), default=d.connections_per_address, metavar="N",
+        help="connections from one host at once; more are closed at once (default: 0, no limit)",
+    )
+    g.add_argument(
+        "--max-per-user", type=int_at_least(0), default=d.connections_per_user, metavar="N",
+        help=f"connections of one user identified by the handshake; their live requests count together (default: {d.connections_per_user})",
     )
     g.add_argument("--max-live", type=int_at_least(0), default=d.live_per_peer, metavar="N", help=f"live requests per peer; more are refused (default: {d.live_per_peer})")
     g.add_argument(

@@ -91,10 +91,13 @@ class Forwarding:
 
     def _take_forward(self, entry: Inbound) -> bool:
         peer, policy = self.state, self.state.policy
-        if self.forwards >= policy.forwards_per_peer or (self.forwards >= policy.forwards_reserved and peer.forward_count >= policy.forwards_total):
+        held = self.forwards if self.user is None else peer.user_forwards[self.user]  # an identified user's share spans their connections
+        if held >= policy.forwards_per_peer or (held >= policy.forwards_reserved and peer.forward_count >= policy.forwards_total):
             peer.stats["forwards_refused"] += 1
             return False
         entry.holds_forward = True
         self.forwards += 1
+        if self.user is not None:
+            peer.user_forwards[self.user] += 1
         peer.forward_count += 1
         return True

@@ -82,6 +82,8 @@ class PeerLimits:
     stall_timeout: int = 20_000
     request_timeout: int = 30_000
     handshake_timeout: int = 10_000
+    connections_per_address: int = 0
+    connections_per_user: int = 16
     input_reserved: int = 16 * KIB
     output_reserved: int = 64 * KIB
     output_high: int = 256 * KIB
@@ -179,6 +181,8 @@ _CLI = {
     "stall_timeout": "serve --slow-timeout",
     "request_timeout": "serve --request-timeout",
     "handshake_timeout": "serve --handshake-timeout",
+    "connections_per_address": "serve --max-per-address",
+    "connections_per_user": "serve --max-per-user",
 }
 _SETTABLE_BOUNDS = {
     "max_connections": "connections at once (accepted beyond it: closed)",
@@ -197,6 +201,8 @@ _SETTABLE_BOUNDS = {
     "stall_timeout": "ms a peer may read none of its answers",
     "request_timeout": "ms before a finite request (ours, or one forwarded) is given up",
     "handshake_timeout": "ms a Cable Handshake (a private listener or sync) may take; the half-open one holds a connection slot meanwhile",
+    "connections_per_address": "accepted connections from one host at once (0: no limit; loopback tests and NAT share hosts)",
+    "connections_per_user": "connections of one identified user at once (more are closed after the handshake); their live and forwarded requests count together",
     "input_reserved": "input bytes a connection buffers outside the pool",
     "output_reserved": "output bytes a connection buffers outside the pool",
     "output_high": "output bytes past which a connection is not worked for",

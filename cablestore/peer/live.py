@@ -77,7 +77,7 @@ class LivePushes:
             return False
         pushed = False
         for entry in entries:
-            answer = self.store.moderation_state(entry.request.channels, entry.request.oldest)
+            answer = self.store.moderation_state(entry.request.channels, entry.request.oldest, to=entry.origin.user)
             hashes = [h for h in answer if h not in entry.state]
             entry.state = set(answer)
             if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):

@@ -87,22 +87,30 @@ class Node:
         return self.state.take_touched()
 
     # --- connections --------------------------------------------------------------
-    def connect(self, name: str = "peer", *, now: int = 0, accepted: bool = False, framing: Framing | None = None) -> Connection:
+    def connect(self, name: str = "peer", *, now: int = 0, accepted: bool = False, framing: Framing | None = None, address: str | None = None) -> Connection:
         """A new connection to a remote peer called ``name`` (for logs and sync cursors).
 
         ``accepted``: the remote peer dialled us; such connections count
         against ``policy.max_connections`` (beyond it,
         :class:`cablestore.errors.TooManyConnectionsError`) and close when idle.
         ``framing``: the connection's (default the node's; draft8's over the
-        Cable Handshake).
+        Cable Handshake).  ``address``: the remote's host, for
+        ``policy.connections_per_address`` (0: no such limit).
         """
         state = self.state
         with state.lock:
             if accepted and len(state.connections) >= state.policy.max_connections:
                 state.stats["connections_refused"] += 1
                 raise TooManyConnectionsError(f"{len(state.connections)} connections open, limit {state.policy.max_connections}")
+            per = state.policy.connections_per_address
+            if accepted and address is not None and per and state.by_address[address] >= per:
+                state.stats["connections_refused"] += 1
+                raise TooManyConnectionsError(f"{state.by_address[address]} connections open from {address}, limit {per}")
             self._serial += 1
             conn = Connection(state, name, self._serial, now, accepted, framing)
+            if address is not None:
+                conn.address = address
+                state.by_address[address] += 1
             state.add_connection(conn)
             return conn
 

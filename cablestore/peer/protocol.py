@@ -76,6 +76,9 @@ class Connection(Requesting, Serving, Forwarding):
         self.framing = state.framing if framing is None else framing
         self.user: bytes | None = None  # the remote's Ed25519 key, once a handshake identified a known user
         self.authenticated = False  # the remote passed a Cable Handshake (a known user or not)
+        self.address: str | None = None  # the remote's host, for an accepted connection
+        # Authors whose posts its post requests do not get: those who block the identified user, and those they block.
+        self.shunned: frozenset[bytes] = frozenset()
         self.inbox = Inbox(self.framing, state.limits)
         self._out = bytearray()
         self._events: deque = deque(maxlen=EVENTS_KEPT)

@@ -38,7 +38,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from cablestore.errors import ArgumentError, BlockedError, CableError, FramingError, SlowPeerError
+from cablestore.errors import ArgumentError, BlockedError, CableError, FramingError, SlowPeerError, TooManyConnectionsError
 from cablestore.peer.limits import HANDSHAKE_READ
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.fields import read_varint
@@ -255,12 +255,24 @@ def identify(channel: SecureChannel, now: int) -> None:
     an author of a stored post, or a user a block names); else the remote is
     authenticated as an unknown user (``conn.user`` stays None).  A user the
     local user blocks (``Store.blocks()``, applied moderation included) is
-    closed at once (``blocked``), before any wire message is read.
+    closed at once (``blocked``), before any wire message is read.  For an
+    identified user, ``conn.shunned`` (:meth:`cablestore.Store.shunned`):
+    the authors their post requests are not answered with.
     """
     conn = channel.conn
     store = conn.state.store
     remote = channel.hs.remote_static
     user = identify_static(remote, store.known_user) if remote is not None else None
-    conn.user = user
-    if user is not None and user in store.blocks():
+    if user is None:
+        return
+    if user in store.blocks():
         channel._close(BlockedError(f"{user.hex()[:16]}... is blocked by the local user"), "blocked")
+        return
+    state, per = conn.state, conn.state.policy.connections_per_user
+    if per and state.by_user[user] >= per:
+        state.stats["connections_refused"] += 1
+        channel._close(TooManyConnectionsError(f"{state.by_user[user]} connections open for user {user.hex()[:16]}..., limit {per}"), "per-user")
+        return
+    conn.user = user  # set once it is counted: the counts drop as it closes
+    state.by_user[user] += 1
+    conn.shunned = store.shunned(user)

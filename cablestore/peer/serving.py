@@ -106,8 +106,8 @@ class Serving:
             while i < len(hashes) and size < limits.POST_PAGE_BYTES and len(posts) < per:
                 chunk = hashes[i : i + 16]
                 i += len(chunk)
-                for h, buf in zip(chunk, store.shareable(chunk), strict=True):  # never a local-only post
-                    if buf is not None:
+                for h, buf in zip(chunk, store.shareable(chunk, to=self.user), strict=True):  # never a local-only post
+                    if buf is not None and not (self.shunned and buf[:32] in self.shunned):
                         posts.append(buf)
                         size += len(buf)
                         if entry.relay_wanted is not None:
@@ -191,7 +191,7 @@ class Serving:
         entry.channel = MODERATION_LIVE
         if m.future == 1 and not self._take_live(entry):
             return None
-        hashes = self.state.store.moderation_state(m.channels, m.oldest)
+        hashes = self.state.store.moderation_state(m.channels, m.oldest, to=self.user)
         entry.state = set(hashes)
         self.push(entry, hashes)
         return None
@@ -246,11 +246,14 @@ class Serving:
     def _take_live(self, entry: Inbound) -> bool:
         """Give ``entry`` a live slot, or refuse it (concluded at once, counted) if this peer is over its share."""
         peer, policy = self.state, self.state.policy
-        if self.live >= policy.live_per_peer or (self.live >= policy.live_reserved and peer.live_count >= policy.live_total):
-            self._refuse_request(entry, f"{self.live} live requests from {self.name}, {peer.live_count} in all")
+        held = self.live if self.user is None else peer.user_live[self.user]  # an identified user's share spans their connections
+        if held >= policy.live_per_peer or (held >= policy.live_reserved and peer.live_count >= policy.live_total):
+            self._refuse_request(entry, f"{held} live requests from {self.name}{' (its user)' if self.user else ''}, {peer.live_count} in all")
             return False
         entry.live = entry.holds_live = True
         self.live += 1
+        if self.user is not None:
+            peer.user_live[self.user] += 1
         peer.live_count += 1
         peer.index_live(entry)
         return True
@@ -259,11 +262,15 @@ class Serving:
         if entry.holds_live:
             entry.holds_live = False
             entry.origin.live -= 1
+            if entry.origin.user is not None:
+                self.state.user_live[entry.origin.user] -= 1
             self.state.live_count -= 1
             self.state.unindex_live(entry)
         if entry.holds_forward:
             entry.holds_forward = False
             entry.origin.forwards -= 1
+            if entry.origin.user is not None:
+                self.state.user_forwards[entry.origin.user] -= 1
             self.state.forward_count -= 1
 
     def _refuse_request(self, entry: Inbound, why: str) -> None:

@@ -20,7 +20,7 @@ from cablestore.peer.secure import PrivateCabal, SecureChannel
 
 log = logging.getLogger("cablestore.peer.transport")  # one logger for the TCP side
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (Linux)
-ABORTED = {"slow", "stalled", "idle", "overflow", "framing", "left", "handshake", "blocked"}  # reasons a socket is reset, its unsent bytes dropped
+ABORTED = {"slow", "stalled", "idle", "overflow", "framing", "left", "handshake", "blocked", "per-user"}  # reasons a socket is reset, its unsent bytes dropped
 
 
 def now_ms() -> int:
@@ -65,7 +65,9 @@ class _Link(asyncio.BufferedProtocol):
         framing = None if self.private is None else SecureChannel.framing
         now = now_ms()
         try:
-            conn = self.wire.node.connect(f"{peer[0]}:{peer[1]}" if peer else "peer", now=now, accepted=True, framing=framing)
+            conn = self.wire.node.connect(
+                f"{peer[0]}:{peer[1]}" if peer else "peer", now=now, accepted=True, framing=framing, address=peer[0] if peer else None,
+            )
         except TooManyConnectionsError as exc:
             log.info("refused a connection: %s", exc)
             transport.abort()

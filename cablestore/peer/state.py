@@ -60,6 +60,12 @@ class PeerState:
         self.buffered = 0  # bytes held in every connection's input and output
         self.peak_buffered = 0
         self.deferred = 0  # hashes jobs wait on while another request has them in flight
+        # Per address (accepted connections) and per identified user (connections, live and forwarded requests):
+        # the budgets that apply to a remote across its connections (policy.connections_per_address, connections_per_user).
+        self.by_address: Counter = Counter()
+        self.by_user: Counter = Counter()
+        self.user_live: Counter = Counter()
+        self.user_forwards: Counter = Counter()
         self.syncing: dict[str, int] = {}  # channels a sync is running for: how many (one, unless one waited too long)
         self.on_output: Callable[[], None] | None = None  # called (from any thread) when a live push queued bytes
         self.on_close: Callable[[Any], None] | None = None  # called (from any thread) with a connection that closed
@@ -230,7 +236,14 @@ class PeerState:
     def closed(self, conn: Any, reason: str) -> None:
         """``conn`` closed (for ``reason``): it leaves every list, and ``on_close`` is told."""
         self.closed_by[reason] += 1
-        self.connections.pop(conn, None)
+        if conn in self.connections:
+            del self.connections[conn]
+            address, user = getattr(conn, "address", None), getattr(conn, "user", None)
+            for table, who in ((self.by_address, address), (self.by_user, user)):
+                if who is not None:
+                    table[who] -= 1
+                    if table[who] <= 0:
+                        del table[who]
         self._dirty.pop(conn, None)
         self._touched.pop(conn, None)
         if self.on_close is not None:

@@ -129,14 +129,15 @@ class ModerationQueries:
         """Public key of a user whose notified block names the local user -> that block's hash."""
         return {pk: v[:32] for pk, v in self._by_hash(blocks.PREFIX + b"n").items()}
 
-    def moderation_state(self, channels: Iterable[str] = (), oldest: int = 0) -> list[bytes]:
+    def moderation_state(self, channels: Iterable[str] = (), oldest: int = 0, *, to: bytes | None = None) -> list[bytes]:
         """The hashes answering a moderation state request (moderation.md §5.2.1.1), oldest first.
 
         Every post/block and post/unblock (whatever ``oldest``); the relevant
         roles and the relevant post/moderation for ``channels`` and for the
         cabal with a timestamp at or after ``oldest`` (compared as numbers);
         roles of users who opted out are not relevant, so never listed;
-        never a ``privacy=1`` post, nor a post/block with ``notify=0`` (see :meth:`shareable`).
+        never a ``privacy=1`` post, nor a post/block with ``notify=0`` unless
+        ``to`` names an authenticated requester it does not block (see :meth:`shareable`).
         """
         if isinstance(channels, (str, bytes)):
             raise QueryError("channels is a list of channel names, not one string")
@@ -153,7 +154,7 @@ class ModerationQueries:
                         ts = mono_timestamp(key)
                         if ts >= oldest:
                             found[key[-32:]] = ts
-            public = [h for h in found if _is_public(snap.get(POSTS + h))]
+            public = [h for h in found if _is_public(snap.get(POSTS + h), to)]
         return sorted(public, key=lambda h: (found[h], h))
 
     def moderation_summary(self) -> dict[str, Any]:
@@ -185,16 +186,18 @@ class ModerationQueries:
         """Whether an applied ``drop channel`` keeps ``channel`` out (its posts removed, new ones refused)."""
         return self.db.get(actions.dropped_channel_key(_channel_context(channel))) is not None
 
-    def shareable(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
+    def shareable(self, hashes: Iterable[HashLike], *, to: bytes | None = None) -> list[bytes | None]:
         """Answer a peer's post request: the posts' bytes, ``None`` for those unknown or not to be sent.
 
         A local-only post (``privacy=1``) never leaves the store (moderation.md
-        §4.5); a ``post/block`` with ``notify=0`` is not sent either: it must
-        not reach the blocked user (§5.1.4), and peers are not authenticated,
-        so no peer can be told apart from them.  Dropped posts and posts of
-        blocked users are not stored, so never answered.
+        §4.5).  A ``post/block`` with ``notify=0`` must not reach the blocked
+        user (§5.1.4): it goes only to a requester identified by a Cable
+        Handshake (``to``: their public key, a user the store knows) whom it
+        does not name; a plain peer, or an authenticated unknown user (who
+        could be a blocked user under a fresh key), never gets one.  Dropped
+        posts and posts of blocked users are not stored, so never answered.
         """
-        return [None if blob is None or not _is_public(blob) else blob for blob in self.get_many(hashes)]
+        return [None if blob is None or not _is_public(blob, to) else blob for blob in self.get_many(hashes)]
 
     def moderation_posts(self) -> list[bytes]:
         """Hashes of every stored post/role, post/moderation, post/block and post/unblock, oldest first."""
@@ -204,8 +207,9 @@ class ModerationQueries:
         return [k[-32:] for k in sorted(keys, key=lambda k: (k[-40:-32], k[-32:]))]
 
 
-def _is_public(blob: bytes | None) -> bool:
-    """A stored post that may leave the store: not ``privacy=1`` (moderation.md §4.5).
+def _is_public(blob: bytes | None, to: bytes | None = None) -> bool:
+    """A stored post that may leave the store: not ``privacy=1`` (moderation.md §4.5), and
+    not a ``notify=0`` block unless ``to`` is an identified requester it does not name.
 
     Only types 6-9 have a privacy field: the type is read from the header
     without decoding the post (post requests are hot).
@@ -215,7 +219,9 @@ def _is_public(blob: bytes | None) -> bool:
     if post_type_of(blob) not in MODERATION_TYPES:
         return True
     post = decode_post(blob)
-    return post.privacy != 1 and not (post.post_type == BLOCK and post.notify == 0)
+    if post.privacy == 1:
+        return False
+    return not (post.post_type == BLOCK and post.notify == 0) or (to is not None and to not in post.recipients)
 
 
 __all__ = ["ModerationQueries", "adopt_local_user"]

@@ -13,9 +13,9 @@ from typing import Any
 
 from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, canonical_channel, channel_key, escape
 from cablestore.store.queries import chat_bounds, last_under
-from cablestore.views import author, chat, state
+from cablestore.views import author, blocks, chat, state
 from cablestore.views import channel as channel_view
-from cablestore.wire.codec import TOPIC, decode_post
+from cablestore.wire.codec import BLOCK, TOPIC, UNBLOCK, decode_post
 from cablestore.wire.crypto import check_signature
 
 CURSOR = SYNC_CURSORS
@@ -168,3 +168,27 @@ def known_user(store: Any, public_key: bytes) -> bool:
         if next(it, None) is not None:
             return True
     return public_key in store.blocks() or public_key in store.blocked_by()
+
+
+def shunned(store: Any, user: bytes) -> frozenset[bytes]:
+    """The authors whose posts are left out of post responses to ``user`` (an authenticated requester, moderation.md §4.6.1.1):
+    those whose latest post/block or post/unblock naming ``user`` blocks them, and those ``user``'s latest one blocks.
+
+    Read once per authenticated connection, when the handshake is through:
+    one pass over the ``p`` entries of the blocks view (every post/block and
+    post/unblock, oldest first), decoding each; a block made while the
+    connection is open applies from the next connection.
+    """
+    latest: dict[tuple[bytes, bytes], bool] = {}  # (author, named) -> blocks, from the newest post of the two
+    with store.db.snapshot() as snap:
+        for key in snap.iterator(prefix=blocks.candidates_prefix(), include_value=False):
+            buf = snap.get(POSTS + key[-32:])
+            if buf is None:
+                continue
+            post = decode_post(buf)
+            if post.post_type not in (BLOCK, UNBLOCK):
+                continue
+            for named in post.recipients:
+                if post.public_key == user or named == user:
+                    latest[(post.public_key, named)] = post.post_type == BLOCK  # oldest first: the last one stands
+    return frozenset(named if by == user else by for (by, named), blocking in latest.items() if blocking and by != named)

@@ -430,6 +430,10 @@ class Store(Reading, Queries, ModerationQueries):
         """True if the store holds any post."""
         return peer_reads.has_posts(self)
 
+    def shunned(self, user: bytes) -> frozenset[bytes]:
+        """Authors left out of post responses to an authenticated ``user`` (:func:`cablestore.store.peer_reads.shunned`)."""
+        return peer_reads.shunned(self, bytes(user))
+
     def known_user(self, public_key: bytes) -> bool:
         """An author of a stored post, or a user a block names (:func:`cablestore.store.peer_reads.known_user`)."""
         return peer_reads.known_user(self, bytes(public_key))
