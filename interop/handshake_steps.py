@@ -15,6 +15,8 @@ import json
 import subprocess
 from pathlib import Path
 
+from handshake_peers import peer_cases
+
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.handshake import (
     CABLE_PROLOGUE,
@@ -233,6 +235,8 @@ def handshake_step(tmp: Path) -> dict:
         ok, notes = _verdict(case, ours, theirs)
         sides = ("cablestore", "cable-handshake.ts") if runner else ("cable-handshake.ts responder", "cable-handshake.ts initiator")
         rows.append({"case": case["name"], "expect": case["expect"], "as_expected": ok, "notes": notes, "sides": sides, "ends": [ours, theirs]})
+    for row in peer_cases(tmp, CABAL, THEIRS):  # through real cablestore processes: serve and sync --cabal-key
+        rows.append({**row, "notes": [", ".join(f"{k}: {v}" for k, v in row.pop("result").items())], "sides": (), "ends": []})
     return {"cases": rows, "as_expected": sum(r["as_expected"] for r in rows), "total": len(rows)}
 
 
