@@ -4,12 +4,16 @@
     python -m benchmarks.hostile --short         # the CI version (about 40 s)
 
 Serving: a store of 4,000 generated posts is served by `cablestore serve`
-(its default limits) in its own process; a good client, in another process,
+(its default limits) in its own process, on a private listener (a cabal key)
+and a plain one beside it; a good client, in another process,
 asks in a loop for the channel list, a 50-hash time range, 8 posts and a
 channel state, and checks every answer against what the store holds.  Each
 attack runs for a phase of its own; per phase the report gives the good
 client's answers, wrong answers, longest gap without a correct answer, p50
-and p99 latency, and the server's largest RSS.  The store is compared
+and p99 latency, and the server's largest RSS.  The good client and the
+attacks of issue 20 use the plain listener; the handshake attacks of issue 39
+(:mod:`benchmarks.hostile_private`: half-open and slow handshakes, garbage,
+bad frames after the handshake) the private one.  The store is compared
 key by key before and after.
 
 Syncing: one small hostile server per misbehaviour (silent, garbage, a channel
@@ -34,9 +38,11 @@ import time
 from pathlib import Path
 
 from benchmarks.hostile_client import FAR, RssSampler, expectations, phase_figures, store_digest
+from benchmarks.hostile_private import PRIVATE_ATTACKS
 from benchmarks.hostile_serve import SERVE_ATTACKS, size_text, unwrap_size
 from benchmarks.hostile_sync import SYNC_ATTACKS, run_sync_attack
 from cablestore import Store
+from cablestore.authoring.keyfile import read_cabal_key, write_cabal_key
 from cablestore.authoring.workload import generate
 
 PY = sys.executable
@@ -70,24 +76,28 @@ def _info(path: Path) -> dict:
 def run(work: Path, short: bool, posts: int, memory_mb: int, only: list[str] | None = None) -> dict:
     """Run every attack; return the figures (see the module docstring)."""
     store = work / "served"
+    key_file = work / "cabal.key"
     with Store(store) as s:
         s.ingest_many(generate(seed=20, posts=posts))
+        s.join_cabal(write_cabal_key(key_file))  # serve --cabal-key records the cabal: before the digest
     before = store_digest(store)
     info = _info(store)
+    info["cabal_key"] = read_cabal_key(key_file)
     expect = work / "expect.json"
     expect.write_text(json.dumps(expectations(store)))
     phase_s = 2.5 if short else 10.0
     report = {"posts": posts, "memory_mb": memory_mb, "short": short, "phase_seconds": phase_s, "serve": [], "sync": []}
 
-    serve = subprocess.Popen(
-        [PY, "-m", "cablestore", "serve", str(store), "--listen", "127.0.0.1:0", "--json", "--memory-mb", str(memory_mb)],
+    serve = subprocess.Popen(  # a private listener (the handshake attacks) and the plain one beside it (the good client, the other attacks)
+        [PY, "-m", "cablestore", "serve", str(store), "--listen", "127.0.0.1:0", "--cabal-key", str(key_file), "--plain-listen", "127.0.0.1:0",
+         "--json", "--memory-mb", str(memory_mb)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     sampler = RssSampler(serve.pid)
     client = None
     try:
-        ready = json.loads(serve.stdout.readline())
-        address = ready["listening"]
+        info["private_address"] = json.loads(serve.stdout.readline())["listening"]
+        address = json.loads(serve.stdout.readline())["listening"]
         sampler.start()
         samples, stop_file = work / "samples.txt", work / "stop"
         client = subprocess.Popen([PY, "-m", "benchmarks.hostile_client", address, str(expect), str(samples), str(stop_file)])
@@ -96,7 +106,7 @@ def run(work: Path, short: bool, posts: int, memory_mb: int, only: list[str] | N
         sampler.reset()
         time.sleep(phase_s / 2)
         phases = [("baseline", None, None, None, t0, time.time(), sampler.peak())]
-        for name, fn, full, small, item in SERVE_ATTACKS:
+        for name, fn, full, small, item in SERVE_ATTACKS + PRIVATE_ATTACKS:
             if only and name not in only:
                 continue
             size = small if short else full
@@ -136,7 +146,8 @@ def run(work: Path, short: bool, posts: int, memory_mb: int, only: list[str] | N
             out, err = serve.communicate()
     summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
     report["serve_exit"] = serve.returncode
-    counted = ("connections", "connections_refused", "requests_refused", "forwards_refused", "relayed_refused", "duplicates_concluded", "peak_buffered_bytes", "closed")
+    counted = ("connections", "handshakes", "handshakes_failed", "channel_failed", "connections_refused", "requests_refused", "forwards_refused",
+               "relayed_refused", "duplicates_concluded", "peak_buffered_bytes", "closed")
     report["serve_counts"] = {k: summary.get(k) for k in counted}
     report["store_identical"] = store_digest(store) == before
     report["checks"] = info["checks"]
@@ -180,7 +191,9 @@ def verdict(report: dict) -> list[str]:
         bad.append(f"serve exited {report['serve_exit']}")
     bad += [f"check failed: {name}: {ok}" for name, ok in report["checks"].items() if ok is not True]
     ran = {row["attack"] for row in report["serve"]}
-    for attack, check in (("limit >= 2^63", "huge limit answered whole"), ("relay: bad posts, duplicate", "relay: only the good post passed on, duplicate concluded")):
+    for attack, check in (("limit >= 2^63", "huge limit answered whole"), ("relay: bad posts, duplicate", "relay: only the good post passed on, duplicate concluded"),
+                          ("handshake garbage", "handshake garbage: closed, nothing sent"),
+                          ("bad frames after the handshake", "after the handshake: over-bound length, bad MAC, garbage length closed")):
         if attack in ran and check not in report["checks"]:
             bad.append(f"check missing: {check}")
     for row in report["sync"]:
