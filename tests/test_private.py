@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -363,3 +364,38 @@ def test_connections_per_user_and_per_address(cabal):
     second_got, fifth_got, snap = run(main())
     assert second_got == b"" and snap["closed"].get("per-user") == 1
     assert fifth_got == b"" and snap["connections_refused"] == 2
+
+
+def _cli(*argv, **kw):
+    return subprocess.run([sys.executable, "-m", "cablestore", *map(str, argv)], capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_cli_serve_private_and_plain_and_sync_with_keys(full, tmp_path):
+    from .conftest import stop
+
+    for name in ("cabal.key", "other.key"):
+        assert _cli("cabal", "new", tmp_path / name).returncode == 0
+    assert _cli("keygen", tmp_path / "me.key").returncode == 0
+    refused = _cli("serve", tmp_path / "nowhere", "--listen", "127.0.0.1:0", "--plain-listen", "127.0.0.1:0")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1 and "--cabal-key" in refused.stderr
+    path = full.path
+    full.close()
+    serve = subprocess.Popen([sys.executable, "-m", "cablestore", "serve", str(path), "--listen", "127.0.0.1:0", "--cabal-key", str(tmp_path / "cabal.key"),
+                              "--key", str(tmp_path / "me.key"), "--plain-listen", "127.0.0.1:0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [json.loads(serve.stdout.readline()) for _ in range(2)]
+        assert [x["kind"] for x in lines] == ["private", "plain"]
+        private, plain = (x["listening"] for x in lines)
+        good = _cli("sync", tmp_path / "a", "--connect", private, "--cabal-key", tmp_path / "cabal.key", "--key", tmp_path / "me.key", "--json")
+        legacy = _cli("sync", tmp_path / "a", "--connect", private, "--cabal-key", tmp_path / "cabal.key", "--legacy-prologue", "--json")
+        open_ = _cli("sync", tmp_path / "b", "--connect", plain, "--json")
+        wrong = _cli("sync", tmp_path / "c", "--connect", private, "--cabal-key", tmp_path / "other.key", "--progress-timeout", "3", "--json")
+        mixed = _cli("sync", tmp_path / "a", "--connect", private, "--cabal-key", tmp_path / "other.key")
+    finally:
+        assert stop(serve) == 0
+    assert good.returncode == 0 and json.loads(good.stdout)["posts_ingested"] > 200, good.stderr
+    assert legacy.returncode == 0 and json.loads(legacy.stdout)["complete"]
+    assert open_.returncode == 0 and json.loads(open_.stdout)["posts_ingested"] == json.loads(good.stdout)["posts_ingested"]
+    assert wrong.returncode == 1 and "HandshakeError" in json.loads(wrong.stdout)["reason"]
+    assert not (tmp_path / "c").exists()  # a failed sync into a store it made leaves nothing
+    assert mixed.returncode == 2 and "CabalMismatchError" in mixed.stderr and len(mixed.stderr.strip().splitlines()) == 1
