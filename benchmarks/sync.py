@@ -136,9 +136,11 @@ def sync_rate(work: Path, posts_file: Path) -> dict:
         "verified_ingest_posts_per_s": round(ingest_rate),
         "ratio": round(ingested / sync_s / ingest_rate, 3),
         "complete": summary["complete"],
+        "reason": summary["reason"],
         "private_synced_posts": private["posts_ingested"],
         "private_sync_seconds": round(private_s, 2),
         "private_complete": private["complete"],
+        "private_reason": private["reason"],
         "private_over_plain": round((private["posts_ingested"] / private_s) / (ingested / sync_s), 3),  # the goal: >= 0.9
         "sync_seconds_each_run": {k: [round(t, 2) for _, t in v] for k, v in runs.items()},
         "handshakes": handshakes,

@@ -8,7 +8,9 @@
   makes its own (:mod:`cablestore.peer.requesting`);
 * :class:`Sync` pulls what a remote peer has (:mod:`cablestore.peer.sync`);
 * the asyncio TCP transport: :func:`run_server` (``cablestore serve``),
-  :func:`run_sync` and :func:`sync_path` (``cablestore sync``);
+  :func:`run_sync` and :func:`sync_path` (``cablestore sync``), plain or
+  over the Cable Handshake with a cabal key (:class:`PrivateCabal`,
+  :mod:`cablestore.peer.secure`);
 * every limit, settable or fixed: :mod:`cablestore.peer.limits`
   (:class:`PeerLimits` holds the settable ones).
 """
@@ -17,6 +19,7 @@ from cablestore.peer.limits import DEFAULT_POLICY, LIMITS, PeerLimits
 from cablestore.peer.live import STATE_TYPES
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
+from cablestore.peer.secure import PrivateCabal
 from cablestore.peer.state import PeerState
 from cablestore.peer.sync import Sync
 from cablestore.peer.table import Concluded, Job, Refused
@@ -35,6 +38,7 @@ __all__ = [
     "STATE_TYPES",
     "Sync",
     "PeerServer",
+    "PrivateCabal",
     "run_server",
     "run_sync",
     "sync_path",

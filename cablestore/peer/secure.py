@@ -112,13 +112,16 @@ class SecureChannel:
 
     @property
     def closed(self) -> bool:
+        """Whether the Connection is closed."""
         return self.conn.closed
 
     @property
     def writable(self) -> bool:
+        """Whether the socket takes more (the Connection's flag)."""
         return self.conn.writable
 
     def set_writable(self, writable: bool) -> None:
+        """The transport says whether the socket takes more."""
         self.conn.set_writable(writable)
 
     def read_allowance(self) -> int:
