@@ -399,3 +399,19 @@ def test_cli_serve_private_and_plain_and_sync_with_keys(full, tmp_path):
     assert wrong.returncode == 1 and "HandshakeError" in json.loads(wrong.stdout)["reason"]
     assert not (tmp_path / "c").exists()  # a failed sync into a store it made leaves nothing
     assert mixed.returncode == 2 and "CabalMismatchError" in mixed.stderr and len(mixed.stderr.strip().splitlines()) == 1
+
+
+def test_a_partial_message_is_not_timed_out_while_our_own_backlog_pauses_reading(full):
+    """Regression: a syncing peer busy ingesting stopped reading, and then closed the remote as 'slow' for the message it had not read."""
+    node = Node(full, policy=PeerLimits(frame_timeout=1000))
+    conn = node.connect("remote")
+    whole = b"".join(M.encode(M.ChannelListRequest(i.to_bytes(4, "big"), 0, 1)) for i in range(1, 3000))
+    partial = M.encode(M.ChannelListRequest(b"\xff\xff\xff\xff", 0, 1))
+    conn.feed(whole + partial[:-2], 0)
+    assert conn.inbox.ready_bytes >= node.policy.input_reserved and conn.read_allowance() == 0
+    conn.check_time(5000)
+    assert not conn.closed  # our backlog, not the remote's slowness
+    while node.run(5000, 1000):
+        pass
+    conn.check_time(5001)
+    assert conn.closed and conn.close_reason == "slow"  # once the backlog is handled, the old partial message counts

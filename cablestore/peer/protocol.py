@@ -262,7 +262,8 @@ class Connection(Requesting, Serving, Forwarding):
         """Close it if it is slow, stalled or idle at ``now`` (``Node.tick``)."""
         policy = self.state.policy
         reason = None
-        if self.inbox.partial_since is not None and now - self.inbox.partial_since > policy.frame_timeout:
+        # Not while whole messages wait to be handled: reading is paused for our backlog, not the peer's slowness.
+        if self.inbox.partial_since is not None and now - self.inbox.partial_since > policy.frame_timeout and self.inbox.ready_bytes < policy.input_reserved:
             reason = f"slow: one message took over {policy.frame_timeout} ms to arrive"
         elif self._out or not self.writable:
             if self._stall_since is None:

@@ -173,7 +173,8 @@ class SecureChannel:
         if self.conn.closed:
             return
         self._events(self.hs.check_time(now), now)
-        if not self.conn.closed and self.partial_since is not None and now - self.partial_since > self.policy.frame_timeout:
+        waiting = self.conn.inbox.ready_bytes >= self.policy.input_reserved  # reading paused for our backlog: not the remote's slowness
+        if not self.conn.closed and not waiting and self.partial_since is not None and now - self.partial_since > self.policy.frame_timeout:
             self._close(SlowPeerError(f"slow: one message took over {self.policy.frame_timeout} ms to arrive"), "slow")
 
     def end(self, now: int) -> None:
