@@ -415,3 +415,26 @@ def test_a_partial_message_is_not_timed_out_while_our_own_backlog_pauses_reading
         pass
     conn.check_time(5001)
     assert conn.closed and conn.close_reason == "slow"  # once the backlog is handled, the old partial message counts
+
+
+def test_a_stream_of_messages_cut_mid_message_is_not_slow(full):
+    """Regression: the 'slow' timer began at the first partial message and ran on while every read completed
+    one message and began the next, so a sync longer than 20 s (100k posts) was closed as slow."""
+    node = Node(full, policy=PeerLimits(frame_timeout=1000))
+    conn = node.connect("remote")
+    one = M.encode(M.ChannelListRequest(b"\x00\x00\x00\x01", 0, 1))
+    stream = b"".join(M.encode(M.ChannelListRequest(i.to_bytes(4, "big"), 0, 1)) for i in range(1, 40))
+    half = len(one) // 2
+    conn.feed(stream[:half], 0)
+    at = half
+    for step in range(1, 21):  # every 600 ms: the rest of one message and half of the next
+        now = step * 600
+        conn.feed(stream[at : at + len(one)], now)
+        at += len(one)
+        assert conn.inbox.partial_since is not None  # each read leaves a partial message
+        while node.run(now, 100):
+            pass
+        conn.check_time(now)
+        assert not conn.closed, (step, conn.close_reason)
+    conn.check_time(20 * 600 + 1001)
+    assert conn.closed and conn.close_reason == "slow"  # and a message that stops arriving still is

@@ -80,10 +80,11 @@ class Inbox:
             self._ends = []
             self.partial_since = None
             return
+        completed = scan > self._scan
         self._scan = scan
         if scan < len(buf):
-            if self.partial_since is None:
-                self.partial_since = now
+            if self.partial_since is None or completed:
+                self.partial_since = now  # the message now partial began arriving in this read
         else:
             self.partial_since = None
 

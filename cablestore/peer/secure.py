@@ -141,11 +141,12 @@ class SecureChannel:
         """Bytes read from the socket (``b""``: it ended)."""
         if self.conn.closed:
             return
-        self._events(self.hs.receive_data(data, now), now)
+        events = self.hs.receive_data(data, now)
+        self._events(events, now)
         self._take_handshake_output()
         if self.hs.buffered:
-            if self.partial_since is None:
-                self.partial_since = now
+            if self.partial_since is None or any(isinstance(e, MessageReceived) for e in events):
+                self.partial_since = now  # the message now partial began arriving in this read
         else:
             self.partial_since = None
         self._account()
