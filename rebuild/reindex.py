@@ -98,6 +98,7 @@ class ReindexReport:
 
 def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
     """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
+    store._writable()  # a store opened read-only: ReadOnlyStoreError
     with store._write_lock:
         try:
             return reindex_db(store.db, progress, sync)

@@ -148,7 +148,8 @@ def store_or_path(path: str):
 def open_existing(path: str, **options):
     """Open the store at ``path`` without creating anything; a path that holds none is refused.
 
-    ``options``: more :class:`cablestore.Store` arguments (``local_user=``, say).
+    ``options``: more :class:`cablestore.Store` arguments (``local_user=``, say;
+    ``readonly=True`` for the commands that only read: nothing in the store's directory is written).
     Run through ``serve`` (:func:`serving`): the store it holds, left open at
     the end of the ``with`` block.
     """

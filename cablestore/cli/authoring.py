@@ -40,7 +40,7 @@ def _cmd_post(args) -> int:
 
 
 def _cmd_heads(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         require_channel(store, args.channel)
         heads = [h.hex() for h in store.heads(args.channel)]
     if args.json:

@@ -11,7 +11,7 @@ ROLE_HELP = "admin, mod or user"
 
 
 def _cmd_roles(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         roles = store.roles(args.channel)
         names = {pk: store.name(pk) for pk in roles}
     if args.json:
@@ -25,7 +25,7 @@ def _cmd_roles(args) -> int:
 
 
 def _cmd_moderation(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         summary = store.moderation_summary()
     if args.json:
         print_json(summary)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from cablestore.errors import LocalUserError, QueryError
+from cablestore.errors import LocalUserError, QueryError, ReadOnlyStoreError
 from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.store import indexer
 from cablestore.store.indexing import IndexState
@@ -24,10 +24,11 @@ from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, decode_po
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
 
 
-def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
+def adopt_local_user(db: Any, given: HashLike | None, readonly: bool = False) -> bytes | None:
     """The store's local user: the one kept, or ``given`` (kept from now on, the state resolved for it).
 
-    A ``given`` key that differs from the kept one raises :class:`LocalUserError`.
+    A ``given`` key that differs from the kept one raises :class:`LocalUserError`;
+    one a ``readonly`` store would have to keep, :class:`ReadOnlyStoreError`.
     """
     kept = db.get(LOCAL_USER_KEY)
     if given is None:
@@ -37,6 +38,8 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
         if kept != key:
             raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
         return kept
+    if readonly:
+        raise ReadOnlyStoreError(f"this store has no local user, and a read-only store cannot keep {key.hex()} as one (open it writable once with it)")
     batch = IndexState(Txn(db))
     batch.put(LOCAL_USER_KEY, key)
     indexer.enforce(batch, refresh(batch, key))  # the state of the posts already held, for this user, acted on
