@@ -313,6 +313,8 @@ def _index_some(stored, run: _Pass, progress) -> int:
             checks.defer(h, blob, made)
         else:
             _index_post(h, blob, _NO_TOMBS, made, run)
+    if progress and posts % _PROGRESS_EVERY:
+        progress.advance(posts % _PROGRESS_EVERY)  # the last ones counted too
     return posts
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
-__all__ = ["SnapshotSource", "StoreSource", "export", "export_store", "load_manifest"]
+__all__ = ["SnapshotSource", "StoreSource", "export", "export_store", "load_manifest", "primary_count"]
 
 
 def export_store(store: Store, location: str | os.PathLike, partitions: int = 16, progress: Progress | None = None, **kw: Any) -> dict[str, Any]:
@@ -34,11 +34,15 @@ def export_store(store: Store, location: str | os.PathLike, partitions: int = 16
     ``kw``: :func:`export`'s keywords (``decoded``, ``workers``, ``source``).
     """
     with store.in_flight():
-        total = None
-        if progress is not None and progress.enabled:  # a bar needs a total; count only when one is drawn
-            total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
-        stage = None if progress is None else progress.stage("export posts and tombstones", total)
+        stage = None if progress is None else progress.stage("export posts and tombstones", primary_count(store.db, progress))
         return export(store.db, location, partitions, stage, **kw)
+
+
+def primary_count(db, progress: Progress | None) -> int | None:
+    """How many posts and tombstones ``db`` holds, for a progress bar's total; None (not counted) when no bar is drawn."""
+    if progress is None or not progress.enabled:
+        return None
+    return sum(1 for p in (POSTS, DELETED) for _ in db.iterator(prefix=p, include_value=False))
 
 
 class StoreSource:

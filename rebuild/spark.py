@@ -27,8 +27,10 @@ Session, executors' Python and failures: ``rebuild/sparksession.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import threading
 from urllib.parse import unquote
 
 from cablestore.errors import RebuildError
@@ -228,6 +230,43 @@ def _check_uri(uri: str) -> None:
         raise RebuildError(f"{uri}: the Spark engine cannot read a snapshot whose location holds {' '.join(bad)} (move or link it elsewhere)")
 
 
+@contextlib.contextmanager
+def task_progress(spark, progress, every: float = 0.5):
+    """Draw the Spark tasks finished while the block runs on ``progress`` (a thread polls Spark's status tracker)."""
+    if progress is None or not progress.enabled:
+        yield
+        return
+    progress.stage("recompute views (spark engine): tasks done")
+    tracker, finished, stop = spark.sparkContext.statusTracker(), {}, threading.Event()
+
+    def count() -> bool:
+        try:  # a stage seen once is asked again: its last tasks finish between two polls
+            finished.update(dict.fromkeys(set(tracker.getActiveStageIds()) - finished.keys(), 0))
+            for stage in finished:
+                info = tracker.getStageInfo(stage)
+                if info is not None:
+                    finished[stage] = info.numCompletedTasks
+        except Exception:  # the gateway went away (the job failed or was interrupted): the block raises that
+            return False
+        progress.advance(max(0, sum(finished.values()) - progress.count))
+        return True
+
+    def poll() -> None:
+        while not stop.wait(every) and count():
+            pass
+
+    poller = threading.Thread(target=poll, name="cablestore-spark-progress", daemon=True)
+    poller.start()
+    try:
+        yield
+        stop.set()
+        poller.join()
+        count()  # the tasks finished since the last poll
+    finally:
+        stop.set()
+        poller.join()
+
+
 def run(
     snapshot, check_signatures: bool = True, master: str | None = None, spark=None, progress=None, log=None, ship_env: bool = True, local_user=None
 ) -> EngineResult:
@@ -238,7 +277,7 @@ def run(
     uri = spark_uri(snapshot)
     _check_uri(uri)
     spark = spark or session(master, log=log, ship_env=ship_env)
-    with quiet_gateway(), job_errors():
+    with quiet_gateway(), job_errors(), task_progress(spark, progress):
         manifest = read_manifest(spark, uri, os.fspath(snapshot))
         parts = manifest["partitions"]
         if local_user is None and manifest.get("local_user"):

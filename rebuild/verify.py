@@ -20,7 +20,7 @@ from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE
 
 from . import local
 from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
-from .snapshot import SnapshotSource, StoreSource, export
+from .snapshot import SnapshotSource, StoreSource, export, primary_count
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -133,7 +133,8 @@ def run_engine(
     if snapshot:
         return spark.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
-        export(db, tmp, partitions)
+        stage = None if progress is None else progress.stage("export posts and tombstones for Spark", primary_count(db, progress))
+        export(db, tmp, partitions, stage)
         return spark.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
 
 
@@ -152,7 +153,7 @@ def verify(
 ) -> Report:
     """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` (directory or URI) and compare; change nothing."""
     start = time.perf_counter()
-    if progress:
+    if progress and engine == "local":  # the Spark engine draws its export and its tasks (rebuild/spark.py)
         progress.stage(f"recompute views ({engine} engine)")
     result = run_engine(
         engine,

@@ -188,7 +188,7 @@ def test_every_write_of_a_read_only_store_is_refused(made):
         for name, write in writes.items():
             with pytest.raises(ReadOnlyStoreError, match="read-only"):
                 write()
-        assert post_hash(new) not in s and s.stats().posts == 8, name
+            assert post_hash(new) not in s and s.stats().posts == 8, name
         assert s.check().consistent  # verifying is reading
     assert picture(made) == before
     with pytest.raises(ReadOnlyStoreError):  # a local user it would have to keep
