@@ -211,6 +211,7 @@ def test_a_running_writer_is_detected_and_readers_share(made, tmp_path):
         stop(holder)
     reader = "import cablestore; s = cablestore.Store({!r}, readonly={}); print(s.stats().posts)"
     with Store(made, readonly=True):  # a reader holds it: other readers share it, a writer waits its turn
+        (made / "LOCK").read_bytes()  # this process opening and closing LOCK keeps the reader's lock
         other = subprocess.run([sys.executable, "-c", reader.format(str(made), True)], capture_output=True, text=True, timeout=60)
         assert other.stdout.strip() == "8", other.stderr
         writer = subprocess.run([sys.executable, "-c", reader.format(str(made), False)], capture_output=True, text=True, timeout=60)

@@ -209,7 +209,7 @@ def open_db(
         except StoreError as exc:
             raise (links.in_words(exc) if links else exc) from exc.__cause__
         try:
-            _check_format(db, path, create and not readonly)
+            _check_format(db, path, create and not readonly, readonly)
         except BaseException:
             db.close()
             raise
@@ -294,7 +294,7 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
         raise translate(exc, path) from exc
 
 
-def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
+def _check_format(db: plyvel.DB, path: Path, create: bool, readonly: bool = False) -> None:
     with translated(path):
         # Checksums verified: a block read here stays in the block cache, where
         # a later check (which verifies what it reads from disk) would trust it.
@@ -308,7 +308,7 @@ def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
         if not empty:
             raise NotAStoreError(
                 f"{path} is a LevelDB database without {FORMAT_KEY!r}: not a cablestore store; its data was not changed"
-                " (LevelDB rewrote its own MANIFEST and log when it was opened)"
+                + (" (opened read-only: nothing was written)" if readonly else " (LevelDB rewrote its own MANIFEST and log when it was opened)")
             )
         if not create:
             raise StoreNotFoundError(f"{path} is an empty LevelDB database, not a cablestore store")

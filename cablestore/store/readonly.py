@@ -38,6 +38,7 @@ import fcntl
 import os
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -92,13 +93,29 @@ def _lock_shared(path: Path) -> int | None:
     except OSError as exc:
         raise StoreIOError(f"cannot read {path / 'LOCK'}: {exc.strerror or exc}") from exc
     try:
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        _share(fd)
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EAGAIN, errno.EACCES):
             raise StoreLockedError(f"{path} is open in another process or Store") from exc
         raise StoreIOError(f"cannot lock {path / 'LOCK'}: {exc.strerror or exc}") from exc
     return fd
+
+
+def _share(fd: int) -> None:
+    """A shared lock on all of ``fd``'s file, failing at once if a writer holds it.
+
+    An open-file-description lock (Linux) where there is one: it belongs to
+    this descriptor alone, so this process opening and closing ``LOCK``
+    elsewhere cannot drop it, as it drops a classic fcntl lock.  Both kinds
+    conflict with LevelDB's classic exclusive lock.
+    """
+    ofd = getattr(fcntl, "F_OFD_SETLK", None)
+    if ofd is None or struct.calcsize("P") != 8:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return
+    # struct flock on 64-bit Linux: l_type, l_whence, l_start, l_len, l_pid (0 for these locks), padding.
+    fcntl.fcntl(fd, ofd, struct.pack("hhqqixxxx", fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
 
 
 def _link_files(path: Path, into: Path) -> None:
