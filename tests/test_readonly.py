@@ -230,3 +230,13 @@ def test_readonly_is_a_bool_and_never_creates(tmp_path):
     with pytest.raises(StoreNotFoundError):
         Store(tmp_path / "missing", readonly=True)  # create=True (the default) is ignored
     assert not (tmp_path / "missing").exists() and not (tmp_path / "s").exists()
+
+
+def test_a_store_without_lock_is_read_without_creating_one(made):
+    (made / "LOCK").unlink()  # a copy that left it out
+    before = picture(made)
+    with Store(made, readonly=True) as s:
+        assert s.stats().posts == 8
+    out = cli("stats", made, "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["posts"] == 8
+    assert picture(made) == before and not (made / "LOCK").exists()
