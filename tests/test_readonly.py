@@ -209,11 +209,14 @@ def test_a_running_writer_is_detected_and_readers_share(made, tmp_path):
         assert out.returncode == 2 and "StoreLockedError" in out.stderr and out.stderr.count("\n") == 1
     finally:
         stop(holder)
-    reader = "import cablestore; s = cablestore.Store({!r}, readonly={}); print(s.stats().posts)"
+    reader = "import cablestore; s = cablestore.Store({!r}, readonly={}); print(s.stats().posts)"  # (never closed)
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    os.mkdir(env["TMPDIR"])
     with Store(made, readonly=True):  # a reader holds it: other readers share it, a writer waits its turn
         (made / "LOCK").read_bytes()  # this process opening and closing LOCK keeps the reader's lock
-        other = subprocess.run([sys.executable, "-c", reader.format(str(made), True)], capture_output=True, text=True, timeout=60)
+        other = subprocess.run([sys.executable, "-c", reader.format(str(made), True)], capture_output=True, text=True, timeout=60, env=env)
         assert other.stdout.strip() == "8", other.stderr
+        assert os.listdir(env["TMPDIR"]) == []  # its directory of links went with the process
         writer = subprocess.run([sys.executable, "-c", reader.format(str(made), False)], capture_output=True, text=True, timeout=60)
         assert "StoreLockedError" in writer.stderr
         with pytest.raises(StoreLockedError):  # one Store per path per process

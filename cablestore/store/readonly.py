@@ -27,7 +27,9 @@ changes the store.  So a read-only open:
    its output into the temporary directory.
 
 Closing removes the temporary directory (links and LevelDB's files, never
-what a link points to).  The cost is measured in docs/operations.md
+what a link points to); so does the end of a process that never closed the
+store, unless it was killed (``cablestore-readonly-*`` in ``TMPDIR`` is
+then left: links and bookkeeping, safe to delete).  The cost is measured in docs/operations.md
 ("Opening a store read-only").
 """
 
@@ -40,6 +42,7 @@ import re
 import shutil
 import struct
 import tempfile
+import weakref
 from pathlib import Path
 
 from cablestore.errors import StoreError, StoreIOError, StoreLockedError
@@ -60,6 +63,9 @@ class Links:
         except OSError as exc:
             self._unlock()
             raise StoreIOError(f"cannot make a temporary directory to read {path} without writing to it: {exc.strerror or exc} (set TMPDIR)") from exc
+        # Removed on close, or when the Store is collected or the interpreter exits without a close.
+        # (rmtree unlinks a symbolic link, never follows it.)
+        self._removal = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
         try:
             _link_files(path, self.dir)
         except BaseException:
@@ -69,7 +75,7 @@ class Links:
     def remove(self) -> None:
         """Remove the directory of links (what LevelDB wrote, never the store's files) and release the lock."""
         try:
-            shutil.rmtree(self.dir, ignore_errors=True)  # rmtree unlinks a symbolic link, never follows it
+            self._removal()
         finally:
             self._unlock()
 
