@@ -1,0 +1,488 @@
+"""LevelDB's table and log files read record by record, each record with its checksum's verdict.
+
+The formats are leveldb's ``doc/table_format.md`` and ``doc/log_format.md``:
+
+* a table is data blocks, each followed by a 5-byte trailer (compression
+  type, masked CRC32C of the block and the type), then the filter,
+  metaindex and index blocks and a 48-byte footer ending in a magic number.
+  A block is prefix-compressed entries, then a restart array and its
+  length.  An entry's key is an internal key: the user key, then 8 bytes of
+  ``sequence << 8 | type`` (0 a deletion, 1 a value).
+* a log (the write-ahead logs; the MANIFEST shares the format) is 32 KiB
+  blocks of records with a 7-byte header (masked CRC32C, length, type
+  FULL/FIRST/MIDDLE/LAST); a write-ahead log's record is a WriteBatch:
+  sequence number, count, then puts and deletes.
+
+:func:`read_table` reads through the index when the footer and the index
+check out, else block by block from the start (a table cut short, or its
+footer damaged): each block is found by its trailer's checksum.  A block or
+log record whose checksum fails is not trusted, but the posts in it can
+still be found (:func:`loose_posts`): a post certifies itself, so the
+caller proves each one by its hash and signature.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import cramjam
+import crc32c as _crc32c
+
+MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
+FOOTER = 48
+TRAILER = 5
+LOG_BLOCK = 32768
+MAX_SEQ = (1 << 56) - 1  # index and seek keys carry it; stored entries never do
+DELETION, VALUE = 0, 1
+NO_COMPRESSION, SNAPPY = 0, 1
+MAX_BLOCK = 4 << 20  # a block is ~32 KiB (cablestore's block_size) plus one entry: 4 MiB bounds a search for its end
+_MASK_DELTA = 0xA282EAD8
+_POST = b"!post!"
+_POST_KEY = len(_POST) + 32
+
+
+def crc(data, value: int = 0) -> int:
+    """CRC32C of ``data`` (continuing ``value``), hardware-accelerated by the ``crc32c`` package."""
+    return _crc32c.crc32c(data, value)
+
+
+def masked(value: int) -> int:
+    """LevelDB's masked CRC: rotated right by 15 bits, plus a constant."""
+    return ((((value >> 15) | (value << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One put or delete found in a file."""
+
+    key: bytes  # the user key
+    seq: int
+    kind: int  # VALUE or DELETION
+    value: bytes
+    certified: bool  # its block's or log record's checksum checked
+    source: str  # file name and where in it
+
+
+@dataclass
+class FileScan:
+    """What reading one table or log found."""
+
+    name: str
+    size: int
+    mode: str  # "index", "blocks" (a table read block by block), "log"
+    records: list[Record] = field(default_factory=list)
+    units: int = 0  # blocks or log records whose checksum checked
+    damaged: list[str] = field(default_factory=list)  # "offset+length: why", for each unit that did not check
+
+    @property
+    def intact(self) -> bool:
+        return self.mode in ("index", "log") and not self.damaged
+
+
+def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < end:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 35:
+            break
+    raise ValueError("bad varint")
+
+
+# --- blocks -------------------------------------------------------------
+
+
+def block_entries(content: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The (internal key, value) entries of a block; ValueError where the block does not parse."""
+    n = len(content)
+    if n < 4:
+        raise ValueError("block too short")
+    restarts = int.from_bytes(content[-4:], "little")
+    limit = n - 4 - 4 * restarts
+    if restarts < 1 or limit < 0:
+        raise ValueError("bad restart array")
+    pos, key = 0, b""
+    while pos < limit:
+        shared, pos = _varint(content, pos, limit)
+        unshared, pos = _varint(content, pos, limit)
+        size, pos = _varint(content, pos, limit)
+        if shared > len(key) or pos + unshared + size > limit:
+            raise ValueError("entry runs past the block")
+        key = key[:shared] + content[pos : pos + unshared]
+        pos += unshared
+        yield key, content[pos : pos + size]
+        pos += size
+
+
+def _block_content(data, start: int, end: int) -> bytes:
+    """The block's bytes, decompressed (``data[end]`` is its compression type)."""
+    raw = data[start:end]
+    if data[end] == SNAPPY:
+        return bytes(cramjam.snappy.decompress_raw(raw))
+    if data[end] != NO_COMPRESSION:
+        raise ValueError(f"unknown compression type {data[end]}")
+    return raw
+
+
+def _checks(data, start: int, end: int) -> bool:
+    """True if a block ``data[start:end]`` with its trailer at ``end`` matches its checksum."""
+    if end + TRAILER > len(data) or data[end] not in (NO_COMPRESSION, SNAPPY):
+        return False
+    want = int.from_bytes(data[end + 1 : end + 5], "little")
+    return masked(crc(data[end : end + 1], crc(data[start:end]))) == want
+
+
+def _records(entries, certified: bool, source: str, wanted: tuple[bytes, ...]) -> Iterator[Record]:
+    for ikey, value in entries:
+        if len(ikey) < 8:
+            continue
+        tag = int.from_bytes(ikey[-8:], "little")
+        seq, kind, key = tag >> 8, tag & 0xFF, ikey[:-8]
+        if kind not in (DELETION, VALUE) or seq >= MAX_SEQ or not key.startswith(wanted):
+            continue  # an index block's separator, or not a key the caller reads
+        yield Record(key, seq, kind, value, certified, source)
+
+
+def _read_block(scan: FileScan, data, start: int, end: int, wanted: tuple[bytes, ...]) -> None:
+    """Read one block whose checksum checked (a parse failure makes it damaged)."""
+    source = f"{scan.name}@{start}"
+    try:
+        found = list(_records(block_entries(_block_content(data, start, end)), True, source, wanted))
+    except (ValueError, cramjam.DecompressionError) as exc:
+        if scan.mode == "index":
+            scan.damaged.append(f"{start}+{end - start}: checksum ok but {exc}")
+            _loose_block(scan, data, start, end)
+        # else a table's filter block, read as if it were a data block: its bytes are as written
+        return
+    scan.units += 1
+    scan.records.extend(found)
+
+
+def _loose_block(scan: FileScan, data, start: int, end: int, whole: bool = True) -> None:
+    """The posts still readable in a block whose checksum fails (``whole``: its trailer is at ``end``), or in a region."""
+    content = data[start:end]
+    if whole and end < len(data):
+        try:
+            content = _block_content(data, start, end)
+        except (ValueError, cramjam.DecompressionError):
+            pass  # compressed and damaged: only the raw search below can find anything
+    scan.records.extend(loose_posts(content, f"{scan.name}@{start}"))
+
+
+# --- tables -------------------------------------------------------------
+
+
+def read_table(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",), range_wanted: Callable[[bytes, bytes | None], bool] | None = None) -> FileScan:
+    """Every record of a table whose user key starts with one of ``wanted``.
+
+    ``range_wanted(low, high)``: False if no wanted key can lie in a block
+    whose keys are in ``(low, high]`` (then the block's checksum is still
+    checked, but its entries are not parsed).
+    """
+    scan = FileScan(name, len(data), "index")
+    handles = _index(data)
+    if handles is None:
+        scan.mode = "blocks"
+        _read_blocks(scan, data, wanted)
+        return scan
+    low = b""
+    for high, start, size in handles:
+        end = start + size
+        if not _checks(data, start, end):
+            scan.damaged.append(f"{start}+{size}: checksum mismatch")
+            _loose_block(scan, data, start, end)
+        elif range_wanted is None or range_wanted(low, high):
+            _read_block(scan, data, start, end, wanted)
+        else:
+            scan.units += 1
+        low = high
+    return scan
+
+
+def _handle(buf, pos: int, end: int) -> tuple[int, int, int]:
+    offset, pos = _varint(buf, pos, end)
+    size, pos = _varint(buf, pos, end)
+    return offset, size, pos
+
+
+def _index(data) -> list[tuple[bytes, int, int]] | None:
+    """``(last user key bound, offset, size)`` of each data block, from a footer and index that check out."""
+    if len(data) < FOOTER or bytes(data[-8:]) != MAGIC:
+        return None
+    footer = len(data) - FOOTER
+    try:
+        _, _, pos = _handle(data, footer, footer + 40)
+        offset, size, _ = _handle(data, pos, footer + 40)
+        if offset + size + TRAILER > footer or not _checks(data, offset, offset + size):
+            return None
+        handles = []
+        for ikey, value in block_entries(_block_content(data, offset, offset + size)):
+            start, length, _ = _handle(value, 0, len(value))
+            if start + length + TRAILER > offset:
+                return None
+            handles.append((bytes(ikey[:-8]), start, length))
+        return handles
+    except (ValueError, cramjam.DecompressionError):
+        return None
+
+
+def _ends(data, start: int, limit: int) -> Iterator[int]:
+    """Positions ``end`` in ``(start, limit)`` where a block ``data[start:end]`` has a trailer that checks."""
+    running, done = 0, start
+    for m in _TYPE_BYTE.finditer(data, start + 1, limit):
+        end = m.start()
+        if end + TRAILER > len(data):
+            return
+        running = crc(data[done:end], running)
+        done = end
+        if masked(crc(data[end : end + 1], running)) == int.from_bytes(data[end + 1 : end + 5], "little"):
+            yield end
+
+
+_TYPE_BYTE = re.compile(rb"[\x00\x01]")
+
+
+def _read_blocks(scan: FileScan, data, wanted: tuple[bytes, ...]) -> None:
+    """Read a table without its index: each block ends where a trailer's checksum matches."""
+    raw = data
+    pos, limit = 0, len(raw) - TRAILER
+    while pos < limit:
+        end = next(_ends(raw, pos, min(limit + 1, pos + MAX_BLOCK)), None)
+        if end is not None:
+            _read_block(scan, raw, pos, end, wanted)
+            pos = end + TRAILER
+            continue
+        nxt = _resync(raw, pos, limit)
+        stop = len(raw) if nxt is None else nxt
+        scan.damaged.append(f"{pos}+{stop - pos}: no block checks (cut short or damaged)")
+        _loose_block(scan, raw, pos, stop, whole=False)
+        if nxt is None:
+            return
+        pos = nxt
+
+
+_RESYNC_SPAN = 128 << 10
+
+
+def _resync(raw: bytes, pos: int, limit: int) -> int | None:
+    """The start of the next block after a damaged one: the first spot a block checks from (bounded search)."""
+    stop = min(limit, pos + _RESYNC_SPAN)
+    for m in _TYPE_BYTE.finditer(raw, pos + 1, stop):
+        start = m.start() + TRAILER
+        if start < limit and next(_ends(raw, start, min(limit + 1, start + _RESYNC_SPAN)), None) is not None:
+            return start
+    return None
+
+
+# --- posts without their block ------------------------------------------
+
+# A table entry of a ``!post!`` key: shared and unshared lengths adding up to
+# 46 (prefix, hash, 8-byte tag); a restart entry has the whole key (0, 46).
+_ENTRY = re.compile(b"|".join(re.escape(bytes([s, _POST_KEY + 8 - s])) for s in [0, *range(len(_POST), _POST_KEY)]))
+# A WriteBatch put of a ``!post!`` key: tag 1, the key's length, the key.
+_BATCH_PUT = re.compile(rb"\x01" + bytes([_POST_KEY]) + re.escape(_POST))
+
+
+def loose_posts(buf: bytes, source: str) -> list[Record]:
+    """Every ``!post!`` put whose value's BLAKE2b matches its key, found in raw bytes (uncertified).
+
+    Used where no checksum holds: only the hash links key and value, so
+    the caller still proves each post (decode and signature).
+    """
+    from cablestore.wire.codec import post_hash
+
+    out, seen = [], set()
+    n = len(buf)
+
+    def value_at(pos: int) -> tuple[bytes, int] | None:
+        try:
+            size, pos = _varint(buf, pos, n)
+        except ValueError:
+            return None
+        if size < 96 or pos + size > n:
+            return None
+        return bytes(buf[pos : pos + size]), pos
+
+    for m in _BATCH_PUT.finditer(buf):
+        key = bytes(buf[m.start() + 2 : m.start() + 2 + _POST_KEY])
+        got = value_at(m.start() + 2 + _POST_KEY) if len(key) == _POST_KEY else None
+        if got and post_hash(got[0]) == key[len(_POST) :] and key not in seen:
+            seen.add(key)
+            out.append(Record(key, 0, VALUE, got[0], False, source))
+    for m in _ENTRY.finditer(buf):
+        shared, unshared = buf[m.start()], buf[m.start() + 1]
+        try:
+            size, pos = _varint(buf, m.start() + 2, n)
+        except ValueError:
+            continue
+        if size < 96 or pos + unshared + size > n:
+            continue
+        delta = buf[pos : pos + unshared]
+        value = bytes(buf[pos + unshared : pos + unshared + size])
+        key = _POST + post_hash(value)
+        if bytes(delta[:-8]) != key[shared:] or key in seen:
+            continue
+        tag = int.from_bytes(delta[-8:], "little")
+        if tag & 0xFF != VALUE:
+            continue
+        seen.add(key)
+        out.append(Record(key, tag >> 8, VALUE, value, False, source))
+    return out
+
+
+# --- logs ---------------------------------------------------------------
+
+
+def log_payloads(data: bytes) -> Iterator[tuple[bytes, str, int]]:
+    """``(payload, status, offset)`` of each record of a log-format file.
+
+    ``status`` is ``"ok"`` (every fragment's checksum checked), ``"torn"``
+    (cut short at the end of the file: what a crash mid-write leaves) or
+    ``"bad"``: a checksum failed, or a fragment's neighbours were lost; the
+    rest of a block after a bad header comes as one ``"bad"`` payload (its
+    length field cannot be trusted).
+    """
+    pending: list[bytes] | None = None
+    pending_ok, pending_at = True, 0
+    n = len(data)
+    for block in range(0, n, LOG_BLOCK):
+        pos, stop = block, min(block + LOG_BLOCK, n)
+        while pos + 7 <= stop:
+            length = int.from_bytes(data[pos + 4 : pos + 6], "little")
+            kind = data[pos + 6]
+            if kind == 0 and length == 0 and not any(data[pos : pos + 4]):
+                if any(data[pos:stop]):
+                    yield data[pos:stop], "bad", pos
+                break  # zeros: padding or preallocation
+            end = pos + 7 + length
+            if end > stop and stop == n and kind in (1, 2, 3, 4):
+                if pending is not None:
+                    pending.append(data[pos + 7 : n])
+                    yield b"".join(pending), "torn", pending_at
+                    pending = None
+                else:
+                    yield data[pos + 7 : n], "torn", pos
+                break
+            ok = end <= stop and kind in (1, 2, 3, 4)
+            ok = ok and masked(crc(data[pos + 6 : end])) == int.from_bytes(data[pos : pos + 4], "little")
+            if not ok:
+                if pending is not None:
+                    yield b"".join(pending), "bad", pending_at
+                    pending = None
+                yield data[pos:stop], "bad", pos
+                break
+            fragment = data[pos + 7 : end]
+            if kind == 1:  # FULL
+                if pending is not None:
+                    yield b"".join(pending), "bad", pending_at
+                    pending = None
+                yield fragment, "ok", pos
+            elif kind == 2:  # FIRST
+                if pending is not None:
+                    yield b"".join(pending), "bad", pending_at
+                pending, pending_ok, pending_at = [fragment], True, pos
+            elif pending is None:  # MIDDLE or LAST without its FIRST
+                pending, pending_ok, pending_at = [fragment], False, pos
+            else:
+                pending.append(fragment)
+            if kind == 4 and pending is not None:  # LAST
+                yield b"".join(pending), "ok" if pending_ok else "bad", pending_at
+                pending = None
+            pos = end
+    if pending is not None:
+        yield b"".join(pending), "torn", pending_at  # cut short at the end of the file
+
+
+def batch_records(payload: bytes, certified: bool, source: str, wanted: tuple[bytes, ...]) -> list[Record]:
+    """The puts and deletes of a WriteBatch (ValueError if it does not parse)."""
+    if len(payload) < 12:
+        raise ValueError("batch too short")
+    seq = int.from_bytes(payload[:8], "little")
+    count = int.from_bytes(payload[8:12], "little")
+    pos, n, out = 12, len(payload), []
+    for i in range(count):
+        if pos >= n:
+            raise ValueError("batch shorter than its count")
+        kind = payload[pos]
+        size, pos = _varint(payload, pos + 1, n)
+        key, pos = payload[pos : pos + size], pos + size
+        value = b""
+        if kind == VALUE:
+            size, pos = _varint(payload, pos, n)
+            value, pos = payload[pos : pos + size], pos + size
+        elif kind != DELETION:
+            raise ValueError(f"unknown batch record type {kind}")
+        if pos > n:
+            raise ValueError("record runs past the batch")
+        if key.startswith(wanted):
+            out.append(Record(bytes(key), seq + i, kind, bytes(value), certified, source))
+    if pos != n:
+        raise ValueError("bytes after the batch's last record")
+    return out
+
+
+def read_log(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",)) -> FileScan:
+    """Every put and delete of a write-ahead log, each record's checksum checked."""
+    scan = FileScan(name, len(data), "log")
+    for payload, status, at in log_payloads(data):
+        source = f"{name}@{at}"
+        if status == "ok":
+            try:
+                scan.records.extend(batch_records(payload, True, source, wanted))
+                scan.units += 1
+                continue
+            except ValueError as exc:
+                scan.damaged.append(f"{at}+{len(payload)}: checksum ok but {exc}")
+        elif status == "bad":
+            scan.damaged.append(f"{at}+{len(payload)}: checksum mismatch")
+        scan.records.extend(loose_posts(payload, source))  # a torn write too: never acknowledged, still proven posts
+    return scan
+
+
+def manifest_tables(data: bytes) -> tuple[set[int], int] | None:
+    """The live table numbers of a MANIFEST and its last log number; None unless every record checks and parses."""
+    live: set[int] = set()
+    log_number = 0
+    try:
+        for payload, status, _ in log_payloads(data):
+            if status != "ok":
+                return None
+            pos, n = 0, len(payload)
+            while pos < n:
+                tag, pos = _varint(payload, pos, n)
+                if tag == 2:  # log number
+                    log_number, pos = _varint(payload, pos, n)
+                elif tag in (3, 4, 9):  # next file, last sequence, previous log
+                    _, pos = _varint(payload, pos, n)
+                elif tag == 1:  # comparator
+                    size, pos = _varint(payload, pos, n)
+                    pos += size
+                elif tag == 5:  # compaction pointer: level, key
+                    _, pos = _varint(payload, pos, n)
+                    size, pos = _varint(payload, pos, n)
+                    pos += size
+                elif tag == 6:  # deleted file: level, number
+                    _, pos = _varint(payload, pos, n)
+                    number, pos = _varint(payload, pos, n)
+                    live.discard(number)
+                elif tag == 7:  # new file: level, number, size, smallest, largest
+                    _, pos = _varint(payload, pos, n)
+                    number, pos = _varint(payload, pos, n)
+                    _, pos = _varint(payload, pos, n)
+                    for _ in range(2):
+                        size, pos = _varint(payload, pos, n)
+                        pos += size
+                    live.add(number)
+                else:
+                    return None
+                if pos > n:
+                    return None
+    except ValueError:
+        return None
+    return live, log_number
