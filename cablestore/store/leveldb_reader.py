@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import cramjam
-import crc32c as _crc32c
+import google_crc32c
 
 MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
 FOOTER = 48
@@ -43,9 +43,9 @@ _POST = b"!post!"
 _POST_KEY = len(_POST) + 32
 
 
-def crc(data, value: int = 0) -> int:
-    """CRC32C of ``data`` (continuing ``value``), hardware-accelerated by the ``crc32c`` package."""
-    return _crc32c.crc32c(data, value)
+def crc(data: bytes, value: int = 0) -> int:
+    """CRC32C of ``data`` (continuing ``value``): ``google-crc32c``, hardware-accelerated."""
+    return google_crc32c.extend(value, data)
 
 
 def masked(value: int) -> int:
@@ -232,13 +232,41 @@ def _index(data) -> list[tuple[bytes, int, int]] | None:
         return None
 
 
-def _ends(data, start: int, limit: int) -> Iterator[int]:
-    """Positions ``end`` in ``(start, limit)`` where a block ``data[start:end]`` has a trailer that checks."""
+def _ends(data: bytes, start: int, limit: int) -> Iterator[int]:
+    """Positions ``end`` in ``(start, limit)`` where a block ``data[start:end]`` has a trailer that checks.
+
+    Most candidates fail before a checksum is computed: an uncompressed data
+    block starts with an entry sharing nothing (a 0) and ends with its
+    restart array, whose first offset is 0; a Snappy block starts with its
+    length (never 0) and a literal, and is at most 7/6 of that length; a
+    filter block (uncompressed, any first byte) ends with its base, 11.
+    """
+    if start + 4 >= limit:
+        return
+    plain = data[start] == 0
+    snappy_end = -1
+    if not plain:
+        try:
+            size, pos = _varint(data, start, min(len(data), start + 5))
+            if size >= 8 and pos < len(data) and data[pos] & 3 == 0:
+                snappy_end = start + size + size // 6 + 64
+        except ValueError:
+            pass
     running, done = 0, start
-    for m in _TYPE_BYTE.finditer(data, start + 1, limit):
-        end = m.start()
+    for m in (_PLAIN_END if plain else _OTHER_END).finditer(data, start + 3, limit):
+        end = m.end() - 1
         if end + TRAILER > len(data):
             return
+        if data[end] == SNAPPY:
+            if end > snappy_end:
+                continue
+        elif plain:
+            n = int.from_bytes(data[end - 4 : end], "little")
+            if not n or start + 4 * n + 4 > end or data[end - 4 * n - 4 : end - 4 * n] != b"\0\0\0\0":
+                if data[end - 1] != 11:
+                    continue
+        elif data[end - 1] != 11 or int.from_bytes(data[end - 5 : end - 1], "little") > end - start - 5:
+            continue
         running = crc(data[done:end], running)
         done = end
         if masked(crc(data[end : end + 1], running)) == int.from_bytes(data[end + 1 : end + 5], "little"):
@@ -246,6 +274,8 @@ def _ends(data, start: int, limit: int) -> Iterator[int]:
 
 
 _TYPE_BYTE = re.compile(rb"[\x00\x01]")
+_PLAIN_END = re.compile(rb"\x00")
+_OTHER_END = re.compile(rb"\x01|\x0b\x00")  # a Snappy block's type, or a filter block's base and type
 
 
 def _read_blocks(scan: FileScan, data, wanted: tuple[bytes, ...]) -> None:
@@ -267,17 +297,33 @@ def _read_blocks(scan: FileScan, data, wanted: tuple[bytes, ...]) -> None:
         pos = nxt
 
 
-_RESYNC_SPAN = 128 << 10
+_RESYNC_SPAN = 256 << 10
 
 
 def _resync(raw: bytes, pos: int, limit: int) -> int | None:
-    """The start of the next block after a damaged one: the first spot a block checks from (bounded search)."""
+    """The start of the next block after a damaged one: the first spot a block checks from (a bounded search).
+
+    A block follows a trailer (type byte 0 or 1, 4 checksum bytes) and
+    starts like one: an uncompressed block with an entry sharing nothing
+    (a 0), a Snappy block with its length then a literal.
+    """
     stop = min(limit, pos + _RESYNC_SPAN)
     for m in _TYPE_BYTE.finditer(raw, pos + 1, stop):
         start = m.start() + TRAILER
-        if start < limit and next(_ends(raw, start, min(limit + 1, start + _RESYNC_SPAN)), None) is not None:
-            return start
+        if start < limit and _starts_block(raw, start):
+            if next(_ends(raw, start, min(limit + 1, start + _RESYNC_SPAN)), None) is not None:
+                return start
     return None
+
+
+def _starts_block(raw: bytes, start: int) -> bool:
+    if raw[start] == 0:
+        return True
+    try:
+        size, pos = _varint(raw, start, min(len(raw), start + 5))
+    except ValueError:
+        return False
+    return 8 <= size <= MAX_BLOCK and pos < len(raw) and raw[pos] & 3 == 0
 
 
 # --- posts without their block ------------------------------------------

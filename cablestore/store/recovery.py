@@ -134,6 +134,9 @@ def _views_only(path: Path, report: RecoveryReport, progress) -> RecoveryReport:
         progress.stage("view check")
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
         checked = store.check(fix=True, check_signatures=False)
+        report.deleted_again = _reapply_deletes(store)
+        if report.deleted_again:
+            checked = store.check(fix=True, check_signatures=False)
         present, _, report.tombstones_after = _inventory(store.db)
     report.intact = True
     report.view_repair = checked.repaired
