@@ -23,6 +23,7 @@ caller proves each one by its hash and signature.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -244,19 +245,20 @@ def _ends(data: bytes, start: int, limit: int) -> Iterator[int]:
     if start + 4 >= limit:
         return
     plain = data[start] == 0
-    snappy_end = -1
-    if not plain:
-        try:
-            size, pos = _varint(data, start, min(len(data), start + 5))
-            if size >= 8 and pos < len(data) and data[pos] & 3 == 0:
-                snappy_end = start + size + size // 6 + 64
-        except ValueError:
-            pass
+    size = -1 if plain else _snappy_start(data, start)
+    snappy_end = start + size + size // 6 + 64 if size > 0 else -1
+    if plain:
+        matches = _PLAIN_END.finditer(data, start + 3, limit)
+    else:  # a Snappy block's end within its bound, then only a filter block's
+        bound = min(limit, snappy_end + 1)
+        matches = itertools.chain(_OTHER_END.finditer(data, start + 3, bound), _FILTER_END.finditer(data, max(start + 3, bound - 1), limit))
     running, done = 0, start
-    for m in (_PLAIN_END if plain else _OTHER_END).finditer(data, start + 3, limit):
+    for m in matches:
         end = m.end() - 1
         if end + TRAILER > len(data):
             return
+        if end < done:
+            continue  # found twice where the two searches meet
         if data[end] == SNAPPY:
             if end > snappy_end:
                 continue
@@ -271,17 +273,20 @@ def _ends(data: bytes, start: int, limit: int) -> Iterator[int]:
         done = end
         if masked(crc(data[end : end + 1], running)) == int.from_bytes(data[end + 1 : end + 5], "little"):
             yield end
+            done = end + 1  # the block just yielded is a candidate no more
+            running = crc(data[end : end + 1], running)
 
 
 _TYPE_BYTE = re.compile(rb"[\x00\x01]")
 _PLAIN_END = re.compile(rb"\x00")
 _OTHER_END = re.compile(rb"\x01|\x0b\x00")  # a Snappy block's type, or a filter block's base and type
+_FILTER_END = re.compile(rb"\x0b\x00")
 
 
-def _read_blocks(scan: FileScan, data, wanted: tuple[bytes, ...]) -> None:
-    """Read a table without its index: each block ends where a trailer's checksum matches."""
+def _read_blocks(scan: FileScan, data: bytes, wanted: tuple[bytes, ...], pos: int = 0) -> None:
+    """Read a table without its index, from ``pos`` (a block's start): each block ends where a trailer's checksum matches."""
     raw = data
-    pos, limit = 0, len(raw) - TRAILER
+    limit = len(raw) - TRAILER
     while pos < limit:
         end = next(_ends(raw, pos, min(limit + 1, pos + MAX_BLOCK)), None)
         if end is not None:
@@ -317,13 +322,32 @@ def _resync(raw: bytes, pos: int, limit: int) -> int | None:
 
 
 def _starts_block(raw: bytes, start: int) -> bool:
-    if raw[start] == 0:
-        return True
+    """Whether a data block may start at ``start``: its first entry shares nothing with a key before it."""
+    try:
+        if raw[start] == 0:  # uncompressed: shared 0, then the key's and the value's lengths
+            unshared, pos = _varint(raw, start + 1, min(len(raw), start + 6))
+            _, pos = _varint(raw, pos, min(len(raw), pos + 5))
+            return unshared >= 8
+        return _snappy_start(raw, start) >= 0
+    except (ValueError, IndexError):
+        return False
+
+
+def _snappy_start(raw: bytes, start: int) -> int:
+    """The uncompressed length of a Snappy block that may start at ``start``, else -1.
+
+    The stream is the length, then a literal (tag's low bits 00) whose first
+    byte is the block's first byte: 0, for an entry sharing nothing.
+    """
     try:
         size, pos = _varint(raw, start, min(len(raw), start + 5))
-    except ValueError:
-        return False
-    return 8 <= size <= MAX_BLOCK and pos < len(raw) and raw[pos] & 3 == 0
+        tag = raw[pos]
+        if size < 8 or tag & 3:
+            return -1
+        extra = (tag >> 2) - 59 if tag >> 2 >= 60 else 0
+        return size if raw[pos + 1 + extra] == 0 else -1
+    except (ValueError, IndexError):
+        return -1
 
 
 # --- posts without their block ------------------------------------------
