@@ -318,9 +318,7 @@ def _restore_format(db, ours: bool) -> bool:
     """Put ``!meta!format`` back if repair lost it but the data is a cablestore store's."""
     if db.get(opening.FORMAT_KEY) is not None:
         return False
-    if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(
-        True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)
-    ):
+    if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)):
         return False  # not ours: opening will refuse it
     db.put(opening.FORMAT_KEY, opening.FORMAT, sync=True)
     return True

@@ -234,7 +234,7 @@ def apply(db, salvage: Salvage, progress=None) -> Applied:
             progress.stage("salvage: posts proven", len(missing_posts))
         for i in range(0, len(missing_posts), 4096):
             chunk = missing_posts[i : i + 4096]
-            for (key, rec), signed in zip(chunk, verify_many([r.value for _, r in chunk])):
+            for (key, rec), signed in zip(chunk, verify_many([r.value for _, r in chunk]), strict=True):
                 why = None if signed else "bad signature"
                 if why is None:
                     try:
