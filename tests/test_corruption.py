@@ -423,3 +423,25 @@ def test_salvage_does_not_bring_back_a_post_deleted_later(tmp_path):
     after = _stored(path)
     assert after == expected - {gone}
     assert all(f.parent != path / "lost" for f in (path / "lost").rglob("*.ldb"))  # filed in the dated folder
+
+
+def test_recover_shows_its_progress_on_a_terminal_only(tmp_path):
+    import io
+
+    from cablestore.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    path = tmp_path / "s"
+    _store_of_tables(path, 300)
+    [table] = path.glob("*.ldb")
+    table.write_bytes(table.read_bytes()[:-5000])
+    shown = Terminal()
+    recover(path, progress=Progress(stream=shown))
+    for stage in ("salvage: MiB read", "LevelDB repair", "salvage: posts proven", "view repair"):
+        assert stage in shown.getvalue()
+    quiet = Terminal()
+    recover(path, progress=Progress(quiet=True, stream=quiet))
+    assert quiet.getvalue() == ""

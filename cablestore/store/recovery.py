@@ -113,10 +113,12 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
         try:
             return _views_only(path, report, progress)
         except StoreCorruptError:
-            pass  # the files check but LevelDB refuses them: repair
+            found = None  # the files check but LevelDB refuses them: read them again (opening wrote some), then repair
     registered = opening.claim(path)
     try:
         with _leveldb_lock(path):
+            if found is None:
+                found = salvage.scan(path, progress)
             _repair(path, found, report, progress)
     finally:
         opening.release(registered)

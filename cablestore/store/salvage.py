@@ -117,7 +117,7 @@ def scan(path: Path, progress=None) -> Salvage:
     if result.earlier:
         result.problems.append(f"{len(result.earlier)} files in lost/ not salvaged yet")
     if progress:
-        progress.stage("salvage: files read", len(live) + len(result.earlier))
+        progress.stage("salvage: MiB read", sum(_size(f) for f in live + result.earlier) >> 20 or 1)
     for f in live + result.earlier:
         name = str(f.relative_to(path))
         try:
@@ -138,8 +138,15 @@ def scan(path: Path, progress=None) -> Salvage:
             what = "read block by block (footer or index gone)" if found.mode == "blocks" else ""
             result.problems.append(f"{name}: {len(found.damaged)} damaged parts {what}".strip())
         if progress:
-            progress.advance()
+            progress.advance(found.size >> 20)
     return result
+
+
+def _size(f: Path) -> int:
+    try:
+        return f.stat().st_size
+    except OSError:
+        return 0
 
 
 def _check_bookkeeping(path: Path, live: list[Path], result: Salvage) -> None:
