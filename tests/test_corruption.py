@@ -445,3 +445,18 @@ def test_recover_shows_its_progress_on_a_terminal_only(tmp_path):
     quiet = Terminal()
     recover(path, progress=Progress(quiet=True, stream=quiet))
     assert quiet.getvalue() == ""
+
+
+def test_a_crashed_store_is_intact_its_log_replayed_and_nothing_set_aside(tmp_path):
+    """A writer killed without closing leaves its posts in the log: not damage, nothing to repair."""
+    path = tmp_path / "s"
+    log = _crashed_store(path)
+    data = log.read_bytes()
+    log.write_bytes(data + data[:27])  # and a last record cut short by the crash (a header and 20 bytes): LevelDB ignores it
+    reference = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
+    expected = _stored(reference)
+    report = recover(path)
+    assert report.intact and report.consistent and report.lossless
+    assert not (path / "lost").exists()
+    assert _stored(path) == expected
