@@ -171,11 +171,12 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--salvage", action="store_true", help="the salvage run: truncations and flips of every file, then recover")
     parser.add_argument("--step", type=int, default=4096, help="salvage run: the truncation sweep's step in bytes")
+    parser.add_argument("--points", type=int, default=4, help="salvage run: the places each table is cut (5,000 bytes off its end, then evenly spaced)")
     args = parser.parse_args(argv)
     if args.salvage:
         from benchmarks.salvage_run import run_salvage
 
-        return 1 if run_salvage(args.posts, args.seed, args.dir, step=args.step)["failure_count"] else 0
+        return 1 if run_salvage(args.posts, args.seed, args.dir, step=args.step, points=args.points)["failure_count"] else 0
     return 1 if run(args.trials, args.posts, args.seed, args.dir)["failure_count"] else 0
 
 

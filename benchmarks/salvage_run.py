@@ -33,6 +33,7 @@ from pathlib import Path
 
 from cablestore import Store
 from cablestore.authoring.workload import generate
+from cablestore.store import leveldb_log
 from cablestore.store import leveldb_reader as reader
 from cablestore.store.recovery import recover
 from cablestore.wire.codec import post_hash
@@ -59,6 +60,7 @@ def build(path: Path, posts: int, seed: int) -> tuple[set[bytes], set[bytes]]:
     with Store(path, now=lambda: NOW, verify_signatures=False) as store:
         for i in range(0, first, 1000):
             store.ingest_many(bufs[i : min(i + 1000, first)])
+        store.db.compact_range()  # settled: the writer killed below is not in the middle of a compaction
     code = CRASH.format(seed=seed, posts=posts, first=first, now=NOW)
     subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=3600, cwd=ROOT)
     ref = path.with_name(path.name + "-ref")
@@ -79,8 +81,8 @@ def units(path: Path, stored: set[bytes]) -> dict[str, list[tuple[int, int, set[
     out: dict[str, list] = {}
     for f in sorted(path.iterdir()):
         data = f.read_bytes() if f.suffix in (".ldb", ".log") else b""
-        if f.suffix == ".ldb":
-            ends = {start: start + size + reader.TRAILER for _, start, size in reader._index(data)}
+        if f.suffix == ".ldb" and reader.index(data) is not None:
+            ends = {start: start + size + reader.TRAILER for _, start, size in reader.index(data)}
             found: dict[int, set] = {}
             for r in reader.read_table(data, f.name, (POSTS,)).records:
                 if r.kind == reader.VALUE:
@@ -88,7 +90,7 @@ def units(path: Path, stored: set[bytes]) -> dict[str, list[tuple[int, int, set[
             out[f.name] = [(start, ends[start], hs) for start, hs in sorted(found.items())]
         elif f.suffix == ".log" and data:
             parts = []
-            for r in reader.read_log(data, f.name, (POSTS,)).records:
+            for r in leveldb_log.read_log(data, f.name, (POSTS,)).records:
                 at = data.find(r.value) if r.kind == reader.VALUE else -1
                 if at >= 0:  # the put's key, its length and the value, verbatim
                     parts.append((at - len(POSTS) - 32 - 5, at + len(r.value), {r.key[len(POSTS) :]}))
@@ -121,8 +123,8 @@ def _damages(template: Path, parts: dict, points: int) -> list[tuple[str, str, l
     big = tables[0]
     data = big.read_bytes()
     footer = len(data) - reader.FOOTER
-    _, _, pos = reader._handle(data, footer, footer + 40)
-    index, size, _ = reader._handle(data, pos, footer + 40)
+    _, _, pos = reader.handle(data, footer, footer + 40)
+    index, size, _ = reader.handle(data, pos, footer + 40)
     out.append((f"flip a byte of the index of {big.name}", big.name, [(index + size // 2, index + size // 2 + 1)]))
     out.append((f"flip a byte of the footer of {big.name}", big.name, [(footer + 2, footer + 3)]))
     for log in template.glob("*.log"):
@@ -168,10 +170,9 @@ def trial(template: Path, work: Path, damage: tuple, parts: dict, offered: set, 
     report = recover(store)
     seconds = time.perf_counter() - start
     after = _posts(store)
-    with Store(store, create=False, verify_signatures=False) as s:
-        consistent = s.check(check_signatures=False).consistent
     listing = _lost_listing(store)
-    again = recover(store)
+    again = recover(store)  # checks the views again (it must find them consistent) and must change nothing
+    consistent = again.consistent and not again.view_repair
     problems = []
     if want - after:
         problems.append(f"{len(want - after)} surviving posts missing, e.g. {next(iter(want - after)).hex()}")
@@ -197,7 +198,7 @@ def sweep(template: Path, parts: dict, offered: set, step: int) -> dict:
     """Cut the table holding the most posts at every ``step`` bytes (see the module's doc)."""
     name = max(parts, key=lambda n: sum(len(h) for *_, h in parts[n]) if n.endswith(".ldb") else -1)
     data = (template / name).read_bytes()
-    handles = reader._index(data)
+    handles = reader.index(data)
     blocks = [(start, start + size + reader.TRAILER) for _, start, size in handles]
     in_table = set().union(*(h for *_, h in parts[name]))
     by_block = {start: h for start, _, h in parts[name]}
@@ -210,8 +211,7 @@ def sweep(template: Path, parts: dict, offered: set, step: int) -> dict:
     for cut in cuts:
         done = [b for b in blocks if b[1] <= cut]
         resume = done[-1][0] if done else 0
-        scan = reader.FileScan(name, cut, "blocks")
-        reader._read_blocks(scan, data[:cut], (POSTS,), resume)
+        scan = reader.read_blocks(data[:cut], name, (POSTS,), resume)
         found = {r.key[len(POSTS) :] for r in scan.records if r.kind == reader.VALUE}
         want = by_block.get(resume, set()) if done else set()
         if want - found:
@@ -222,6 +222,7 @@ def sweep(template: Path, parts: dict, offered: set, step: int) -> dict:
 
 
 def run_salvage(posts: int = 100_000, seed: int = 1, workdir=None, step: int = 4096, points: int = 4, log=print) -> dict:
+    """Build the template, sweep the truncations of one table, run every damage trial; the figures."""
     work = Path(workdir or tempfile.mkdtemp(prefix="cablestore-salvage-"))
     template = work / "template"
     shutil.rmtree(template, ignore_errors=True)

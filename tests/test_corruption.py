@@ -340,7 +340,7 @@ def test_a_table_cut_in_the_middle_keeps_the_posts_before_the_cut(tmp_path):
     data = table.read_bytes()
     cut = len(data) // 2
     whole = leveldb_reader.read_table(data, table.name, (b"!post!",))
-    ends = {start: start + size + 5 for _, start, size in leveldb_reader._index(data)}
+    ends = {start: start + size + 5 for _, start, size in leveldb_reader.index(data)}
     before_cut = {r.key[6:] for r in whole.records if ends[int(r.source.split("@")[1])] <= cut} & expected
     assert len(before_cut) > 100
     table.write_bytes(data[:cut])

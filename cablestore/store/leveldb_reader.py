@@ -1,6 +1,7 @@
-"""LevelDB's table and log files read record by record, each record with its checksum's verdict.
+"""LevelDB's table files read block by block, each record with its checksum's verdict.
 
-The formats are leveldb's ``doc/table_format.md`` and ``doc/log_format.md``:
+The format is leveldb's ``doc/table_format.md`` (the logs, ``doc/log_format.md``,
+are read by :mod:`cablestore.store.leveldb_log`):
 
 * a table is data blocks, each followed by a 5-byte trailer (compression
   type, masked CRC32C of the block and the type), then the filter,
@@ -8,15 +9,11 @@ The formats are leveldb's ``doc/table_format.md`` and ``doc/log_format.md``:
   A block is prefix-compressed entries, then a restart array and its
   length.  An entry's key is an internal key: the user key, then 8 bytes of
   ``sequence << 8 | type`` (0 a deletion, 1 a value).
-* a log (the write-ahead logs; the MANIFEST shares the format) is 32 KiB
-  blocks of records with a 7-byte header (masked CRC32C, length, type
-  FULL/FIRST/MIDDLE/LAST); a write-ahead log's record is a WriteBatch:
-  sequence number, count, then puts and deletes.
 
 :func:`read_table` reads through the index when the footer and the index
 check out, else block by block from the start (a table cut short, or its
-footer damaged): each block is found by its trailer's checksum.  A block or
-log record whose checksum fails is not trusted, but the posts in it can
+footer damaged): each block is found by its trailer's checksum.  A block
+whose checksum fails is not trusted, but the posts in it can
 still be found (:func:`loose_posts`): a post certifies itself, so the
 caller proves each one by its hash and signature.
 """
@@ -34,7 +31,6 @@ import google_crc32c
 MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
 FOOTER = 48
 TRAILER = 5
-LOG_BLOCK = 32768
 MAX_SEQ = (1 << 56) - 1  # index and seek keys carry it; stored entries never do
 DELETION, VALUE = 0, 1
 NO_COMPRESSION, SNAPPY = 0, 1
@@ -72,7 +68,7 @@ class FileScan:
 
     name: str
     size: int
-    mode: str  # "index", "blocks" (a table read block by block), "log"
+    mode: str  # "index", "blocks" (a table read block by block), "log" (cablestore.store.leveldb_log)
     records: list[Record] = field(default_factory=list)
     units: int = 0  # blocks or log records whose checksum checked
     damaged: list[str] = field(default_factory=list)  # "offset+length: why", for each unit that did not check
@@ -82,7 +78,7 @@ class FileScan:
         return self.mode in ("index", "log") and not self.damaged
 
 
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+def varint(buf, pos: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while pos < end:
         byte = buf[pos]
@@ -110,9 +106,9 @@ def block_entries(content: bytes) -> Iterator[tuple[bytes, bytes]]:
         raise ValueError("bad restart array")
     pos, key = 0, b""
     while pos < limit:
-        shared, pos = _varint(content, pos, limit)
-        unshared, pos = _varint(content, pos, limit)
-        size, pos = _varint(content, pos, limit)
+        shared, pos = varint(content, pos, limit)
+        unshared, pos = varint(content, pos, limit)
+        size, pos = varint(content, pos, limit)
         if shared > len(key) or pos + unshared + size > limit:
             raise ValueError("entry runs past the block")
         key = key[:shared] + content[pos : pos + unshared]
@@ -187,7 +183,7 @@ def read_table(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",), range
     checked, but its entries are not parsed).
     """
     scan = FileScan(name, len(data), "index")
-    handles = _index(data)
+    handles = index(data)
     if handles is None:
         scan.mode = "blocks"
         _read_blocks(scan, data, wanted)
@@ -206,25 +202,25 @@ def read_table(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",), range
     return scan
 
 
-def _handle(buf, pos: int, end: int) -> tuple[int, int, int]:
-    offset, pos = _varint(buf, pos, end)
-    size, pos = _varint(buf, pos, end)
+def handle(buf, pos: int, end: int) -> tuple[int, int, int]:
+    offset, pos = varint(buf, pos, end)
+    size, pos = varint(buf, pos, end)
     return offset, size, pos
 
 
-def _index(data) -> list[tuple[bytes, int, int]] | None:
+def index(data) -> list[tuple[bytes, int, int]] | None:
     """``(last user key bound, offset, size)`` of each data block, from a footer and index that check out."""
     if len(data) < FOOTER or bytes(data[-8:]) != MAGIC:
         return None
     footer = len(data) - FOOTER
     try:
-        _, _, pos = _handle(data, footer, footer + 40)
-        offset, size, _ = _handle(data, pos, footer + 40)
+        _, _, pos = handle(data, footer, footer + 40)
+        offset, size, _ = handle(data, pos, footer + 40)
         if offset + size + TRAILER > footer or not _checks(data, offset, offset + size):
             return None
         handles = []
         for ikey, value in block_entries(_block_content(data, offset, offset + size)):
-            start, length, _ = _handle(value, 0, len(value))
+            start, length, _ = handle(value, 0, len(value))
             if start + length + TRAILER > offset:
                 return None
             handles.append((bytes(ikey[:-8]), start, length))
@@ -283,6 +279,13 @@ _OTHER_END = re.compile(rb"\x01|\x0b\x00")  # a Snappy block's type, or a filter
 _FILTER_END = re.compile(rb"\x0b\x00")
 
 
+def read_blocks(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",), start: int = 0) -> FileScan:
+    """A table read block by block from ``start`` (a block's first byte), as :func:`read_table` reads one without its index."""
+    scan = FileScan(name, len(data), "blocks")
+    _read_blocks(scan, data, wanted, start)
+    return scan
+
+
 def _read_blocks(scan: FileScan, data: bytes, wanted: tuple[bytes, ...], pos: int = 0) -> None:
     """Read a table without its index, from ``pos`` (a block's start): each block ends where a trailer's checksum matches."""
     raw = data
@@ -325,8 +328,8 @@ def _starts_block(raw: bytes, start: int) -> bool:
     """Whether a data block may start at ``start``: its first entry shares nothing with a key before it."""
     try:
         if raw[start] == 0:  # uncompressed: shared 0, then the key's and the value's lengths
-            unshared, pos = _varint(raw, start + 1, min(len(raw), start + 6))
-            _, pos = _varint(raw, pos, min(len(raw), pos + 5))
+            unshared, pos = varint(raw, start + 1, min(len(raw), start + 6))
+            _, pos = varint(raw, pos, min(len(raw), pos + 5))
             return unshared >= 8
         return _snappy_start(raw, start) >= 0
     except (ValueError, IndexError):
@@ -340,7 +343,7 @@ def _snappy_start(raw: bytes, start: int) -> int:
     byte is the block's first byte: 0, for an entry sharing nothing.
     """
     try:
-        size, pos = _varint(raw, start, min(len(raw), start + 5))
+        size, pos = varint(raw, start, min(len(raw), start + 5))
         tag = raw[pos]
         if size < 8 or tag & 3:
             return -1
@@ -372,7 +375,7 @@ def loose_posts(buf: bytes, source: str) -> list[Record]:
 
     def value_at(pos: int) -> tuple[bytes, int] | None:
         try:
-            size, pos = _varint(buf, pos, n)
+            size, pos = varint(buf, pos, n)
         except ValueError:
             return None
         if size < 96 or pos + size > n:
@@ -388,7 +391,7 @@ def loose_posts(buf: bytes, source: str) -> list[Record]:
     for m in _ENTRY.finditer(buf):
         shared, unshared = buf[m.start()], buf[m.start() + 1]
         try:
-            size, pos = _varint(buf, m.start() + 2, n)
+            size, pos = varint(buf, m.start() + 2, n)
         except ValueError:
             continue
         if size < 96 or pos + unshared + size > n:
@@ -404,155 +407,3 @@ def loose_posts(buf: bytes, source: str) -> list[Record]:
         seen.add(key)
         out.append(Record(key, tag >> 8, VALUE, value, False, source))
     return out
-
-
-# --- logs ---------------------------------------------------------------
-
-
-def log_payloads(data: bytes) -> Iterator[tuple[bytes, str, int]]:
-    """``(payload, status, offset)`` of each record of a log-format file.
-
-    ``status`` is ``"ok"`` (every fragment's checksum checked), ``"torn"``
-    (cut short at the end of the file: what a crash mid-write leaves) or
-    ``"bad"``: a checksum failed, or a fragment's neighbours were lost; the
-    rest of a block after a bad header comes as one ``"bad"`` payload (its
-    length field cannot be trusted).
-    """
-    pending: list[bytes] | None = None
-    pending_ok, pending_at = True, 0
-    n = len(data)
-    for block in range(0, n, LOG_BLOCK):
-        pos, stop = block, min(block + LOG_BLOCK, n)
-        while pos + 7 <= stop:
-            length = int.from_bytes(data[pos + 4 : pos + 6], "little")
-            kind = data[pos + 6]
-            if kind == 0 and length == 0 and not any(data[pos : pos + 4]):
-                if any(data[pos:stop]):
-                    yield data[pos:stop], "bad", pos
-                break  # zeros: padding or preallocation
-            end = pos + 7 + length
-            if end > stop and stop == n and kind in (1, 2, 3, 4):
-                if pending is not None:
-                    pending.append(data[pos + 7 : n])
-                    yield b"".join(pending), "torn", pending_at
-                    pending = None
-                else:
-                    yield data[pos + 7 : n], "torn", pos
-                break
-            ok = end <= stop and kind in (1, 2, 3, 4)
-            ok = ok and masked(crc(data[pos + 6 : end])) == int.from_bytes(data[pos : pos + 4], "little")
-            if not ok:
-                if pending is not None:
-                    yield b"".join(pending), "bad", pending_at
-                    pending = None
-                yield data[pos:stop], "bad", pos
-                break
-            fragment = data[pos + 7 : end]
-            if kind == 1:  # FULL
-                if pending is not None:
-                    yield b"".join(pending), "bad", pending_at
-                    pending = None
-                yield fragment, "ok", pos
-            elif kind == 2:  # FIRST
-                if pending is not None:
-                    yield b"".join(pending), "bad", pending_at
-                pending, pending_ok, pending_at = [fragment], True, pos
-            elif pending is None:  # MIDDLE or LAST without its FIRST
-                pending, pending_ok, pending_at = [fragment], False, pos
-            else:
-                pending.append(fragment)
-            if kind == 4 and pending is not None:  # LAST
-                yield b"".join(pending), "ok" if pending_ok else "bad", pending_at
-                pending = None
-            pos = end
-    if pending is not None:
-        yield b"".join(pending), "torn", pending_at  # cut short at the end of the file
-
-
-def batch_records(payload: bytes, certified: bool, source: str, wanted: tuple[bytes, ...]) -> list[Record]:
-    """The puts and deletes of a WriteBatch (ValueError if it does not parse)."""
-    if len(payload) < 12:
-        raise ValueError("batch too short")
-    seq = int.from_bytes(payload[:8], "little")
-    count = int.from_bytes(payload[8:12], "little")
-    pos, n, out = 12, len(payload), []
-    for i in range(count):
-        if pos >= n:
-            raise ValueError("batch shorter than its count")
-        kind = payload[pos]
-        size, pos = _varint(payload, pos + 1, n)
-        key, pos = payload[pos : pos + size], pos + size
-        value = b""
-        if kind == VALUE:
-            size, pos = _varint(payload, pos, n)
-            value, pos = payload[pos : pos + size], pos + size
-        elif kind != DELETION:
-            raise ValueError(f"unknown batch record type {kind}")
-        if pos > n:
-            raise ValueError("record runs past the batch")
-        if key.startswith(wanted):
-            out.append(Record(bytes(key), seq + i, kind, bytes(value), certified, source))
-    if pos != n:
-        raise ValueError("bytes after the batch's last record")
-    return out
-
-
-def read_log(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",)) -> FileScan:
-    """Every put and delete of a write-ahead log, each record's checksum checked."""
-    scan = FileScan(name, len(data), "log")
-    for payload, status, at in log_payloads(data):
-        source = f"{name}@{at}"
-        if status == "ok":
-            try:
-                scan.records.extend(batch_records(payload, True, source, wanted))
-                scan.units += 1
-                continue
-            except ValueError as exc:
-                scan.damaged.append(f"{at}+{len(payload)}: checksum ok but {exc}")
-        elif status == "bad":
-            scan.damaged.append(f"{at}+{len(payload)}: checksum mismatch")
-        scan.records.extend(loose_posts(payload, source))  # a torn write too: never acknowledged, still proven posts
-    return scan
-
-
-def manifest_tables(data: bytes) -> tuple[set[int], int] | None:
-    """The live table numbers of a MANIFEST and its last log number; None unless every record checks and parses."""
-    live: set[int] = set()
-    log_number = 0
-    try:
-        for payload, status, _ in log_payloads(data):
-            if status != "ok":
-                return None
-            pos, n = 0, len(payload)
-            while pos < n:
-                tag, pos = _varint(payload, pos, n)
-                if tag == 2:  # log number
-                    log_number, pos = _varint(payload, pos, n)
-                elif tag in (3, 4, 9):  # next file, last sequence, previous log
-                    _, pos = _varint(payload, pos, n)
-                elif tag == 1:  # comparator
-                    size, pos = _varint(payload, pos, n)
-                    pos += size
-                elif tag == 5:  # compaction pointer: level, key
-                    _, pos = _varint(payload, pos, n)
-                    size, pos = _varint(payload, pos, n)
-                    pos += size
-                elif tag == 6:  # deleted file: level, number
-                    _, pos = _varint(payload, pos, n)
-                    number, pos = _varint(payload, pos, n)
-                    live.discard(number)
-                elif tag == 7:  # new file: level, number, size, smallest, largest
-                    _, pos = _varint(payload, pos, n)
-                    number, pos = _varint(payload, pos, n)
-                    _, pos = _varint(payload, pos, n)
-                    for _ in range(2):
-                        size, pos = _varint(payload, pos, n)
-                        pos += size
-                    live.add(number)
-                else:
-                    return None
-                if pos > n:
-                    return None
-    except ValueError:
-        return None
-    return live, log_number

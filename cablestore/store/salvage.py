@@ -3,7 +3,8 @@
 :func:`scan` reads every LevelDB file of a store directory (the tables,
 block by block when a table is cut short or its index is damaged; the
 write-ahead logs, record by record; and the files earlier repairs left in
-``lost/``) through :mod:`cablestore.store.leveldb_reader`, and keeps, for
+``lost/``) through :mod:`cablestore.store.leveldb_reader` and
+:mod:`cablestore.store.leveldb_log`, and keeps, for
 each key of the data that is not derived (``!post!``, ``!deleted!``,
 ``!local!``, ``!refused!``, ``!quarantine!``, ``!meta!format``), the record
 with the highest sequence number: a key deleted later is not brought back.
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from cablestore.errors import CableError
 from cablestore.keyspace.records import Tombstone
+from cablestore.store import leveldb_log
 from cablestore.store import leveldb_reader as reader
 from cablestore.store.opening import FORMAT, FORMAT_KEY
 from cablestore.store.txn import DELETED, POSTS, REFUSED
@@ -126,7 +128,7 @@ def scan(path: Path, progress=None) -> Salvage:
             result.problems.append(f"{name}: cannot read ({exc.strerror})")
             continue
         if f.suffix == ".log":
-            found = reader.read_log(data, name, KEPT)
+            found = leveldb_log.read_log(data, name, KEPT)
         else:
             found = reader.read_table(data, name, KEPT, _wanted)
         del data
@@ -153,7 +155,7 @@ def _check_bookkeeping(path: Path, live: list[Path], result: Salvage) -> None:
     """CURRENT names a MANIFEST whose records all check, listing exactly the tables on disk."""
     try:
         manifest = (path / "CURRENT").read_text().strip()
-        parsed = reader.manifest_tables((path / manifest).read_bytes()) if manifest.startswith("MANIFEST-") else None
+        parsed = leveldb_log.manifest_tables((path / manifest).read_bytes()) if manifest.startswith("MANIFEST-") else None
     except (OSError, UnicodeDecodeError):
         result.problems.append("CURRENT or the MANIFEST it names is missing or unreadable")
         return
