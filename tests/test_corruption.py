@@ -460,3 +460,23 @@ def test_a_crashed_store_is_intact_its_log_replayed_and_nothing_set_aside(tmp_pa
     assert report.intact and report.consistent and report.lossless
     assert not (path / "lost").exists()
     assert _stored(path) == expected
+
+
+def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path):
+    """A log cut in the middle of its last batch (no damage: what a crash leaves): LevelDB drops the whole batch, salvage keeps its posts."""
+    path = tmp_path / "s"
+    log = _crashed_store(path)
+    reference = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
+    with Store(reference, create=False) as s:
+        bufs = {k[6:]: v for k, v in s.items(b"!post!")}
+    data = log.read_bytes()
+    placed = sorted((data.find(buf), h, buf) for h, buf in bufs.items() if data.find(buf) >= 0)
+    (_, kept, _), (last_at, last, last_buf) = placed[-2], placed[-1]
+    log.write_bytes(data[: last_at + len(last_buf) - 1])  # the last post's last byte never written
+    report = recover(path)
+    assert report.intact and report.consistent
+    after = _stored(path)
+    assert kept in after and kept.hex() in report.salvaged_posts  # from the batch LevelDB dropped
+    assert last not in after
+    assert after <= set(bufs)

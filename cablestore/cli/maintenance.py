@@ -53,6 +53,8 @@ def format_recovery(report) -> str:
         if report.unproven:
             lines.append(f"  unproven: {report.unproven} records not taken, kept in {report.quarantine}")
     if report.intact:
+        if report.salvaged_posts:
+            lines.append(f"  salvaged: {len(report.salvaged_posts)} posts of a write cut short at the end of a log (hash and signature proven)")
         lines.append(f"  posts: {report.posts_after}, tombstones: {report.tombstones_after}")
     if report.format_restored:
         lines.append("  restored the format key LevelDB's repair had lost")

@@ -65,9 +65,28 @@ class StoredPost:
     def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> StoredPost:
         """Decode ``buf`` (stored under hash ``h``) into a StoredPost."""
         p = post if post is not None else decode_post(buf)
-        return cls(h, p.post_type, p.public_key, p.timestamp, p.links, bytes(buf), author_name,
-                   p.channel, p.text, p.topic, p.info, p.hashes or (), p.reason, p.privacy, p.recipients,
-                   p.role, p.action, p.drop, p.notify, p.undrop)
+        return cls(
+            h,
+            p.post_type,
+            p.public_key,
+            p.timestamp,
+            p.links,
+            bytes(buf),
+            author_name,
+            p.channel,
+            p.text,
+            p.topic,
+            p.info,
+            p.hashes or (),
+            p.reason,
+            p.privacy,
+            p.recipients,
+            p.role,
+            p.action,
+            p.drop,
+            p.notify,
+            p.undrop,
+        )
 
     @property
     def type_name(self) -> str:
@@ -285,9 +304,7 @@ class Reading:
             for key, buf in it:
                 h = key[len(POSTS) :]
                 post = _checked_post(self.path, h, buf)
-                if wanted is not None and not (
-                    (post.channel is not None and canonical_channel(post.channel) == wanted) or h in deletes
-                ):
+                if wanted is not None and not ((post.channel is not None and canonical_channel(post.channel) == wanted) or h in deletes):
                     continue
                 if post.public_key not in names:
                     names[post.public_key] = _text(snap.get(_name_key(post.public_key)))

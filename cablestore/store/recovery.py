@@ -111,7 +111,7 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
     report.damaged = [f"{f.file} {part}" for f in found.files for part in f.damaged]
     if found.intact:
         try:
-            return _views_only(path, report, progress)
+            return _views_only(path, found, report, progress)
         except StoreCorruptError:
             found = None  # the files check but LevelDB refuses them: read them again (opening wrote some), then repair
     registered = opening.claim(path)
@@ -128,13 +128,18 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
     return report
 
 
-def _views_only(path: Path, report: RecoveryReport, progress) -> RecoveryReport:
+def _views_only(path: Path, found: salvage.Salvage, report: RecoveryReport, progress) -> RecoveryReport:
     """A store whose files all check: its views are checked, and repaired if they differ."""
     from cablestore.store.store import Store
 
-    if progress:
-        progress.stage("view check")
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
+        # A write cut short at the end of a log (a crash) is no damage, but the posts
+        # whose bytes it holds are proven: offered to the store as a peer's would be.
+        loose = [rec for rec, why in salvage.prove(salvage.unheld_loose_posts(store.db, found), progress) if why is None]
+        results = store.ingest_many([rec.value for rec in loose]) if loose else []
+        report.salvaged_posts = [rec.key[len(POSTS) :].hex() for rec, res in zip(loose, results, strict=True) if res.new]
+        if progress:
+            progress.stage("view check")
         checked = store.check(fix=True, check_signatures=False)
         report.deleted_again = _reapply_deletes(store)
         if report.deleted_again:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,25 +239,36 @@ def apply(db, salvage: Salvage, progress=None) -> Applied:
                     done.tombstones += 1
                 else:
                     done.rows += 1
-        if progress:
-            progress.stage("salvage: posts proven", len(missing_posts))
-        for i in range(0, len(missing_posts), 4096):
-            chunk = missing_posts[i : i + 4096]
-            for (key, rec), signed in zip(chunk, verify_many([r.value for _, r in chunk]), strict=True):
-                why = None if signed else "bad signature"
-                if why is None:
-                    try:
-                        decode_post(rec.value)
-                    except CableError as exc:
-                        why = f"does not decode: {exc}"
-                if why is None:
-                    wb.put(key, rec.value)
-                    done.posts.append(key[len(POSTS) :].hex())
-                else:
-                    done.unproven.append({"key": key.hex(), "value": rec.value.hex(), "source": rec.source, "why": why})
-            if progress:
-                progress.advance(len(chunk))
+        for rec, why in prove([r for _, r in missing_posts], progress):
+            if why is None:
+                wb.put(rec.key, rec.value)
+                done.posts.append(rec.key[len(POSTS) :].hex())
+            else:
+                done.unproven.append({"key": rec.key.hex(), "value": rec.value.hex(), "source": rec.source, "why": why})
     return done
+
+
+def prove(records: list[reader.Record], progress=None) -> Iterator[tuple[reader.Record, str | None]]:
+    """Each post record with None if it is proven (its hash was checked when found: its signature and a strict decode), else why not."""
+    if progress:
+        progress.stage("salvage: posts proven", len(records))
+    for i in range(0, len(records), 4096):
+        chunk = records[i : i + 4096]
+        for rec, signed in zip(chunk, verify_many([r.value for r in chunk]), strict=True):
+            why = None if signed else "bad signature"
+            if why is None:
+                try:
+                    decode_post(rec.value)
+                except CableError as exc:
+                    why = f"does not decode: {exc}"
+            yield rec, why
+        if progress:
+            progress.advance(len(chunk))
+
+
+def unheld_loose_posts(db, found: Salvage) -> list[reader.Record]:
+    """Posts found only outside a checked block or log record (a write cut short) that ``db`` does not hold."""
+    return [r for k, r in found.latest.items() if k.startswith(POSTS) and r.kind == reader.VALUE and not r.certified and db.get(k) is None]
 
 
 def write_quarantine(folder: Path, unproven: list[dict]) -> Path | None:
