@@ -480,3 +480,15 @@ def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path)
     assert kept in after and kept.hex() in report.salvaged_posts  # from the batch LevelDB dropped
     assert last not in after
     assert after <= set(bufs)
+
+
+def test_a_compactions_leftover_is_no_damage(tmp_path):
+    """A table a killed compaction left half-written, which the MANIFEST never listed: LevelDB deletes it, recover repairs nothing."""
+    path = tmp_path / "s"
+    expected = _store_of_tables(path, 300)
+    [table] = path.glob("*.ldb")
+    (path / "000099.ldb").write_bytes(table.read_bytes()[: table.stat().st_size // 2])
+    report = recover(path)
+    assert report.intact and report.consistent and report.lossless
+    assert not (path / "lost").exists()
+    assert _stored(path) == expected

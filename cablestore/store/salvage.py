@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cablestore.errors import CableError
 from cablestore.keyspace.records import Tombstone
-from cablestore.store import leveldb_log
+from cablestore.store import leveldb_files, leveldb_log
 from cablestore.store import leveldb_reader as reader
 from cablestore.store.opening import FORMAT, FORMAT_KEY
 from cablestore.store.txn import DELETED, POSTS, REFUSED
@@ -166,7 +166,9 @@ def _check_bookkeeping(path: Path, live: list[Path], result: Salvage) -> None:
     on_disk = {int(f.stem) for f in live if f.suffix in _TABLE_SUFFIXES}
     if listed - on_disk:
         result.problems.append(f"{manifest} lists {len(listed - on_disk)} tables that are missing")
-    if on_disk - listed:
+    # A table the MANIFEST does not list is a compaction's leftover (LevelDB deletes it
+    # when it opens the store), unless the MANIFEST lost the edits that listed it.
+    if on_disk - listed and leveldb_files.unlisted_tables(path):
         result.problems.append(f"{len(on_disk - listed)} tables the {manifest} does not list")
 
 
