@@ -33,7 +33,7 @@ def _cmd_recover(args) -> int:
 def format_recovery(report) -> str:
     """The human-readable recovery report."""
     lines = [f"cablestore recover: {report.path}"]
-    damaged_files = [f for f in report.files if f["damaged"] or f["mode"] == "blocks"]
+    damaged_files = [f for f in report.files if (f["damaged"] or f["mode"] == "blocks") and not f["leftover"]]
     if report.intact:
         lines.append(f"  files: all {len(report.files)} tables and logs check; nothing repaired, nothing moved")
     else:

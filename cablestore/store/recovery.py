@@ -108,7 +108,7 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
     finally:
         opening.release(registered)
     report.files = [asdict(f) for f in found.files]
-    report.damaged = [f"{f.file} {part}" for f in found.files for part in f.damaged]
+    report.damaged = [f"{f.file} {part}" for f in found.files if not f.leftover for part in f.damaged]
     if found.intact:
         try:
             return _views_only(path, found, report, progress)

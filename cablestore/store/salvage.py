@@ -56,6 +56,7 @@ class FileReport:
     damaged: list[str]  # "offset+length: why" of each unit that did not
     posts: int  # distinct post hashes found (proven or not)
     tombstones: int
+    leftover: bool = False  # a table the MANIFEST never listed: a compaction's leftover, not the store's data
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Salvage:
     problems: list[str] = field(default_factory=list)  # why the directory is not intact (empty: intact)
     rejected: list[dict] = field(default_factory=list)  # records no file certifies and no proof holds
     earlier: list[Path] = field(default_factory=list)  # files left in lost/ by earlier repairs, read here
+    leftovers: set[str] = field(default_factory=set)  # tables a compaction left that the MANIFEST never listed
 
     @property
     def intact(self) -> bool:
@@ -135,8 +137,9 @@ def scan(path: Path, progress=None) -> Salvage:
         _take(result, found.records)
         posts = {r.key for r in found.records if r.key.startswith(POSTS) and r.kind == reader.VALUE}
         tombs = {r.key for r in found.records if r.key.startswith(DELETED) and r.kind == reader.VALUE}
-        result.files.append(FileReport(name, found.mode, found.units, found.damaged, len(posts), len(tombs)))
-        if f.parent == path and not found.intact:
+        leftover = f.parent == path and f.name in result.leftovers
+        result.files.append(FileReport(name, found.mode, found.units, found.damaged, len(posts), len(tombs), leftover))
+        if f.parent == path and not found.intact and not leftover:
             what = "read block by block (footer or index gone)" if found.mode == "blocks" else ""
             result.problems.append(f"{name}: {len(found.damaged)} damaged parts {what}".strip())
         if progress:
@@ -170,6 +173,8 @@ def _check_bookkeeping(path: Path, live: list[Path], result: Salvage) -> None:
     # when it opens the store), unless the MANIFEST lost the edits that listed it.
     if on_disk - listed and leveldb_files.unlisted_tables(path):
         result.problems.append(f"{len(on_disk - listed)} tables the {manifest} does not list")
+    else:
+        result.leftovers = {f.name for f in live if f.suffix in _TABLE_SUFFIXES and int(f.stem) not in listed}
 
 
 def _take(result: Salvage, records: Iterable[reader.Record]) -> None:
