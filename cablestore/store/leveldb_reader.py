@@ -75,10 +75,12 @@ class FileScan:
 
     @property
     def intact(self) -> bool:
+        """Read through its index (or a log), every part's checksum checked."""
         return self.mode in ("index", "log") and not self.damaged
 
 
-def varint(buf, pos: int, end: int) -> tuple[int, int]:
+def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The varint at ``buf[pos:end]`` and the position after it; ValueError if it runs past ``end``."""
     value = shift = 0
     while pos < end:
         byte = buf[pos]
@@ -202,13 +204,14 @@ def read_table(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",), range
     return scan
 
 
-def handle(buf, pos: int, end: int) -> tuple[int, int, int]:
+def handle(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """The block handle (offset, size) at ``buf[pos:end]`` and the position after it."""
     offset, pos = varint(buf, pos, end)
     size, pos = varint(buf, pos, end)
     return offset, size, pos
 
 
-def index(data) -> list[tuple[bytes, int, int]] | None:
+def index(data: bytes) -> list[tuple[bytes, int, int]] | None:
     """``(last user key bound, offset, size)`` of each data block, from a footer and index that check out."""
     if len(data) < FOOTER or bytes(data[-8:]) != MAGIC:
         return None

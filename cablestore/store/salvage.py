@@ -30,8 +30,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import plyvel
+
 from cablestore.errors import CableError
 from cablestore.keyspace.records import Tombstone
+from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
 from cablestore.store import leveldb_reader as reader
 from cablestore.store.opening import FORMAT, FORMAT_KEY
@@ -73,6 +76,7 @@ class Salvage:
 
     @property
     def intact(self) -> bool:
+        """Every file checks: nothing for LevelDB's repair to do."""
         return not self.problems
 
     def posts(self) -> set[bytes]:
@@ -112,7 +116,7 @@ def earlier_files(path: Path) -> list[Path]:
     return out
 
 
-def scan(path: Path, progress=None) -> Salvage:
+def scan(path: Path, progress: Progress | None = None) -> Salvage:
     """Read every table and log of ``path`` (and the unsalvaged ones in ``lost/``) before anything changes."""
     result = Salvage(path)
     live = _tables_and_logs(path)
@@ -224,7 +228,7 @@ class Applied:
     unproven: list[dict] = field(default_factory=list)
 
 
-def apply(db, salvage: Salvage, progress=None) -> Applied:
+def apply(db: plyvel.DB, salvage: Salvage, progress: Progress | None = None) -> Applied:
     """Write into the repaired ``db`` every salvaged record it lacks, in one WriteBatch."""
     done = Applied(unproven=list(salvage.rejected))
     missing_posts: list[tuple[bytes, reader.Record]] = []
@@ -255,7 +259,7 @@ def apply(db, salvage: Salvage, progress=None) -> Applied:
     return done
 
 
-def prove(records: list[reader.Record], progress=None) -> Iterator[tuple[reader.Record, str | None]]:
+def prove(records: list[reader.Record], progress: Progress | None = None) -> Iterator[tuple[reader.Record, str | None]]:
     """Each post record with None if it is proven (its hash was checked when found: its signature and a strict decode), else why not."""
     if progress:
         progress.stage("salvage: posts proven", len(records))
@@ -273,7 +277,7 @@ def prove(records: list[reader.Record], progress=None) -> Iterator[tuple[reader.
             progress.advance(len(chunk))
 
 
-def unheld_loose_posts(db, found: Salvage) -> list[reader.Record]:
+def unheld_loose_posts(db: plyvel.DB, found: Salvage) -> list[reader.Record]:
     """Posts found only outside a checked block or log record (a write cut short) that ``db`` does not hold."""
     return [r for k, r in found.latest.items() if k.startswith(POSTS) and r.kind == reader.VALUE and not r.certified and db.get(k) is None]
 
