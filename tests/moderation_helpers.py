@@ -69,7 +69,7 @@ def cabal(t0: int = 1_700_000_000_000) -> list[bytes]:
         role(URSULA, ALEPH, ADMIN, t0 + 20),
         role(ALEPH, BERT, MOD, t0 + 21, channel="dev"),
         role(ALEPH, CASHEW, MOD, t0 + 22),
-        info(CASHEW, t0 + 23, name="cashew", accept_role="0"),
+        info(CASHEW, t0 + 23, name="cashew", accept_role=0),
         hide(BERT, EVE, t0 + 30, channel="dev"),
         hide(ALEPH, XU, t0 + 31),
         unhide(ALEPH, XU, t0 + 32, channel="dev"),

@@ -140,9 +140,9 @@ def test_a_newer_role_from_the_same_author_replaces_the_older_whatever_arrives_l
 
 
 def test_accept_role_zero_makes_a_normal_user():
-    st = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, name="aleph", accept_role="0"))
+    st = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, name="aleph", accept_role=0))
     assert roles(st) == {}
-    later = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, accept_role="0"), info(ALEPH, 3, name="aleph"))
+    later = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, accept_role=0), info(ALEPH, 3, name="aleph"))
     assert roles(later) == {"aleph": "admin"}  # the latest post/info does not set it: the default, 1
 
 
@@ -314,7 +314,7 @@ def test_any_order_gives_the_same_state():
         hide(CASHEW, EVE, 4, channel="dev"),
         hide(BERT, XU, 5),
         block(ALEPH, EVE, 3, drop=1),
-        info(CASHEW, 2, accept_role="1"),
+        info(CASHEW, 2, accept_role=1),
     ]
     first = state(URSULA, *made)
     for seed in range(20):

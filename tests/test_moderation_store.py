@@ -160,11 +160,11 @@ def test_a_role_recipients_info_in_a_later_write_resolves_the_roles_again(tmp_pa
     with Store(tmp_path / "s", now=lambda: NOW, local_user=URSULA.public_key) as s:
         s.ingest(role(URSULA, CASHEW, MOD, NOW - 100)[0])
         assert CASHEW.public_key in s.roles()
-        later = [info(CASHEW, NOW - 50, accept_role="0")[0]]
+        later = [info(CASHEW, NOW - 50, accept_role=0)[0]]
         if not alone:
             later.append(post(BERT, 0, NOW - 40, channel="dev", text="hi"))
         assert all(r.ok for r in s.ingest_many(later))
         assert CASHEW.public_key not in s.roles()  # opted out: a normal user
-        s.ingest(info(CASHEW, NOW - 10, accept_role="1")[0])
+        s.ingest(info(CASHEW, NOW - 10, accept_role=1)[0])
         assert s.roles()[CASHEW.public_key] == "mod"
         assert s.check().consistent

@@ -229,7 +229,7 @@ def moderated_workloads(draw):
         elif kind == "unblock":
             buf, _ = make_post(author, UNBLOCK, ts, reason="", privacy=0, recipients=[other.public_key], undrop=draw(st.integers(0, 1)))
         else:
-            buf, _ = make_post(author, INFO, ts, info=[("accept-role", draw(st.sampled_from(["0", "1"])))])
+            buf, _ = make_post(author, INFO, ts, info=[("accept-role", draw(st.sampled_from([0, 1])))])
         made.append(buf)
     for i in range(draw(st.integers(0, 2))):  # an author deletes one of their moderation posts
         from cablestore import decode_post

@@ -41,6 +41,7 @@ from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
 from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
 from cablestore.store.txn import POSTS
 from cablestore.wire.codec import (
+    ACCEPT_ROLE,
     BLOCK,
     DELETE,
     DROP_POST,
@@ -59,6 +60,7 @@ from cablestore.wire.codec import (
     Post,
     decode_post,
     encode_post,
+    info_dict,
     post_hash,
 )
 from cablestore.wire.crypto import Keypair, body_fields, make_post
@@ -111,16 +113,32 @@ class Author:
         """Set (or, with ``""``, clear) the channel's topic."""
         return self.post(TOPIC, channel=channel, topic=topic)
 
-    def info(self, pairs: Sequence[tuple[str, str]]) -> bytes:
-        """Post a post/info with exactly these ``(key, value)`` pairs (it replaces the previous one)."""
+    def info(self, pairs: Sequence[tuple[str, str | int]]) -> bytes:
+        """Post a post/info with exactly these ``(key, value)`` pairs (it replaces the previous one).
+
+        ``("accept-role", 0)`` (or 1, True, False) is written as the spec's one-byte varint.
+        """
         return self.post(INFO, info=pairs)
 
     def name(self, name: str) -> bytes:
         """Set the author's name, keeping the other properties of their current post/info."""
         if not isinstance(name, str):
             raise PostFieldError(f"name must be a string, got {type(name).__name__}")
-        current = self.store.user_info(self.public_key)
-        current["name"] = name
+        return self._update_info("name", name)
+
+    def accept_role(self, accept: int | bool) -> bytes:
+        """Accept (1) or decline (0) roles others give this author (moderation.md §4.2.4), keeping their name.
+
+        A post/info replaces the previous one, so the current name (and any
+        other property) is written again with ``accept-role``.
+        """
+        if isinstance(accept, str) or accept not in (0, 1):
+            raise PostFieldError(f"accept-role is 0 or 1, got {accept!r}")
+        return self._update_info(ACCEPT_ROLE, int(accept))
+
+    def _update_info(self, key: str, value: str | int) -> bytes:
+        current: dict = self.store.user_info(self.public_key)
+        current[key] = value
         return self.info(list(current.items()))
 
     def delete(self, *hashes: HashLike) -> bytes:
@@ -267,7 +285,7 @@ def describe(buf: bytes) -> dict:
     if post.hashes is not None:
         out["hashes"] = [h.hex() for h in post.hashes]
     if post.info is not None:
-        out["info"] = [list(pair) for pair in post.info]
+        out["info"] = [[k, info_dict([(k, v)])[k]] for k, v in post.info]
     return out
 
 
@@ -278,6 +296,7 @@ _KINDS = {
     "leave": (LEAVE, ("channel",)),
     "topic": (TOPIC, ("channel", "topic")),
     "name": (INFO, ("name",)),
+    "accept-role": (INFO, ("accept_role",)),
     "delete": (DELETE, None),
 }
 
@@ -286,7 +305,7 @@ def post_with_keyfile(
     store_path: str | os.PathLike | Store, key_path: str | os.PathLike, kind: str, args: Sequence[str], *,
     now: Callable[[], int] | None = None, local_user: HashLike | None = None,
 ) -> bytes:
-    """Write one post of ``kind`` (text, join, leave, topic, name, delete) as the key file's owner.
+    """Write one post of ``kind`` (text, join, leave, topic, name, accept-role, delete) as the key file's owner.
 
     ``store_path`` may be a :class:`cablestore.Store` held open (``serve``
     does so for its control clients): it is written to and left open.
@@ -305,17 +324,22 @@ def post_with_keyfile(
         if len(args) != len(names):
             raise PostFieldError(f"{kind} takes {' '.join(n.upper() for n in names)}")
         body = dict(zip(names, args, strict=False))
-        if kind == "name":
-            body = {"info": [("name", body["name"])]}
+        if kind == "accept-role":
+            if args[0] not in ("0", "1", 0, 1):
+                raise PostFieldError(f"accept-role is 0 or 1, got {args[0]!r}")
+            args = [int(args[0])]
+        if post_type == INFO:
+            body = {"info": [(names[0].replace("_", "-"), args[0])]}
         _checked_draft(keypair.public_key, post_type, body)
+    method = kind.replace("-", "_")
     if isinstance(store_path, Store):  # a store held open already (by `serve`): used, not closed
         _check_local_user(store_path, local_user)
-        h = getattr(Author(store_path, keypair, now=now), kind)(*args)
+        h = getattr(Author(store_path, keypair, now=now), method)(*args)
         return store_path.get(h)
     if kind == "delete":
         _require_store(store_path)
     with Store(store_path, local_user=local_user) as store:
-        h = getattr(Author(store, keypair, now=now), kind)(*args)
+        h = getattr(Author(store, keypair, now=now), method)(*args)
         return store.get(h)
 
 

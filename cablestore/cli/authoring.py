@@ -55,6 +55,7 @@ ARGUMENT_HELP = {
     "text": "the message (at most 4096 bytes of UTF-8)",
     "topic": "the new topic (at most 512 codepoints)",
     "name": "your name (1-32 codepoints)",
+    "accept_role": "0: you decline roles (admins' and mods' posts about you are ignored); 1: the default",
 }
 
 
@@ -77,10 +78,11 @@ def register(sub) -> None:
         ("leave", ("channel",), "leave a channel"),
         ("topic", ("channel", "topic"), "set a channel's topic (\"\" clears it)"),
         ("name", ("name",), "set your name (other post/info properties are kept)"),
+        ("accept-role", ("accept_role",), "accept (1) or decline (0) roles others give you (your name is kept)"),
     ):
         k = kinds.add_parser(kind, help=text)
         for name in names:
-            k.add_argument(name, help=ARGUMENT_HELP[name])
+            k.add_argument(name, help=ARGUMENT_HELP[name], **({"choices": ("0", "1")} if name == "accept_role" else {}))
         k.set_defaults(fields=names)
     k = kinds.add_parser("delete", help="delete your own posts")
     k.add_argument("hashes", nargs="+", metavar="HASH", help="hex hashes of posts you wrote")

@@ -25,7 +25,7 @@ from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
 from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, post_hash
+from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, info_dict, post_hash
 
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
@@ -85,7 +85,7 @@ class StoredPost:
         return self.author_name if self.author_name is not None else self.author.hex()[:8]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key)."""
+        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key; ``accept-role`` as 0 or 1)."""
         out: dict[str, Any] = {
             "hash": self.hash.hex(),
             "type": self.type_name,
@@ -99,7 +99,7 @@ class StoredPost:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.info is not None:
-            out["info"] = dict(self.info)
+            out["info"] = info_dict(self.info)
         if self.post_type == DELETE:
             out["deleted"] = [h.hex() for h in self.deleted]
         if self.recipients is not None:
@@ -125,7 +125,7 @@ class StoredPost:
             if value is not None:
                 body += f" {name}={_clip(value)!r}"
         if self.info is not None:
-            body += f" info={dict(self.info)!r}"
+            body += f" info={info_dict(self.info)!r}"
         if self.deleted:
             body += f" deleted={len(self.deleted)}"
         if self.role is not None:
