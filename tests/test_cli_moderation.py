@@ -83,6 +83,8 @@ def test_the_key_owner_is_the_local_user_and_another_key_is_refused(tmp_path, ke
         ["hide", "{s}", "--key", "{k}", "--user", "ab" * 32, "--post", "cd" * 32],  # both
         ["drop", "{s}", "--key", "{k}"],  # no posts, no channel
         ["block", "{s}", "--key", "{k}", "ab" * 32, "--reason", "x" * 129],
+        ["block", "{s}", "--key", "{k}", "ab" * 32, "--channel", "dev"],  # blocks have no channel context
+        ["unblock", "{s}", "--key", "{k}", "ab" * 32, "--channel", "dev"],
     ],
 )
 def test_refusals_exit_2_with_one_line_and_change_nothing(tmp_path, keys, capsys, argv):
@@ -141,6 +143,7 @@ def test_a_reason_deployed_peers_would_refuse_is_not_written(tmp_path, keys, cap
         ["block", "{s}", "--key", "{k}", "ab" * 32, "--reason", "ü" * 65],  # over 128 bytes
         ["hide", "{s}", "--key", "{k}", "--user", *(f"{i:02x}" * 32 for i in range(17))],  # 17 recipients
         ["drop", "{s}", "--key", "{k}"],  # nothing to drop
+        ["block", "{s}", "--key", "{k}", "ab" * 32, "--channel", "dev"],  # blocks have no channel context
     ],
 )
 def test_a_refused_moderation_command_creates_no_store_and_sets_no_local_user(tmp_path, keys, capsys, argv):
@@ -153,3 +156,11 @@ def test_a_refused_moderation_command_creates_no_store_and_sets_no_local_user(tm
     assert main([a.format(s=plain, k=keys["me"][0]) for a in argv]) == 2
     with Store(plain) as s:
         assert s.local_user is None and len(s) == 0
+
+
+@pytest.mark.parametrize("command", ["block", "unblock"])
+def test_block_and_unblock_refuse_a_channel_saying_why(tmp_path, keys, capsys, command):
+    assert main([command, str(tmp_path / "s.ldb"), "--key", keys["me"][0], keys["eve"][1], "--channel", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no channel" in err and "whole cabal" in err
+    assert not (tmp_path / "s.ldb").exists()

@@ -101,7 +101,10 @@ def register(sub) -> None:
             else:
                 p.set_defaults(targets=[])
             p.add_argument("--post", nargs="+", default=None, metavar="HASH", help="act on these posts (hashes in hex)")
-        p.add_argument("--channel", default=None, help="the channel context (default: the whole cabal)")
+        p.add_argument(
+            "--channel", default=None,
+            help="refused: blocks act in the whole cabal" if name in ("block", "unblock") else "the channel context (default: the whole cabal)",
+        )
         p.add_argument("--reason", default="", help="why (shown to others; at most 128 characters)")
         p.add_argument("--private", action="store_true", help="privacy=1: kept in this store, never sent to peers")
         if name == "block":
