@@ -344,7 +344,8 @@ def post_with_keyfile(
 
 
 def _check_local_user(store: Store, local_user: HashLike | None) -> None:
-    """A store held open keeps its local user: a different one (or one it has none of) is refused."""
+    """A store held open (by ``serve``) follows the rules of opening one: without a local user it takes
+    ``local_user`` (once, kept); with another one, :class:`cablestore.errors.LocalUserError`."""
     from cablestore.errors import LocalUserError
 
     if local_user is None:
@@ -353,9 +354,12 @@ def _check_local_user(store: Store, local_user: HashLike | None) -> None:
         key = as_hash(local_user)
     except (QueryError, ValueError, TypeError) as exc:
         raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
-    if key != store.local_user:
-        held = store.local_user.hex() if store.local_user else "none"
-        raise LocalUserError(f"{store.path} is held open with local user {held}, not {key.hex()} (serve it with --local-user)")
+    if store.local_user is None:
+        store.set_local_user(key)
+    elif key != store.local_user:
+        raise LocalUserError(
+            f"{store.path} belongs to local user {store.local_user.hex()}, not {key.hex()}: moderate with that user's key (a store has one local user)"
+        )
 
 
 def read_heads(store_path: str | os.PathLike, channel: str) -> list[bytes]:

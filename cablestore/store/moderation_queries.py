@@ -66,7 +66,7 @@ def _channel_context(channel: str | None) -> str:
 
 
 class ModerationQueries:
-    """The moderation state as the local user sees it (needs ``self.db`` and ``self._gate``)."""
+    """The moderation state as the local user sees it (needs ``self.db``, ``self._gate``, ``self._write_lock`` and ``self._forget_caches``)."""
 
     local_user: bytes | None
 
@@ -76,6 +76,21 @@ class ModerationQueries:
             context = ""
         prefix = prefix_of(context)
         return prefix, list(snap.iterator(prefix=prefix))
+
+    @guarded
+    def set_local_user(self, user: HashLike) -> bytes:
+        """Give this open store its local user, as ``Store(path, local_user=user)`` does: kept from now on.
+
+        A store that has one keeps it (the same key is no change); a different
+        one raises :class:`LocalUserError` and changes nothing.  The posts
+        already held are resolved and acted on for the new local user in one
+        WriteBatch, under the write lock (``serve`` runs commands so).
+        """
+        key = local_user_key(user)
+        with self._write_lock:
+            self.local_user = adopt_local_user(self.db, key)
+            self._forget_caches()  # enforcing may have removed posts the write caches knew
+        return self.local_user
 
     @guarded
     def roles(self, channel: str | None = None) -> dict[bytes, str]:
