@@ -4,7 +4,10 @@ who is the store's local user; see cablestore.authoring.moderating)."""
 
 from __future__ import annotations
 
-from cablestore.cli.args import client_path, open_existing, print_json, store_or_path
+import sys
+from pathlib import Path
+
+from cablestore.cli.args import client_path, open_existing, print_json, served_store, store_or_path
 from cablestore.errors import ArgumentError
 
 ROLE_HELP = "admin, mod or user"
@@ -41,6 +44,25 @@ def _cmd_moderation(args) -> int:
     return 0
 
 
+def _confirm_channel_drop(args) -> bool:
+    """A drop of a whole channel is confirmed on a terminal (or by ``--yes``): it removes the channel's posts."""
+    if args.yes or args.command != "drop" or getattr(args, "post", None) or not args.channel:
+        return True
+    if served_store() is not None or Path(args.store, "CURRENT").is_file():
+        with open_existing(args.store) as store:
+            count = store.channel_post_count(args.channel)
+    else:
+        count = 0
+    what = f"drop --channel {args.channel} removes its {count} post{'s' if count != 1 else ''} from {args.store} and refuses new ones"
+    if served_store() is not None or not sys.stdin.isatty():
+        raise ArgumentError(f"{what}: pass --yes to confirm (no terminal to ask on)")
+    print(f"{what} (undrop re-allows posts, it does not restore them). Drop? [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() in ("y", "yes"):
+        return True
+    print("not dropped", file=sys.stderr)
+    return False
+
+
 def _cmd_write(args) -> int:
     from cablestore.authoring.moderating import moderate_with_keyfile
     from cablestore.wire.codec import post_hash
@@ -48,6 +70,8 @@ def _cmd_write(args) -> int:
     posts = getattr(args, "post", None)
     if posts and args.targets:
         raise ArgumentError(f"{args.command}: give --user KEYs or --post HASHes, not both")
+    if not _confirm_channel_drop(args):
+        return 1
     buf = moderate_with_keyfile(
         store_or_path(args.store), client_path(args.key), args.command, posts or args.targets,
         role=getattr(args, "role", None), posts=bool(posts), channel=args.channel or "",
@@ -81,13 +105,13 @@ def register(sub) -> None:
         "role": "set a user's role (admin, mod, user) as the key file's owner",
         "hide": "hide users (or --post posts) in --channel or the whole cabal",
         "unhide": "undo a hide of users (or --post posts)",
-        "drop": "drop posts (--post HASH...) or a whole --channel: removed from the store",
-        "undrop": "undo a drop of posts (--post) or of a --channel",
+        "drop": "drop posts (--post HASH...) or a whole --channel: removed from the store (undrop re-allows posts, it does not restore them)",
+        "undrop": "undo a drop of posts (--post) or of a --channel: posts may be stored again when offered; removed ones are not restored",
         "block": "block users: their new posts are refused (--drop removes their stored posts)",
         "unblock": "undo a block (--undrop lets their dropped posts be stored again)",
     }
     for name, text in texts.items():
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, description=text)
         p.add_argument("store", help="the store directory (created if missing; the key's owner becomes its local user)")
         p.add_argument("--key", required=True, help="the key file of the local user (see `cablestore keygen`)")
         if name == "role":
@@ -107,6 +131,10 @@ def register(sub) -> None:
         )
         p.add_argument("--reason", default="", help="why (shown to others; at most 128 characters)")
         p.add_argument("--private", action="store_true", help="privacy=1: kept in this store, never sent to peers")
+        if name == "drop":
+            p.add_argument("--yes", action="store_true", help="drop a --channel without asking (it asks on a terminal, and is refused elsewhere)")
+        else:
+            p.set_defaults(yes=False)
         if name == "block":
             p.add_argument("--drop", action="store_true", help="remove their stored posts too")
             p.add_argument("--notify", action="store_true", help="send the block to the blocked users")

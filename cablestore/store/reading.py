@@ -18,7 +18,7 @@ from typing import Any
 
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
-from cablestore.keyspace.keys import as_hash, canonical_channel, escape
+from cablestore.keyspace.keys import as_hash, canonical_channel, channel_key, escape
 from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
@@ -317,6 +317,11 @@ class Reading:
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
         return out
+
+    def channel_post_count(self, channel: str) -> int:
+        """How many posts of ``channel`` the store holds: its post/text, post/topic, post/join and post/leave
+        (what a ``drop channel`` removes).  One key scan, no post decoded."""
+        return _count_keys(self.db, channel_view.PREFIX + channel_key(channel) + b"a")
 
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""

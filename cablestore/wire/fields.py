@@ -4,6 +4,8 @@ UTF-8 strings and hash lists, and the size limits of the spec.  The post codec
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from cablestore.errors import LimitError, TruncatedError, Utf8Error, VarintError
 
 PUBLIC_KEY_SIZE = 32
@@ -132,6 +134,6 @@ def accept_role_text(value: object) -> object:
     return value
 
 
-def info_dict(pairs) -> dict:
+def info_dict(pairs: Iterable[tuple[str, str]]) -> dict[str, str | int]:
     """A post/info's pairs as a dict for people and JSON: the last value of a repeated key, ``accept-role`` as the integer 0 or 1."""
     return {k: ACCEPT_ROLE_VALUES.get(v, v) if k == ACCEPT_ROLE else v for k, v in pairs}
