@@ -77,9 +77,14 @@ def clock_key(public_key: bytes) -> bytes:
 
 
 class Author:
-    """Posts as ``keypair`` into ``store``; ``now`` (ms) is the wall clock (a hook for tests)."""
+    """Posts as ``keypair`` into ``store``; ``now`` (ms) is the wall clock (a hook for tests).
 
-    def __init__(self, store: Store, keypair: Keypair, *, now: Callable[[], int] | None = None):
+    A channel is written in the spelling the store's posts of it already use
+    (``Store.listed_spellings``: deployed peers compare names exactly), unless
+    ``exact_channel=True``: then as given.
+    """
+
+    def __init__(self, store: Store, keypair: Keypair, *, now: Callable[[], int] | None = None, exact_channel: bool = False):
         # Checked here, not at the first post: a key file's path or a store's path is a common slip.
         if not isinstance(store, Store):
             raise ArgumentError(f"Author needs an open Store, not {type(store).__name__} (open one with Store(path))")
@@ -90,6 +95,7 @@ class Author:
         self.store = store
         self.keypair = keypair
         self._now = now or wall_clock_ms
+        self.exact_channel = exact_channel
 
     @property
     def public_key(self) -> bytes:
@@ -179,6 +185,8 @@ class Author:
         if post_type == DELETE and "hashes" in body:
             body["hashes"] = self._own_posts(body["hashes"])
         draft = _checked_draft(self.public_key, post_type, body)
+        if draft.channel and not self.exact_channel:  # as the channel's posts spell it (one channel either way)
+            body["channel"] = self.store.listed_spellings([draft.channel])[0]
         with _LOCK:
             now = self._now()
             links, newest_head = self._links(draft, now)
@@ -303,13 +311,14 @@ _KINDS = {
 
 def post_with_keyfile(
     store_path: str | os.PathLike | Store, key_path: str | os.PathLike, kind: str, args: Sequence[str], *,
-    now: Callable[[], int] | None = None, local_user: HashLike | None = None,
+    now: Callable[[], int] | None = None, local_user: HashLike | None = None, exact_channel: bool = False,
 ) -> bytes:
     """Write one post of ``kind`` (text, join, leave, topic, name, accept-role, delete) as the key file's owner.
 
     ``store_path`` may be a :class:`cablestore.Store` held open (``serve``
     does so for its control clients): it is written to and left open.
 
+    A channel is written as the store's posts of it spell it, unless ``exact_channel`` (see :class:`Author`).
     Returns the stored post's bytes.  The key and the arguments are checked
     before the store is opened, so a refusal creates nothing; the store is
     created if missing, except for ``delete`` (which needs the posts).
@@ -334,12 +343,12 @@ def post_with_keyfile(
     method = kind.replace("-", "_")
     if isinstance(store_path, Store):  # a store held open already (by `serve`): used, not closed
         _check_local_user(store_path, local_user)
-        h = getattr(Author(store_path, keypair, now=now), method)(*args)
+        h = getattr(Author(store_path, keypair, now=now, exact_channel=exact_channel), method)(*args)
         return store_path.get(h)
     if kind == "delete":
         _require_store(store_path)
     with Store(store_path, local_user=local_user) as store:
-        h = getattr(Author(store, keypair, now=now), method)(*args)
+        h = getattr(Author(store, keypair, now=now, exact_channel=exact_channel), method)(*args)
         return store.get(h)
 
 

@@ -29,7 +29,9 @@ def _cmd_post(args) -> int:
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
     if args.kind == "delete" and served_store() is None:  # a delete needs the posts: refuse a missing store as every command does
         require_store(args.store)
-    buf = post_with_keyfile(store_or_path(args.store), client_path(args.key), args.kind, values, local_user=args.local_user)
+    buf = post_with_keyfile(
+        store_or_path(args.store), client_path(args.key), args.kind, values, local_user=args.local_user, exact_channel=args.exact_channel
+    )
     if not args.json:
         print(post_hash(buf).hex())
         return 0
@@ -51,7 +53,7 @@ def _cmd_heads(args) -> int:
 
 
 ARGUMENT_HELP = {
-    "channel": "the channel name (case-insensitive)",
+    "channel": "the channel name (case-insensitive; written as the channel's posts spell it, see --exact-channel)",
     "text": "the message (at most 4096 bytes of UTF-8)",
     "topic": "the new topic (at most 512 codepoints)",
     "name": "your name (1-32 codepoints)",
@@ -71,6 +73,10 @@ def register(sub) -> None:
     p.add_argument("--key", required=True, help="the key file (see `cablestore keygen`)")
     add_local_user_flag(p)
     p.add_argument("--json", action="store_true", help="print the stored post as JSON (the fields `dump` prints)")
+    p.add_argument(
+        "--exact-channel", action="store_true",
+        help="write the channel name as given (default: as the channel's earliest post spells it, which case-sensitive peers match)",
+    )
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, names, text in (
         ("text", ("channel", "text"), "a chat message"),

@@ -56,7 +56,7 @@ def _cmd_channels(args) -> int:
     if args.json:
         print_json({"store": str(args.store), "channels": [c.to_dict() for c in channels]})
         return 0
-    names = [printable(f"#{c.name}") for c in channels]
+    names = [printable(f"#{c.spelling or c.name}") for c in channels]  # as the channel's posts spell it
     width = max(map(_columns, names), default=0)
     for c, name in zip(channels, names, strict=True):
         topic = printable(f"topic {c.topic!r}") if c.topic else "(no topic)"

@@ -1,5 +1,6 @@
 """What a store answers a peer with, as functions of the store: the channel state answer, the spelling a
-channel is listed under, the pages of a time range, and the check of a relayed post.  The answering half
+channel is listed under (:mod:`cablestore.store.spelling`, re-exported), the pages of a time range, and
+the check of a relayed post.  The answering half
 of a connection (:mod:`cablestore.peer.answering`) and the live pushes (:mod:`cablestore.peer.live`) call
 them; they hold no connection state.
 """
@@ -9,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cablestore.errors import FutureTimestampError
-from cablestore.keyspace.keys import TS_SIZE, canonical_channel, channel_key, next_prefix
+from cablestore.keyspace.keys import TS_SIZE, channel_key, next_prefix
 from cablestore.store.queries import last_under
+from cablestore.store.spelling import listed_spelling, listed_spellings  # noqa: F401 - the one rule (authoring, `channels`, lists)
 from cablestore.wire.codec import TOPIC, decode_post, post_hash
 from cablestore.wire.crypto import check_signature
 
@@ -49,49 +51,6 @@ def channel_state_answer(store: Store, channel: str) -> list[bytes]:
     # order they arrive and keeps the last topic it saw (cable-core.js 0.2.1 does) must end on the
     # latest topic, so no older topic may arrive after it.
     return [h for h in dict.fromkeys(extra) if h not in known] + hashes
-
-
-def listed_spelling(store: Store, channel: str) -> str:
-    """The spelling a channel is listed under in answers: the ``channel`` field of a post it holds.
-
-    Names are case-insensitive (spec 5.4.1) and the store keys them
-    casefolded, but deployed peers (cable-core.js 0.2.1) compare them
-    exactly, so a name is listed as posts spell it: the spelling of the
-    newer of the channel's newest post/text and its latest post/topic (the
-    later timestamp, ties to the higher hash); for a channel with neither,
-    of its newest post/join or post/leave.  One deterministic choice per
-    channel; a channel with no post left to read is listed casefolded.
-    """
-    from cablestore.views import chat, state
-
-    ch = channel_key(channel)
-    found: list[bytes] = []
-    with store.db.snapshot() as snap, snap.iterator(include_value=False) as it:
-        for prefix in (chat.channel_prefix(channel), state.topic_prefix(ch)):
-            key = last_under(it, prefix)
-            if key is not None:
-                found.append(key[-40:])  # <mono>: the timestamp, then the hash
-    if found:
-        candidates = [max(found)[-32:]]
-    else:
-        candidates = store.channel_state(channel)
-    best = None
-    for h in candidates:
-        buf = store.get(h)
-        if buf is None:
-            continue
-        post = decode_post(buf)
-        name = getattr(post, "channel", None)
-        if name is not None and canonical_channel(name) == canonical_channel(channel):
-            rank = (post.timestamp, h)
-            if best is None or rank > best[0]:
-                best = (rank, name)
-    return channel if best is None else best[1]
-
-
-def listed_spellings(store: Store, channels: list[str]) -> list[str]:
-    """:func:`listed_spelling` of each of ``channels`` (casefolded names, as ``Store.channel_list`` gives them)."""
-    return [listed_spelling(store, c) for c in channels]
 
 
 def time_range_bounds(channel: str, start: int, end: int) -> tuple[bytes, bytes]:

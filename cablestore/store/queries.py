@@ -14,6 +14,7 @@ from typing import Any
 from cablestore.errors import CorruptRecordError, QueryError
 from cablestore.keyspace.keys import MONO_SIZE, TS_SIZE, HashLike, as_hash, channel_key, next_prefix, unescape
 from cablestore.keyspace.records import Tombstone
+from cablestore.store import spelling
 from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.inflight import guarded
 from cablestore.store.link_queries import LinkQueries
@@ -162,6 +163,14 @@ class Queries(LinkQueries):
         with self.db.snapshot() as snap:
             names = channel_view.channel_names(snap)
         return names[offset : offset + limit if limit else None]
+
+    @guarded
+    def listed_spellings(self, channels: Iterable[str]) -> list[str]:
+        """The spelling each of ``channels`` (any spelling) is written and listed under: as its earliest
+        post/text or post/topic spells it (:mod:`cablestore.store.spelling`); unknown channels as given."""
+        if isinstance(channels, (str, bytes)):
+            raise QueryError("channels is a list of channel names, not one string")
+        return spelling.listed_spellings(self, channels)
 
     # --- users and authors ----------------------------------------------------
     @guarded

@@ -178,19 +178,21 @@ class StoreStats:
 class ChannelSummary:
     """One channel as ``cablestore channels`` lists it.
 
-    ``name`` is the canonical (casefolded) spelling, ``topic`` the current
-    topic (``""``: none), ``members`` the current members, ``messages`` the
-    post/text and post/delete its time range holds.
+    ``name`` is the canonical (casefolded) spelling, ``spelling`` the one
+    its posts use and authoring writes (``Store.listed_spellings``),
+    ``topic`` the current topic (``""``: none), ``members`` the current
+    members, ``messages`` the post/text and post/delete its time range holds.
     """
 
     name: str
     topic: str
     members: int
     messages: int
+    spelling: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict."""
-        return {"name": self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
+        return {"name": self.name, "spelling": self.spelling or self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
 
 
 def _count_keys(reader, prefix: bytes) -> int:
@@ -306,7 +308,7 @@ class Reading:
         return True
 
     def channels(self) -> list[ChannelSummary]:
-        """Every channel with its topic, member count and message count, ascending by name (one snapshot)."""
+        """Every channel with its spelling, topic, member count and message count, ascending by name."""
         out = []
         with self.db.snapshot() as snap:
             for name in channel_view.channel_names(snap):
@@ -316,7 +318,8 @@ class Reading:
                     members = sum(1 for _, v in it if v == b"\x01")
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
-        return out
+        spellings = self.listed_spellings([c.name for c in out])
+        return [replace(c, spelling=spelled) for c, spelled in zip(out, spellings, strict=True)]
 
     def channel_post_count(self, channel: str) -> int:
         """How many posts of ``channel`` the store holds: its post/text, post/topic, post/join and post/leave
