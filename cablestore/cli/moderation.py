@@ -1,4 +1,4 @@
-"""Moderation commands: ``roles`` and ``moderation`` (read only), and ``role``, ``hide``, ``unhide``,
+"""Moderation commands: ``roles``, ``users`` and ``moderation`` (read only), and ``role``, ``hide``, ``unhide``,
 ``drop``, ``undrop``, ``block``, ``unblock`` (write one moderation post as the key file's owner,
 who is the store's local user; see cablestore.authoring.moderating)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cablestore.cli.args import client_path, open_existing, print_json, served_store, store_or_path
+from cablestore.cli.args import client_path, open_existing, print_json, printable, served_store, store_or_path
 from cablestore.errors import ArgumentError
 
 ROLE_HELP = "admin, mod or user"
@@ -30,17 +30,39 @@ def _cmd_roles(args) -> int:
 def _cmd_moderation(args) -> int:
     with open_existing(args.store) as store:
         summary = store.moderation_summary()
+        shown = store.user_labels({bytes.fromhex(k) for table in summary["roles"].values() for k in table})
     if args.json:
         print_json(summary)
         return 0
     print(f"moderation state of {args.store} for local user {summary['local_user'] or '(none: nothing applies)'}")
     for context, table in summary["roles"].items():
-        print(f"  roles in {context}: " + (", ".join(f"{k[:12]} {v}" for k, v in sorted(table.items())) or "none"))
+        people = (f"{k[:12]} {v}" + _named(shown[bytes.fromhex(k)], k) for k, v in sorted(table.items()))
+        print(printable(f"  roles in {context}: " + (", ".join(people) or "none")))
     for context, table in summary["hidden_users"].items():
         print(f"  hidden users in {context}: {len(table)}")
     for name in ("hidden_posts", "dropped_posts", "dropped_channels", "blocks", "unblocks", "blocked_by"):
         print(f"  {name.replace('_', ' ')}: {len(summary[name])}")
     print(f"  moderation posts stored: {summary['moderation_posts']}")
+    return 0
+
+
+def _named(label: str, key_hex: str) -> str:
+    """`` (label)`` for a user with a name (a label that is not just their key's digits), else nothing."""
+    return "" if key_hex.startswith(label) else f" ({label})"
+
+
+def _cmd_users(args) -> int:
+    with open_existing(args.store) as store:
+        users = store.users()
+    if args.json:
+        print_json({"store": str(args.store), "users": [u.to_dict() for u in users]})
+        return 0
+    print(f"{len(users)} users in {args.store}")
+    for u in users:
+        roles = ", ".join(f"{role} in {'#' + c if c else 'the cabal'}" for c, role in sorted(u.roles.items()))
+        facts = [f"{u.posts} posts", roles, "hidden in " + ", ".join("#" + c if c else "the cabal" for c in u.hidden_in) if u.hidden_in else ""]
+        facts += ["blocked" + (" (posts dropped)" if u.blocked["drop"] else "") if u.blocked else "", "declines roles" if u.accept_role == 0 else ""]
+        print(printable(f"  {u.public_key.hex()}  {u.label if u.name is not None else '(no name)'}  " + "; ".join(f for f in facts if f)))
     return 0
 
 
@@ -95,6 +117,11 @@ def register(sub) -> None:
     p.add_argument("--channel", default=None, help="in this channel (default: the whole cabal)")
     p.add_argument("--json", action="store_true", help="print the roles as JSON")
     p.set_defaults(func=_cmd_roles)
+
+    p = sub.add_parser("users", help="every known user: key, name, roles, hidden or blocked, post count (read only)")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("--json", action="store_true", help="print the users as JSON")
+    p.set_defaults(func=_cmd_users)
 
     p = sub.add_parser("moderation", help="the resolved moderation state: roles, hides, drops, blocks (read only)")
     p.add_argument("store", help="the store directory (read only)")

@@ -40,6 +40,7 @@ from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.resolving import needed, refresh, worth_resolving
 from cablestore.store.txn import POSTS, Txn
+from cablestore.store.users import UserQueries
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
@@ -74,7 +75,7 @@ class IngestResult:
 
 
 @guard_public_methods
-class Store(Reading, Queries, ModerationQueries):
+class Store(Reading, Queries, ModerationQueries, UserQueries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
