@@ -16,8 +16,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from cablestore.keyspace.keys import DELETED, POSTS
+from cablestore.store.resolving import held_facts
 
-from .exporter import export
+from .exporter import export, manifest_facts
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
 from .recompute import PRIMARY_PREFIXES
 
@@ -52,6 +53,10 @@ class StoreSource:
         n = len(POSTS)
         for key, value in self._snap.iterator(prefix=POSTS, verify_checksums=True):
             yield key[n:], value
+
+    def facts(self) -> list:
+        """``(hash, fact)`` of the store's facts (``cablestore.keyspace.facts``) that decide the moderation state."""
+        return held_facts(lambda prefix: list(self._snap.iterator(prefix=prefix, verify_checksums=True)))
 
     def tombstones(self):
         """``("t", target, by, value)`` of every tombstone."""
@@ -90,6 +95,10 @@ class SnapshotSource:
         found = self.manifest.get("local_user")
         return bytes.fromhex(found) if found else None
 
+    def facts(self) -> list:
+        """``(hash, fact)`` of the facts the export recorded (``cablestore.keyspace.facts``)."""
+        return manifest_facts(self.manifest)
+
     def _rows(self, table: str):
         for name, info in files_of(self.manifest, table):
             yield from rows(read_file(self.fs, self.root, name), name, info)
@@ -109,3 +118,4 @@ class SnapshotSource:
 
     def close(self):
         pass
+

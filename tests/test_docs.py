@@ -36,7 +36,7 @@ from cablestore.cli import build_parser, main
 from cablestore.errors import DroppedError
 
 from .conftest import NOW, keypair, post, stop
-from .moderation_helpers import URSULA, cabal
+from .moderation_helpers import URSULA, block, cabal, info
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
@@ -89,6 +89,10 @@ def populated(tmp_path_factory):
         assert all(r.ok or isinstance(r.error, DroppedError) for r in s.ingest_many(cabal()))  # its spam is dropped
         stored = s.channel_time_range("dev")[0]  # someone else's post: a delete of it is refused, its author kept
         assert not s.ingest_many([post(keypair("forger"), DELETE, NOW, hashes=(stored,))])[0].ok
+        # someone (not blocked) blocks Ursula with notify; a user Ursula drop-blocks keeps only a fact of their post/info
+        gone = keypair("gone")
+        s.ingest_many([block(keypair("notifier"), URSULA, NOW - 5, notify=1)[0], block(URSULA, gone, NOW - 4, drop=1)[0]])
+        assert not s.ingest_many([info(gone, NOW - 3, name="gone")[0]])[0].ok
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s

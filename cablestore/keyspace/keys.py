@@ -35,6 +35,7 @@ CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a pos
 SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channel from a peer starts
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see the indexer)
 QUARANTINE = b"!quarantine!"  # <original key> -> a record a repair set aside
+FACTS = b"!facts!"  # <hash> -> what the moderation state needs of a post a block removed (keyspace/facts.py)
 # Derived: the reverse-hash entries (cablestore.keyspace.reverse) and the views (``views/``).
 REVERSE = b"!rev!"
 CHAT = b"!chat!"

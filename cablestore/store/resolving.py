@@ -18,7 +18,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cablestore import views
-from cablestore.keyspace.keys import POSTS
+from cablestore.errors import CorruptRecordError
+from cablestore.keyspace import facts
+from cablestore.keyspace.keys import DELETED, POSTS
+from cablestore.keyspace.records import Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
@@ -61,7 +64,38 @@ def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], b
             blob = read(key[-32:])
             if blob is not None:
                 posts.append((key[-32:], decode_post(blob)))
-    return posts
+    return posts + held_facts(current)
+
+
+def held_facts(current: Callable[[bytes], list]) -> list:
+    """``(hash, fact)`` of every fact (``cablestore.keyspace.facts``) whose post is not held and not deleted by its author.
+
+    A damaged fact is left out here (the state is computed without it) and
+    reported by ``check``.
+    """
+    out = []
+    for key, value in current(facts.FACTS):
+        h = key[len(facts.FACTS) :]
+        if current(POSTS + h):
+            continue  # the post itself is held (offered again since): it speaks for itself
+        try:
+            fact = facts.unpack(h, value)
+        except CorruptRecordError:
+            continue
+        if _deleted_by(current, h, fact.public_key):
+            continue  # deleted by its author: gone for good, as the post would be
+        out.append((h, fact))
+    return out
+
+
+def _deleted_by(current, h: bytes, author: bytes) -> bool:
+    for key, value in current(DELETED + h):
+        try:
+            if Tombstone.unpack(h, key[-32:], value).deleter == author:
+                return True
+        except CorruptRecordError:
+            continue  # a damaged tombstone decides nothing (check reports it)
+    return False
 
 
 def refresh(batch: IndexState, local: bytes | None) -> set[bytes]:
