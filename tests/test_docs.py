@@ -35,8 +35,9 @@ from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
 from cablestore.errors import DroppedError
 
+from . import moderation_helpers as mh
 from .conftest import NOW, keypair, post, stop
-from .moderation_helpers import URSULA, block, cabal, info
+from .moderation_helpers import URSULA, cabal
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
@@ -91,8 +92,8 @@ def populated(tmp_path_factory):
         assert not s.ingest_many([post(keypair("forger"), DELETE, NOW, hashes=(stored,))])[0].ok
         # someone (not blocked) blocks Ursula with notify; a user Ursula drop-blocks keeps only a fact of their post/info
         gone = keypair("gone")
-        s.ingest_many([block(keypair("notifier"), URSULA, NOW - 5, notify=1)[0], block(URSULA, gone, NOW - 4, drop=1)[0]])
-        assert not s.ingest_many([info(gone, NOW - 3, name="gone")[0]])[0].ok
+        s.ingest_many([mh.block(keypair("notifier"), URSULA, NOW - 5, notify=1)[0], mh.block(URSULA, gone, NOW - 4, drop=1)[0]])
+        assert not s.ingest_many([mh.info(gone, NOW - 3, name="gone")[0]])[0].ok
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s
