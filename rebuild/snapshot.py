@@ -7,7 +7,7 @@ describes the files).  Both sources give the same three streams: the posts
 ``(hash, blob)``, the tombstones ``("t", target, by, record)`` and the
 derived entries ``(key, value)``.  The in-process engine reads a snapshot
 here, through pyarrow's filesystems; the Spark engine reads the same files
-through Spark (``rebuild/spark.py``).
+through Spark (``rebuild/spark_engine.py``).
 """
 
 from __future__ import annotations
