@@ -16,9 +16,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from cablestore.keyspace.keys import DELETED, POSTS
-from cablestore.store.resolving import held_facts
+from cablestore.store.resolving import held_facts, stored_seed
 
-from .exporter import export, manifest_facts
+from .exporter import export, manifest_facts, manifest_seed
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
 from .recompute import PRIMARY_PREFIXES
 
@@ -57,6 +57,10 @@ class StoreSource:
     def facts(self) -> list:
         """``(hash, fact)`` of the store's facts (``cablestore.keyspace.facts``) that decide the moderation state."""
         return held_facts(lambda prefix: list(self._snap.iterator(prefix=prefix, verify_checksums=True)))
+
+    def seed(self):
+        """The store's moderation seed (``cablestore.store.resolving.stored_seed``)."""
+        return stored_seed(self._snap.get)
 
     def tombstones(self):
         """``("t", target, by, value)`` of every tombstone."""
@@ -98,6 +102,10 @@ class SnapshotSource:
     def facts(self) -> list:
         """``(hash, fact)`` of the facts the export recorded (``cablestore.keyspace.facts``)."""
         return manifest_facts(self.manifest)
+
+    def seed(self):
+        """The moderation seed the export recorded."""
+        return manifest_seed(self.manifest)
 
     def _rows(self, table: str):
         for name, info in files_of(self.manifest, table):

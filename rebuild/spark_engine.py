@@ -35,7 +35,7 @@ from cablestore.errors import RebuildError
 from cablestore.moderation import RELEVANT_TYPES
 from cablestore.wire.codec import post_type_of
 
-from .exporter import manifest_facts
+from .exporter import manifest_facts, manifest_seed
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
@@ -171,7 +171,7 @@ def _kept_out_rows(spark, uri: str, manifest: dict, routing: dict, local_user, c
     on_target: dict = {}
     for blob in routing.values():
         on_target.update(pickle.loads(blob)[0])
-    found = enforcement_rows(local_user, candidates, on_target, check_signatures, manifest_facts(manifest))
+    found = enforcement_rows(local_user, candidates, on_target, check_signatures, manifest_facts(manifest), manifest_seed(manifest))
     return None if found is None else spark.sparkContext.broadcast(found)
 
 
@@ -218,7 +218,7 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     live = Fold(parts, wanted)
     for kind, fold in collected:
         (rec if kind == "rec" else live).merge(fold)
-    rec.add_resolved(local_user, manifest_facts(manifest) if local_user is not None else ())
+    rec.add_resolved(local_user, manifest_facts(manifest) if local_user is not None else (), manifest_seed(manifest))
     return rec, live
 
 

@@ -94,6 +94,9 @@ def populated(tmp_path_factory):
         gone = keypair("gone")
         s.ingest_many([mh.block(keypair("notifier"), URSULA, NOW - 5, notify=1)[0], mh.block(URSULA, gone, NOW - 4, drop=1)[0]])
         assert not s.ingest_many([mh.info(gone, NOW - 3, name="gone")[0]])[0].ok
+        s.set_seed(b"\x01" + keypair("seeded").public_key)  # a seed, cleared (its applied posts kept), then another
+        s.clear_seed()
+        s.set_seed(b"\x00" + keypair("seeded").public_key)
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s

@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from cablestore.keyspace.keys import canonical_channel
 from cablestore.moderation.actions import BLOCKS, KIND_OF_ACTION, Action, Effects
 from cablestore.moderation.actions import resolve as resolve_actions
-from cablestore.moderation.roles import CABAL, InfoPost, RoleHistory, RolePost, RoleState
+from cablestore.moderation.roles import CABAL, SEED, InfoPost, RoleHistory, RolePost, RoleState
+from cablestore.moderation.seed import Seed, format_seed, parse_seed
 from cablestore.wire.codec import BLOCK, DROP_CHANNEL, INFO, MODERATION, MODERATION_TYPES, ROLE, UNBLOCK, UNDROP_CHANNEL, Post
 
 RELEVANT_TYPES = MODERATION_TYPES | {INFO}  # what the state is computed from
 
-__all__ = ["State", "resolve", "context_of", "accepts_roles", "standing_blocks", "RELEVANT_TYPES", "CABAL"]
+__all__ = ["State", "resolve", "context_of", "accepts_roles", "standing_blocks", "RELEVANT_TYPES", "CABAL", "SEED", "Seed", "parse_seed", "format_seed", "seeded_applied"]
 
 
 @dataclass
@@ -53,8 +54,8 @@ def context_of(channel: str) -> str:
     return CABAL if channel == "" else canonical_channel(channel)
 
 
-def resolve(local: bytes | None, posts: Iterable[tuple[bytes, Post]]) -> State:
-    """The moderation state given the local user and ``(hash, post)`` pairs (other post types are ignored)."""
+def resolve(local: bytes | None, posts: Iterable[tuple[bytes, Post]], seed: Seed | None = None) -> State:
+    """The moderation state given the local user, ``(hash, post)`` pairs (other post types are ignored) and a moderation seed (§4.7)."""
     roles, infos, actions, facts = [], [], [], set()
     for h, p in posts:
         t = p.post_type
@@ -73,8 +74,9 @@ def resolve(local: bytes | None, posts: Iterable[tuple[bytes, Post]]) -> State:
             actions += [Action(h, p.public_key, p.timestamp, CABAL, r, BLOCKS, "block", (p.drop, p.notify)) for r in p.recipients]
         elif t == UNBLOCK:
             actions += [Action(h, p.public_key, p.timestamp, CABAL, r, BLOCKS, "unblock", (p.undrop,)) for r in p.recipients]
-    blocked = standing_blocks(local, roles, infos, actions)
-    history, effects = _without(local, roles, infos, actions, blocked)
+    seed = seed or Seed()
+    blocked = standing_blocks(local, roles, infos, actions, seed)
+    history, effects = _without(local, roles, infos, actions, blocked, seed)
     now = history.now()
     if blocked:  # a blocked user's roles end with the block (and come back with an unblock)
         relevant = [r for r in now.relevant if r.recipient not in blocked]
@@ -94,13 +96,13 @@ def accepts_roles(post: Post) -> bool | None:
     return None if value is None else value != "\x00"
 
 
-def _without(local, roles, infos, actions, excluded: frozenset) -> tuple[RoleHistory, Effects]:
+def _without(local, roles, infos, actions, excluded: frozenset, seed: Seed) -> tuple[RoleHistory, Effects]:
     """The roles and effects resolved as if the users in ``excluded`` had authored no moderation post."""
-    history = RoleHistory(local, [r for r in roles if r.author not in excluded], infos)
+    history = RoleHistory(local, [r for r in roles if r.author not in excluded], infos, seed.roles, seed.kept)
     return history, resolve_actions(local, [a for a in actions if a.author not in excluded], history)
 
 
-def standing_blocks(local: bytes | None, roles: list, infos: list, actions: list) -> frozenset:
+def standing_blocks(local: bytes | None, roles: list, infos: list, actions: list, seed: Seed | None = None) -> frozenset:
     """The users whose block stands: the least fixed point from the local user.
 
     A user ``u`` is blocked when a block on them is in effect in the state
@@ -116,15 +118,16 @@ def standing_blocks(local: bytes | None, roles: list, infos: list, actions: list
     targets = sorted({a.target for a in actions if a.kind == BLOCKS and a.action == "block" and a.target != local})
     if local is None or not targets:
         return frozenset()
+    seed = seed or Seed()
     authors = {r.author for r in roles} | {a.author for a in actions}
     blocked: frozenset = frozenset()
     seen: list[frozenset] = [blocked]
     for _ in range(2 * len(targets) + 2):
-        base = _without(local, roles, infos, actions, blocked)[1].blocked
+        base = _without(local, roles, infos, actions, blocked, seed)[1].blocked
         found = set()
         for t in targets:
             if t in authors and t not in blocked:  # their own posts count in ``base``: resolve without them
-                if t in _without(local, roles, infos, actions, blocked | {t})[1].blocked:
+                if t in _without(local, roles, infos, actions, blocked | {t}, seed)[1].blocked:
                     found.add(t)
             elif t in base:
                 found.add(t)
@@ -138,7 +141,18 @@ def standing_blocks(local: bytes | None, roles: list, infos: list, actions: list
         seen.append(nxt)
         blocked = nxt
     while True:  # only shrinks: every member blocked in the state without the set
-        kept = blocked & frozenset(_without(local, roles, infos, actions, blocked)[1].blocked)
+        kept = blocked & frozenset(_without(local, roles, infos, actions, blocked, seed)[1].blocked)
         if kept == blocked:
             return blocked
         blocked = kept
+
+
+def seeded_applied(state: State, seed: Seed) -> frozenset:
+    """The hashes of the posts of seeded users that are applied in ``state``: what stays applied when the seed is cleared (§4.7.2)."""
+    users = set(seed.roles)
+    out = {h for table in state.roles.roles.values() for _, (role, h) in table.items() if h != SEED}
+    out = {r.hash for r in state.history.roles if r.hash in out and r.author in users}
+    fx = state.effects
+    actions = [*fx.hidden_posts.values(), *fx.dropped_posts.values(), *fx.dropped_channels.values(), *fx.blocked.values(), *fx.unblocked.values()]
+    actions += [a for users_ in fx.hidden_users.values() for a in users_.values()]
+    return frozenset(out | {a.hash for a in actions if a.author in users}) | seed.kept

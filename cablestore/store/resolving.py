@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from cablestore import views
 from cablestore.errors import CorruptRecordError
 from cablestore.keyspace import facts
-from cablestore.keyspace.keys import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS, SEED_KEPT, SEED_KEY
 from cablestore.keyspace.records import Tombstone
-from cablestore.moderation import RELEVANT_TYPES, resolve
+from cablestore.moderation import RELEVANT_TYPES, Seed, parse_seed, resolve
 from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
 
@@ -100,7 +100,7 @@ def _deleted_by(current, h: bytes, author: bytes) -> bool:
 
 def refresh(batch: IndexState, local: bytes | None) -> set[bytes]:
     """Rewrite the resolved entries for the state ``batch`` leaves; return the keys written (new or changed)."""
-    state = resolve(local, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)))
+    state = resolve(local, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)), stored_seed(batch.get))
     fresh = dict(views.resolved_entries(state))
     old = {}
     for view in views.RESOLVED:
@@ -114,3 +114,9 @@ def refresh(batch: IndexState, local: bytes | None) -> set[bytes]:
             batch.put(key, value)
             changed.add(key)
     return changed
+
+
+def stored_seed(get: Callable[[bytes], bytes | None]) -> Seed:
+    """The store's moderation seed (``!local!seed``) and the seeded posts kept applied (``!local!seeded``)."""
+    data, kept = get(SEED_KEY), get(SEED_KEPT) or b""
+    return Seed(parse_seed(data) if data else {}, frozenset(kept[i : i + 32] for i in range(0, len(kept) - 31, 32)))
