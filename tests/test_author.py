@@ -20,7 +20,7 @@ from cablestore import (
 )
 from cablestore.authoring.author import Author, clock_key
 from cablestore.errors import NotYourPostError, PostFieldError
-from cablestore.store.store import WEEK_MS
+from cablestore.keyspace.keys import WEEK_MS
 
 from .conftest import NOW, dump, post
 

@@ -20,7 +20,6 @@ from cablestore.wire.codec import (
     DROP_POST,
     HIDE_POST,
     HIDE_USER,
-    INFO,
     MOD,
     MODERATION,
     ROLE,
@@ -32,6 +31,7 @@ from cablestore.wire.codec import (
 )
 
 from .conftest import keypair
+from .moderation_helpers import info
 
 URSULA, ALEPH, BERT, CASHEW, XU, EVE = (keypair(n) for n in ("ursula", "aleph", "bert", "cashew", "xu", "eve"))
 POST_ONE = bytes.fromhex("11" * 32)
@@ -59,10 +59,6 @@ def block(author, user, ts, drop=0, notify=0):
 
 def unblock(author, user, ts, undrop=0):
     return make_post(author, UNBLOCK, ts, reason="", privacy=0, recipients=[user.public_key], undrop=undrop)
-
-
-def info(author, ts, **pairs):
-    return make_post(author, INFO, ts, info=[(k.replace("_", "-"), v) for k, v in pairs.items()])
 
 
 def state(local, *made, shuffle=None):

@@ -37,9 +37,8 @@ from typing import Any
 
 from cablestore import views
 from cablestore.errors import ArgumentError, LimitError, NotYourPostError, PostFieldError, QueryError, StoreError
-from cablestore.keyspace.keys import HashLike, as_hash, mono_timestamp
-from cablestore.store.store import WEEK_MS, Store, wall_clock_ms
-from cablestore.store.txn import POSTS
+from cablestore.keyspace.keys import CLOCK, HashLike, as_hash, beyond_horizon
+from cablestore.store.store import Store, wall_clock_ms
 from cablestore.wire.codec import (
     ACCEPT_ROLE,
     BLOCK,
@@ -50,7 +49,6 @@ from cablestore.wire.codec import (
     JOIN,
     LEAVE,
     MODERATION,
-    POST_TYPE_NAMES,
     ROLE,
     TEXT,
     TOPIC,
@@ -65,7 +63,6 @@ from cablestore.wire.codec import (
 )
 from cablestore.wire.crypto import Keypair, body_fields, make_post
 
-CLOCK = b"!local!clock!"
 # Authoring is at human speed: one lock for the process keeps two threads
 # writing as one author from reading the same high-water mark.
 _LOCK = threading.Lock()
@@ -201,11 +198,11 @@ class Author:
             return [], 0
         links, newest = [], 0
         for h in self.store.heads(draft.channel):
-            blob = self.store.db.get(POSTS + h)
+            blob = self.store.get(h)
             if blob is None:  # removed since the heads were read
                 continue
             ts = decode_post(blob).timestamp
-            if ts + 1 >= now + WEEK_MS:  # linking it would make this post unacceptable
+            if beyond_horizon(ts + 1, now):  # linking it would make this post unacceptable
                 continue
             links.append(h)
             newest = max(newest, ts)
@@ -213,19 +210,9 @@ class Author:
 
     def _high_water(self) -> int:
         """The latest timestamp this author used: the stored mark, or their newest post."""
-        raw = self.store.db.get(clock_key(self.public_key))
+        raw = self.store.local_value(clock_key(self.public_key))
         mark = int.from_bytes(raw, "big") if raw is not None and len(raw) == 8 else 0
-        return max(mark, self._newest_post())
-
-    def _newest_post(self) -> int:
-        newest = 0
-        for post_type in POST_TYPE_NAMES:
-            prefix = views.author.prefix(self.public_key, post_type)
-            with self.store.db.iterator(prefix=prefix, reverse=True, include_value=False) as it:
-                key = next(it, None)
-            if key is not None:
-                newest = max(newest, mono_timestamp(key))
-        return newest
+        return max(mark, self.store.newest_timestamp(self.public_key))
 
     def _own_posts(self, hashes: Iterable) -> tuple[bytes, ...]:
         if isinstance(hashes, (bytes, str)) or not isinstance(hashes, Iterable):

@@ -16,14 +16,15 @@ ROLE_HELP = "admin, mod or user"
 def _cmd_roles(args) -> int:
     with open_existing(args.store) as store:
         roles = store.roles(args.channel)
+        seeded = store.roles_from_seed(args.channel)
         names = {pk: store.name(pk) for pk in roles}
     if args.json:
-        print_json({"channel": args.channel, "roles": {pk.hex(): role for pk, role in sorted(roles.items())}})
+        print_json({"channel": args.channel, "roles": {pk.hex(): role for pk, role in sorted(roles.items())}, "from_seed": sorted(pk.hex() for pk in seeded)})
         return 0
     where = f"#{args.channel}" if args.channel else "the cabal"
     print(f"roles in {where}: {len(roles)} (normal users not listed)")
     for pk, role in sorted(roles.items(), key=lambda kv: (kv[1] != "admin", kv[0])):
-        print(f"  {role:<6} {pk.hex()}  {names[pk] or ''}".rstrip())
+        print(f"  {role:<6} {pk.hex()}  {names[pk] or ''}{'  (from the moderation seed)' if pk in seeded else ''}".rstrip())
     return 0
 
 
@@ -36,8 +37,11 @@ def _cmd_moderation(args) -> int:
         return 0
     print(f"moderation state of {args.store} for local user {summary['local_user'] or '(none: nothing applies)'}")
     for context, table in summary["roles"].items():
-        people = (f"{k[:12]} {v}" + _named(shown[bytes.fromhex(k)], k) for k, v in sorted(table.items()))
+        seeded = set(summary["roles_from_seed"][context])
+        people = (f"{k[:12]} {v}" + _named(shown[bytes.fromhex(k)], k) + (" (seed)" if k in seeded else "") for k, v in sorted(table.items()))
         print(printable(f"  roles in {context}: " + (", ".join(people) or "none")))
+    if summary["seed"]:
+        print(f"  moderation seed: {len(summary['seed'])} users (`cablestore seed show`)")
     for context, table in summary["hidden_users"].items():
         print(f"  hidden users in {context}: {len(table)}")
     for name in ("hidden_posts", "dropped_posts", "dropped_channels", "blocks", "unblocks", "blocked_by"):
@@ -85,6 +89,28 @@ def _confirm_channel_drop(args) -> bool:
     return False
 
 
+def _cmd_seed(args) -> int:
+    with open_existing(args.store) as store:
+        if args.seed_command == "set":
+            try:
+                data = bytes.fromhex(args.seed)
+            except ValueError:
+                raise ArgumentError("seed set: the seed is hex: <varint role><32-byte public key> pairs (moderation.md §4.7)") from None
+            store.set_seed(data)
+        elif args.seed_command == "clear":
+            store.clear_seed()
+        seed = store.seed()
+    if args.json:
+        print_json({"seed": {pk.hex(): role for pk, role in sorted(seed.items())}})
+    elif not seed:
+        print("no moderation seed" + (": cleared (what its users did that was applied stays applied)" if args.seed_command == "clear" else ""))
+    else:
+        print(f"moderation seed: {len(seed)} users take these roles by default (no post/role is written; `cablestore seed clear` revokes it)")
+        for pk, role in sorted(seed.items()):
+            print(f"  {role:<6} {pk.hex()}")
+    return 0
+
+
 def _cmd_write(args) -> int:
     from cablestore.authoring.moderating import moderate_with_keyfile
     from cablestore.wire.codec import post_hash
@@ -122,6 +148,18 @@ def register(sub) -> None:
     p.add_argument("store", help="the store directory (read only)")
     p.add_argument("--json", action="store_true", help="print the users as JSON")
     p.set_defaults(func=_cmd_users)
+    p = sub.add_parser("seed", help="the moderation seed: users to regard as admins or mods by default (moderation.md §4.7)")
+    seeds = p.add_subparsers(dest="seed_command", required=True, metavar="COMMAND")
+    k = seeds.add_parser("set", help="join with a seed: hex of <varint role><32-byte key> pairs (0 admin, 1 mod; at most 16); replaces one set before")
+    k.add_argument("store", help="the store directory")
+    k.add_argument("seed", help="the seed as hex (roles numbered as moderation.md §5.1.2: 0 admin, 1 mod, 2 user)")
+    k.add_argument("--json", action="store_true", help="print the seed as JSON")
+    k.set_defaults(func=_cmd_seed)
+    for name, text in (("show", "the seed in effect (read only)"), ("clear", "revoke the seed: its users are normal users again; what they did stays applied")):
+        k = seeds.add_parser(name, help=text)
+        k.add_argument("store", help="the store directory")
+        k.add_argument("--json", action="store_true", help="print the seed as JSON")
+        k.set_defaults(func=_cmd_seed)
 
     p = sub.add_parser("moderation", help="the resolved moderation state: roles, hides, drops, blocks (read only)")
     p.add_argument("store", help="the store directory (read only)")

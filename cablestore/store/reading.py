@@ -18,8 +18,8 @@ from typing import Any
 
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
-from cablestore.keyspace.keys import as_hash, canonical_channel, channel_key, escape
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, channel_key, escape
+from cablestore.store.queries import channel_names
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
@@ -30,44 +30,59 @@ from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NA
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
 
+def _field(name: str, doc: str) -> property:
+    """A field of the decoded :class:`Post`, read through ``StoredPost.post``."""
+
+    def read(self: StoredPost) -> Any:
+        return getattr(self.post, name)
+
+    read.__doc__ = doc
+    return property(read)
+
+
 @dataclass(frozen=True, slots=True)
 class StoredPost:
-    """One stored post, decoded, with its hash and its author's current name.
+    """One stored post: its hash, the decoded :class:`cablestore.wire.codec.Post`, and its author's current name.
 
-    Fields a post's type does not use are ``None`` (``deleted`` is ``()``
-    except for a post/delete).  ``raw`` holds the post's exact bytes.
+    The post's fields read through (``post_type``, ``timestamp``, ``links``,
+    ``channel``, ``text``, ``topic``, ``info``, and the moderation fields
+    ``reason`` … ``undrop``); ``author`` is the post's ``public_key`` and
+    ``deleted`` its ``hashes`` (``()`` but for a post/delete).  Fields a
+    post's type does not use are ``None``.  ``raw`` holds the post's exact bytes.
     """
 
     hash: bytes
-    post_type: int
-    author: bytes
-    timestamp: int
-    links: tuple[bytes, ...]
+    post: Post
     raw: bytes
     author_name: str | None = None
-    channel: str | None = None
-    text: str | None = None
-    topic: str | None = None
-    info: tuple[tuple[str, str], ...] | None = None
-    deleted: tuple[bytes, ...] = ()
-    # moderation posts (types 6-9): see cablestore.wire.codec.Post
-    reason: str | None = None
-    privacy: int | None = None
-    recipients: tuple[bytes, ...] | None = None
-    role: int | None = None
-    action: int | None = None
-    drop: int | None = None
-    notify: int | None = None
-    undrop: int | None = None
     hidden_by: bytes | None = None  # the action hiding this post/text for the local user (moderation.md §5.1.3.4-5)
+
+    author = _field("public_key", "The author's public key.")
+    post_type = _field("post_type", "The post type (0-9).")
+    timestamp = _field("timestamp", "The claimed timestamp (ms since the epoch).")
+    links = _field("links", "The hashes the post links to.")
+    channel = _field("channel", "The channel (types 0, 3-5; moderation posts: the context).")
+    text = _field("text", "A post/text's text.")
+    topic = _field("topic", "A post/topic's topic.")
+    info = _field("info", "A post/info's ``(key, value)`` pairs.")
+    reason = _field("reason", "A moderation post's reason.")
+    privacy = _field("privacy", "A moderation post's privacy flag.")
+    recipients = _field("recipients", "A moderation post's recipients.")
+    role = _field("role", "A post/role's role.")
+    action = _field("action", "A post/moderation's action.")
+    drop = _field("drop", "A post/block's drop flag.")
+    notify = _field("notify", "A post/block's notify flag.")
+    undrop = _field("undrop", "A post/unblock's undrop flag.")
+
+    @property
+    def deleted(self) -> tuple[bytes, ...]:
+        """The hashes a post/delete deletes (``()`` for any other post)."""
+        return self.post.hashes or ()
 
     @classmethod
     def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> StoredPost:
         """Decode ``buf`` (stored under hash ``h``) into a StoredPost."""
-        p = post if post is not None else decode_post(buf)
-        return cls(h, p.post_type, p.public_key, p.timestamp, p.links, bytes(buf), author_name,
-                   p.channel, p.text, p.topic, p.info, p.hashes or (), p.reason, p.privacy, p.recipients,
-                   p.role, p.action, p.drop, p.notify, p.undrop)
+        return cls(h, post if post is not None else decode_post(buf), bytes(buf), author_name)
 
     @property
     def type_name(self) -> str:
@@ -311,7 +326,7 @@ class Reading:
         """Every channel with its spelling, topic, member count and message count, ascending by name."""
         out = []
         with self.db.snapshot() as snap:
-            for name in channel_view.channel_names(snap):
+            for name in channel_names(snap):
                 ch = escape(name)  # the name as its keys spell it
                 topic = snap.get(channel_view.PREFIX + ch + b"t")
                 with snap.iterator(prefix=channel_view.PREFIX + ch + b"m") as it:
@@ -334,7 +349,7 @@ class Reading:
         with self.db.snapshot() as snap:
             posts = _count_keys(snap, POSTS)
             tombstones = _count_keys(snap, DELETED)
-            channels = len(channel_view.channel_names(snap))
+            channels = len(channel_names(snap))
             with snap.iterator(prefix=prefix, include_value=False) as it:
                 for key in it:
                     authors.add(key[len(prefix) : len(prefix) + 32])

@@ -38,9 +38,9 @@ import plyvel
 
 from cablestore.errors import CableError, StoreError, StoreLockedError
 from cablestore.keyspace import reverse
+from cablestore.keyspace.keys import DELETED, FORMAT_KEY, POSTS
 from cablestore.progress import Progress
 from cablestore.store import leveldb_files, opening
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.wire.codec import DELETE, decode_post, post_hash
 
 _POST_KEY_LEN = len(POSTS) + 32
@@ -211,13 +211,13 @@ def _restore_format(path: Path) -> bool:
     with opening.translated(path):
         db = plyvel.DB(os.fsencode(path), create_if_missing=False)
         try:
-            if db.get(opening.FORMAT_KEY) is not None:
+            if db.get(FORMAT_KEY) is not None:
                 return False
             if not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(
                 True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)
             ):
                 return False  # not ours: opening will refuse it
-            db.put(opening.FORMAT_KEY, opening.FORMAT, sync=True)
+            db.put(FORMAT_KEY, opening.FORMAT, sync=True)
             return True
         finally:
             db.close()

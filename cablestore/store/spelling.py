@@ -14,21 +14,17 @@ spelling asked for.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
-from cablestore.keyspace.keys import canonical_channel, channel_key
-from cablestore.store.txn import POSTS
+from cablestore.keyspace.keys import POSTS, canonical_channel, channel_key
 from cablestore.views import chat, state
 from cablestore.wire.codec import decode_post
-
-if TYPE_CHECKING:
-    from cablestore.store.store import Store
 
 MONO = 40  # a key's <mono>: the timestamp (8 bytes, big-endian), then the hash
 SCAN = 64  # post/deletes listed before a channel's first post/text that are stepped over, at most
 
 
-def listed_spelling(store: Store, channel: str) -> str:
+def listed_spelling(store: Any, channel: str) -> str:
     """The spelling ``channel`` (any spelling of it) is written and listed under (see the module's rule)."""
     wanted = canonical_channel(channel)
     ch = channel_key(channel)
@@ -41,7 +37,7 @@ def listed_spelling(store: Store, channel: str) -> str:
     return min(found)[1] if found else channel
 
 
-def listed_spellings(store: Store, channels: Iterable[str]) -> list[str]:
+def listed_spellings(store: Any, channels: Iterable[str]) -> list[str]:
     """:func:`listed_spelling` of each of ``channels`` (casefolded names, as ``Store.channel_list`` gives them)."""
     return [listed_spelling(store, c) for c in channels]
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cablestore.keyspace.keys import HashLike, as_hash, next_prefix
-from cablestore.store.inflight import guarded
 from cablestore.views import author as author_view
 from cablestore.views import user as user_view
 from cablestore.wire.codec import ACCEPT_ROLE, ACCEPT_ROLE_VALUES
@@ -111,7 +110,6 @@ def _post_counts(snap) -> dict[bytes, int]:
 class UserQueries:
     """Mixed into Store; expects ``self.db`` and the moderation queries (``moderation_summary``)."""
 
-    @guarded
     def user_labels(self, public_keys: Iterable[HashLike]) -> dict[bytes, str]:
         """Public key -> how to show that user to people (:func:`labels`: a shared name gets key digits)."""
         wanted = [as_hash(pk) for pk in public_keys]
@@ -121,7 +119,6 @@ class UserQueries:
             names.setdefault(pk, None)
         return labels(names, wanted)
 
-    @guarded
     def users(self) -> list[UserSummary]:
         """Every known user (an author of a stored post, or named by a role, hide or block in effect), by key."""
         summary = self.moderation_summary()
