@@ -51,7 +51,7 @@ def unblock(author, user, ts, undrop=0):
 
 def info(author, ts, **pairs):
     """A post/info; ``accept_role=0|1`` is written as the one-byte varint of wire.md §6.2.4 (as cable.js writes it)."""
-    return make_post(author, INFO, ts, info=[(k.replace("_", "-"), chr(int(v)) if k == "accept_role" else v) for k, v in pairs.items()])
+    return make_post(author, INFO, ts, info=[(k.replace("_", "-"), v) for k, v in pairs.items()])
 
 
 def text(author, ts, channel, words):

@@ -112,7 +112,7 @@ def _check_arguments(public_key, command, targets, role, posts, channel, reason,
         post_type, body = ROLE, {**head, "channel": channel, "recipients": keys, "role": ROLE_WORDS[role]}
     elif command in ("block", "unblock"):
         if channel:
-            raise PostFieldError(f"{command} has no channel: a block acts in the whole cabal (moderation.md §4.6); leave out --channel")
+            raise PostFieldError(f"{command} has no channel: a block acts in the whole cabal (moderation.md §4.6); give no channel")
         _some(targets, command)
         flags = {"drop": int(drop), "notify": int(notify)} if command == "block" else {"undrop": int(undrop)}
         post_type, body = (BLOCK if command == "block" else UNBLOCK), {**head, "recipients": keys, **flags}

@@ -92,8 +92,8 @@ def resolve(local: bytes | None, posts: Iterable[tuple[bytes, Post]], seed: Seed
 
 def accepts_roles(post: Post) -> bool | None:
     """A post/info's ``accept-role`` (wire.md §6.2.4: a one-byte varint, 0 or 1): None when it does not set it."""
-    value = post.info_value("accept-role")
-    return None if value is None else value != "\x00"
+    value = post.accept_role
+    return None if value is None else value == 1
 
 
 def _without(local, roles, infos, actions, excluded: frozenset, seed: Seed) -> tuple[RoleHistory, Effects]:
