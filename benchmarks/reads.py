@@ -59,10 +59,10 @@ def profile_reads(posts_file: Path, out: Path, tail: int) -> None:
     def timed_init(self, db, *args, **kw):
         txn_init(self, _TimedReads(db, counts, nanos), *args, **kw)
 
-    def timed_seek(self, prefix):
+    def timed_seek(self, prefix, *rest):
         name = "seek " + _family(prefix)
         start = time.perf_counter_ns()
-        found = last_candidate(self, prefix)
+        found = last_candidate(self, prefix, *rest)
         nanos[name] += time.perf_counter_ns() - start
         counts[name] += 1
         if prefix.startswith(b"!rev!"):

@@ -66,7 +66,7 @@ def reindex_chunk(list chunk, Py_ssize_t start, dict on_target, dict made_by, li
             continue
         ip = new_indexed(h, post, ())
         es = entries(ip)
-        es.append((b"!rev!" + h, reverse_pack(ip)))
+        es.append((_K_REV + h, reverse_pack(ip)))
         puts.extend(es)
         written += len(es)
         indexed += 1
@@ -104,7 +104,7 @@ cdef _emit_head(list out, bytes own, get, Py_ssize_t start, channel_of, escape, 
     if channel is None:  # not a channel post, or anything unusual: the pure view decides
         out.extend(latest_of_py(own, get))
     else:
-        out.append((_cat(b"!links!h", escape(channel), own[start:]), _EMPTY))
+        out.append((_cat(_K_HEADS, escape(channel), own[start:]), _EMPTY))
 
 
 def put_all(put, pairs):

@@ -176,14 +176,28 @@ cdef object _escape = None
 cdef tuple _VIEWS = ()
 cdef object _V_STATE = None, _V_USER = None, _V_CHANNEL = None, _V_LINKS = None
 cdef bytes _EMPTY = b""
+# The key prefixes, bound from the view modules (which take them from
+# cablestore.keyspace.keys) and from cablestore.keyspace.reverse: never spelled here.
+cdef bytes _K_CHAT = None, _K_STATE = None, _K_AUTHOR = None, _K_USER = None, _K_CHANNEL = None, _K_HEADS = None
+cdef bytes _K_REV = None
 cdef tuple _TYPE_BYTE = tuple(bytes([i]) for i in range(256))
 
 
-def bind_views(entries_py, groups_py, escape, state, user, channel, links):
-    """Bind the pure ``views.entries``/``views.groups``, ``escape`` and the view modules whose groups this computes."""
+def bind_views(entries_py, groups_py, escape, chat, state, author, user, channel, links):
+    """Bind the pure ``views.entries``/``views.groups``, ``escape`` and the view modules whose entries and groups this computes.
+
+    Their key prefixes are read from the modules (``PREFIX``, ``links.HEADS``).
+    """
     global _entries_py, _groups_py, _escape, _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS
+    global _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS
     _entries_py, _groups_py, _escape = entries_py, groups_py, escape
     _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS = state, user, channel, links
+    _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS = chat.PREFIX, state.PREFIX, author.PREFIX, user.PREFIX, channel.PREFIX, links.HEADS
+
+
+def bound_prefixes():
+    """The key prefixes this extension was bound to, by name (``tests/test_speedups.py`` compares them with the keyspace's)."""
+    return {"chat": _K_CHAT, "state": _K_STATE, "author": _K_AUTHOR, "user": _K_USER, "channel": _K_CHANNEL, "heads": _K_HEADS, "reverse": _K_REV}
 
 
 def entries(ip):
@@ -201,23 +215,23 @@ def entries(ip):
     if t != INFO:
         esc = _escape(_get(ip, _IDX_OFF[3]))
     if t == TEXT:  # chat
-        out.append((_cat(b"!chat!", esc, m), _EMPTY))
+        out.append((_cat(_K_CHAT, esc, m), _EMPTY))
     elif t == JOIN or t == LEAVE:  # state
-        out.append((_cat(b"!state!", esc, b"m", pk, m), _EMPTY))
+        out.append((_cat(_K_STATE, esc, b"m", pk, m), _EMPTY))
     elif t == TOPIC:
-        out.append((_cat(b"!state!", esc, b"t", m), _EMPTY))
-    out.append((_cat(b"!author!", pk, tb, m), _EMPTY))  # author
+        out.append((_cat(_K_STATE, esc, b"t", m), _EMPTY))
+    out.append((_cat(_K_AUTHOR, pk, tb, m), _EMPTY))  # author
     if t == INFO:  # user
-        out.append((_cat(b"!user!", pk, b"p", m), _EMPTY))
+        out.append((_cat(_K_USER, pk, b"p", m), _EMPTY))
     else:  # channel: every channel post type
-        out.append((_cat(b"!channel!", esc, b"a", pk, m), tb))
+        out.append((_cat(_K_CHANNEL, esc, b"a", pk, m), tb))
     links = post.links
     cdef Py_ssize_t nl = len(links)
     if nl == 1:  # links
-        out.append((_cat(b"!rev!", links[0], b"l", h), _EMPTY))
+        out.append((_cat(_K_REV, links[0], b"l", h), _EMPTY))
     elif nl > 1:
         for target in dict.fromkeys(links):
-            out.append((_cat(b"!rev!", target, b"l", h), _EMPTY))
+            out.append((_cat(_K_REV, target, b"l", h), _EMPTY))
     return out
 
 
@@ -258,10 +272,10 @@ def groups(ip):
 cdef object _pack_py = None
 
 
-def bind_reverse(pack_py):
-    """Bind the pure ``reverse.pack`` (post/deletes and anything unusual go there)."""
-    global _pack_py
-    _pack_py = pack_py
+def bind_reverse(pack_py, bytes prefix):
+    """Bind the pure ``reverse.pack`` (post/deletes and anything unusual go there) and the reverse entries' key prefix."""
+    global _pack_py, _K_REV
+    _pack_py, _K_REV = pack_py, prefix
 
 
 cdef inline Py_ssize_t _put_uint(unsigned char* q, uint64_t v):

@@ -22,6 +22,7 @@ INTERNAL_PREFIXES = (
     "cablestore.__main__",
     "cablestore.cli",
     "cablestore.store.txn",
+    "cablestore.store.indexing",
     "cablestore.keyspace.reverse",
     "cablestore.views",
     "cablestore.rebuild.",

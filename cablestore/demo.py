@@ -1,4 +1,4 @@
-"""The README's main job: build a sample store, answer requests, verify it on Spark."""
+"""The README's main job: build a sample store, answer requests, verify it (on Spark where Java 17+ is found)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cablestore.authoring.workload import Workload
-from cablestore.errors import StoreExistsError
+from cablestore.errors import RebuildError, StoreExistsError
 from cablestore.progress import Progress
 from cablestore.store import opening
 from cablestore.store.store import Store
@@ -22,29 +22,57 @@ def run_demo(
     posts: int = 2000,
     seed: int = 1,
     quiet: bool = False,
-    engine: str = "spark",
+    engine: str = "auto",
     out: Callable[..., Any] = print,
 ) -> dict[str, Any]:
     """Build a sample store of ``posts`` signed posts, print what it answers, verify it.
 
-    Returns a JSON-ready report (``report["ok"]``: everything was accepted and
-    the rebuild found the store consistent).  Without ``directory`` the store
-    lives in a temporary directory removed afterwards; a ``directory`` must be
-    new (missing, or an empty directory): the demo never writes into an
-    existing store (:class:`cablestore.errors.StoreExistsError`).
+    ``engine``: ``"auto"`` verifies on Spark where Java 17 or newer is found
+    and otherwise on the local engine, saying so in one line before any work;
+    ``"spark"`` refuses up front without Java (:class:`cablestore.errors.RebuildError`);
+    ``"local"`` never starts Spark.  Returns a JSON-ready report
+    (``report["ok"]``: everything was accepted and the rebuild found the store
+    consistent; ``report["engine"]``: the engine that verified).  Without
+    ``directory`` the store lives in a temporary directory removed afterwards;
+    a ``directory`` must be new (missing, or an empty directory): the demo
+    never writes into an existing store (:class:`cablestore.errors.StoreExistsError`).
     """
     if directory is not None:
         _refuse_existing(Path(directory))
+    engine, note = choose_engine(engine)
     say = (lambda *a: None) if quiet else out
+    if note:
+        say(note)
     progress = Progress(quiet=quiet)
     tmp = None
     if directory is None:
         tmp = directory = tempfile.mkdtemp(prefix="cablestore-demo-")
     try:
-        return _demo(Path(directory), posts, seed, engine, say, progress)
+        report = _demo(Path(directory), posts, seed, engine, say, progress)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+    return {**report, "engine": engine, "engine_note": note}
+
+
+def choose_engine(engine: str) -> tuple[str, str | None]:
+    """The engine the demo verifies with, and the one line that says why it is not Spark (or None).
+
+    Decided before any work: Java's presence and version are read without
+    starting a JVM (``cablestore.rebuild.spark_runtime.java_problem``).
+    """
+    from cablestore.rebuild.spark_runtime import java_problem, require_java
+
+    if engine not in ("auto", "spark", "local"):
+        raise RebuildError(f"unknown engine {engine!r} (auto, spark or local)")
+    if engine == "local":
+        return "local", None
+    problem = java_problem()
+    if problem is None:
+        return "spark", None
+    if engine == "spark":
+        require_java()  # raises: asked for Spark by name, refused before the work
+    return "local", f"Spark needs Java 17 or newer ({problem}): verifying on the local engine instead, the same recomputation in-process"
 
 
 def _refuse_existing(path: Path) -> None:

@@ -13,14 +13,14 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from .snapshot import export
+from .snapshot import export, export_store
 from .verify import Report, apply_repair, check, verify
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
-__all__ = ["Report", "apply_repair", "check", "export", "rebuild", "verify"]
+__all__ = ["Report", "apply_repair", "check", "export", "export_store", "rebuild", "verify"]
 
 
 def rebuild(
@@ -51,7 +51,7 @@ def rebuild(
     if engine not in ("spark", "local"):
         raise RebuildError(f"unknown engine {engine!r} (spark or local)")
     if engine == "local" and master is not None:
-        raise RebuildError("a Spark master needs the Spark engine (--master with --engine local)")
+        raise RebuildError("a Spark master needs the Spark engine (master with engine='local')")
     kw = dict(
         engine=engine,
         partitions=partitions,
@@ -64,12 +64,12 @@ def rebuild(
     )
     if store_path is None:
         if snapshot is None or repair:
-            raise RebuildError("give a STORE (repair needs one), or --snapshot DIR to verify a snapshot")
+            raise RebuildError("give a store path (repair needs one), or snapshot=DIR to verify a snapshot")
         return verify(snapshot=snapshot, **kw)
     held = isinstance(store_path, Store)  # a store held open (by `serve`, for a control client): left open
     with contextlib.nullcontext(store_path) if held else Store(store_path, create=False) as store, store.in_flight():
         if snapshot is not None:
             if repair:
-                raise RebuildError("--repair works on a STORE, not on --snapshot")
+                raise RebuildError("repair=True works on a store path, not on a snapshot")
             return verify(snapshot=snapshot, **kw)
         return check(store, fix=repair, **kw)

@@ -15,19 +15,14 @@ import blake3
 from cablestore import views
 from cablestore.errors import CableError, CorruptRecordError
 from cablestore.keyspace import reverse
+from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.store.enforcing import refusal
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
 
-META = b"!meta!"
-LOCAL = b"!local!"  # this peer's own state (clock, sync cursors)
-QUARANTINE = b"!quarantine!"  # records a repair set aside: `!quarantine!<original key>`
-REFUSED = b"!refused!"  # who wrote a refused post/delete: kept for later ingest decisions, read by no view
-PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED)
-LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves (cablestore.store.moderation_queries)
+PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED, FACTS)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
@@ -151,13 +146,13 @@ def recompute_post(h: bytes, blob: bytes, post, made):
     """
     ip, entries = post_entries(h, blob, post, made)
     candidates = [
-        ((view.NAME, group), (rank, h, blob if views.needs_winner(view, group, rank) else None))
+        ((view.NAME, group), (rank, h, blob if view.latest_needs_winner(group, rank) else None))
         for view, group, rank in views.ranked_groups(ip)
     ]
     return entries, candidates
 
 
-def enforcement_rows(local_user: bytes | None, posts, on_target, check_signatures: bool) -> dict | None:
+def enforcement_rows(local_user: bytes | None, posts, on_target, check_signatures: bool, facts=(), seed=None) -> dict | None:
     """The resolved rows that keep posts out, from the sound moderation posts among ``(hash, blob)`` posts.
 
     None when nothing can be kept out (no local user, or no moderation post).
@@ -169,7 +164,7 @@ def enforcement_rows(local_user: bytes | None, posts, on_target, check_signature
     sound = [(h, b) for h, b in posts if post_type_of(b) in RELEVANT_TYPES and classify(h, b, on_target.get(h, ()), check_signatures)[1] is not None]
     if not sound:
         return None
-    return dict(resolved_entries(local_user, sound))
+    return dict(resolved_entries(local_user, sound, facts, seed))
 
 
 def kept_out(h: bytes, post, rows: dict) -> Fault | None:
@@ -178,9 +173,15 @@ def kept_out(h: bytes, post, rows: dict) -> Fault | None:
     return None if why is None else Fault(h, "kept_out", f"{type(why).__name__}: {why}", POSTS + h)
 
 
-def resolved_entries(local_user: bytes | None, posts) -> list[tuple[bytes, bytes]]:
-    """The resolved moderation entries of ``(hash, blob)`` posts: what ``cablestore.store.resolving`` writes."""
-    return views.resolved_entries(resolve(local_user, [(h, decode_post(blob)) for h, blob in posts]))
+def resolved_entries(local_user: bytes | None, posts, facts=(), seed=None) -> list[tuple[bytes, bytes]]:
+    """The resolved moderation entries of ``(hash, blob)`` posts and ``(hash, fact)`` facts: what ``cablestore.store.resolving`` writes.
+
+    ``facts``: ``cablestore.store.resolving.held_facts`` of the store, the
+    moderation fields of posts a block removed (primary data, like tombstones).
+    ``seed``: the store's moderation seed (``cablestore.store.resolving.stored_seed``).
+    """
+    posts = [(h, decode_post(blob)) for h, blob in posts]
+    return views.resolved_entries(resolve(local_user, posts + list(facts), seed))
 
 
 def newer(a, b):
@@ -192,7 +193,7 @@ def render(view_name: str, group: bytes, candidate) -> list[tuple[bytes, bytes]]
     """The latest entries of a group whose winning candidate is ``candidate``."""
     rank, h, blob = candidate
     view = views.BY_NAME[view_name]
-    if blob is None and not views.needs_winner(view, group, rank):
+    if blob is None and not view.latest_needs_winner(group, rank):
         return []
     return view.latest(group, Indexed.of(blob, decode_post(blob), h))
 

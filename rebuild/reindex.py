@@ -36,7 +36,7 @@ import plyvel
 from cablestore import views
 from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import next_prefix
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, next_prefix
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -49,9 +49,7 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
-from cablestore.store.moderation_queries import LOCAL_USER_KEY
-from cablestore.store.resolving import moderation_posts
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.store.resolving import moderation_posts, stored_seed
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
@@ -62,7 +60,7 @@ _BATCH_KEYS = 200_000  # entries per WriteBatch: bounded memory, few large write
 _PROGRESS_EVERY = 1000  # posts (or keys) between progress updates
 # Views with a group per post give every group's latest from the written
 # `!rev!` range (``bulk_latest``); the others keep one candidate per group.
-_BULK = tuple(v for v in views.VIEWS if hasattr(v, "bulk_latest"))
+_BULK = tuple(v for v in views.VIEWS if v.BULK_LATEST)
 _GROUPED = tuple(v for v in views.VIEWS if v not in _BULK)
 
 
@@ -144,9 +142,10 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
 def _write_resolved(db, writer: BatchWriter) -> int:
     """The resolved moderation entries, from the moderation posts just indexed (what a store's ingest writes)."""
     posts = moderation_posts(lambda prefix: list(db.iterator(prefix=prefix)), lambda h: db.get(POSTS + h))
-    if not posts:
+    seed = stored_seed(db.get)
+    if not posts and not seed.roles:
         return 0
-    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts)))
+    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts, seed)))
     writer.flush()
     return written
 
@@ -275,7 +274,7 @@ def _index_posts(db, writer: BatchWriter, on_target, made_by, report: ReindexRep
             posts = _index_some(stored, run, progress)
         else:
             # The compiled loop takes the plain posts of each chunk; the rest (tombstones, faults) go the pure way.
-            rankers = {v: getattr(v, "rank", None) for v in _GROUPED}
+            rankers = {v: views.RANKERS[v] for v in _GROUPED}
             while chunk := list(islice(stored, _CHUNK)):
                 slow, n_indexed, n_written = _native.reindex_chunk(chunk, len(POSTS), on_target, made_by, puts, run.best, _GROUPED, rankers, post_hash)
                 posts += len(chunk) - len(slow)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import RebuildError
-from cablestore.store.txn import POSTS
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE
 
 from . import local
-from .recompute import FAULT_KINDS, LOCAL_USER_KEY, QUARANTINE, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
+from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
 from .snapshot import SnapshotSource, StoreSource, export
 
 if TYPE_CHECKING:
@@ -127,14 +127,14 @@ def run_engine(
             return local.run(source, parts, check_signatures, progress, verify_workers, local_user=local_user)
         finally:
             source.close()
-    from . import spark
+    from . import spark_engine
 
-    session = spark.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
+    session = spark_engine.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
     if snapshot:
-        return spark.run(snapshot, check_signatures, spark=session, progress=progress)
+        return spark_engine.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
         export(db, tmp, partitions)
-        return spark.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
+        return spark_engine.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
 
 
 def verify(

@@ -46,8 +46,13 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, bool]]:
-    """``(imported module, at module level)`` for every cablestore import of one module, TYPE_CHECKING blocks left out."""
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str]]:
+    """``(imported module, how)`` for every cablestore import of one module.
+
+    ``how``: ``"module"`` (at module level), ``"deferred"`` (inside a
+    function) or ``"typing"`` (under ``if TYPE_CHECKING:``).  All three count:
+    a circle closed by a deferred or a type-only import is still a circle.
+    """
     tree = ast.parse(path.read_text())
     is_pkg = path.name == "__init__.py"
     base = name if is_pkg else name.rsplit(".", 1)[0]
@@ -60,14 +65,15 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str,
                 targets.append(f"{mod}.{n}")
         return targets or ([mod] if mod in modules else [])
 
-    def walk(node, top: bool):
+    def walk(node, how: str):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                walk(child, "typing")
                 continue
             if isinstance(child, ast.Import):
                 for a in child.names:
                     if a.name.startswith("cablestore"):
-                        found.extend((t, top) for t in resolve(a.name))
+                        found.extend((t, how) for t in resolve(a.name))
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     anchor = base.split(".")
@@ -76,11 +82,25 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str,
                 else:
                     mod = child.module or ""
                 if mod.startswith("cablestore"):
-                    found.extend((t, top) for t in resolve(mod, [a.name for a in child.names]))
-            walk(child, top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+                    found.extend((t, how) for t in resolve(mod, [a.name for a in child.names]))
+            inner = how
+            if how == "module" and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                inner = "deferred"
+            walk(child, inner)
 
-    walk(tree, True)
+    walk(tree, "module")
     return found
+
+
+def _db_uses(path: Path) -> list[int]:
+    """Lines of ``path`` reading an attribute named ``db`` (a Store's or a Txn's LevelDB handle)."""
+    return sorted({n.lineno for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute) and n.attr == "db"})
+
+
+def _db_allowed() -> set[str]:
+    """Modules outside ``cablestore.store`` that docs/architecture.md "Direct LevelDB access" lets use ``.db``."""
+    text = DOC.read_text().split("## Direct LevelDB access", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\|\s*`([a-z_.]+)`\s*\|", text, re.M))
 
 
 def _layer_of(module: str, layers: dict[str, int]) -> tuple[str, int]:
@@ -116,34 +136,117 @@ def test_the_allowed_exceptions_are_still_needed():
     assert _exceptions() <= present
 
 
-def test_no_import_circle_at_module_level():
-    modules = _modules()
-    graph = {n: {t for t, top in _imports(n, p, modules) if top and t != n} for n, p in modules.items()}
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or one importing itself): every import circle."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(n):
+        index[n] = low[n] = counter[0]
+        counter[0] += 1
+        stack.append(n)
+        on.add(n)
+        for t in sorted(graph.get(n, ())):
+            if t not in index:
+                visit(t)
+                low[n] = min(low[n], low[t])
+            elif t in on:
+                low[n] = min(low[n], index[t])
+        if low[n] == index[n]:
+            comp = []
+            while True:
+                m = stack.pop()
+                on.discard(m)
+                comp.append(m)
+                if m == n:
+                    break
+            if len(comp) > 1 or n in graph.get(n, ()):
+                out.append(sorted(comp))
+
+    for n in sorted(graph):
+        if n not in index:
+            visit(n)
+    return out
+
+
+def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Every import (module level, deferred and TYPE_CHECKING), but those the deferred-imports table declares."""
+    allowed = _exceptions()
+    graph = {n: {t for t, _ in _imports(n, p, modules) if (n, t) not in allowed} for n, p in modules.items()}
     # A package's __init__ importing its own submodules is how a package re-exports: not a circle.
     for n in graph:
         graph[n] = {t for t in graph[n] if not (t.startswith(n + ".") and modules[n].name == "__init__.py")}
-    state, cycles = {}, []
+    return graph
 
-    def visit(n, stack):
-        state[n] = 1
-        stack.append(n)
-        for t in sorted(graph.get(n, ())):
-            if state.get(t) == 1:
-                cycles.append(stack[stack.index(t):] + [t])
-            elif t not in state:
-                visit(t, stack)
-        stack.pop()
-        state[n] = 2
 
-    for n in sorted(graph):
-        if n not in state:
-            visit(n, [])
-    assert cycles == []
+def test_no_import_circle_deferred_and_type_only_imports_included():
+    circles = _circles(_import_graph(_modules()))
+    assert circles == []
+
+
+def test_no_module_above_the_store_touches_leveldb():
+    """``.db`` (a Store's plyvel handle) is used only in cablestore.store and the modules docs/architecture.md declares."""
+    allowed = _db_allowed()
+    assert allowed, 'no "Direct LevelDB access" table in docs/architecture.md'
+    bad = {}
+    for name, path in _modules().items():
+        if name.startswith("cablestore.store.") or name == "cablestore.store" or name in allowed:
+            continue
+        if lines := _db_uses(path):
+            bad[name] = lines
+    assert bad == {}
+
+
+def test_the_declared_leveldb_users_still_use_it():
+    modules = _modules()
+    assert {m for m in _db_allowed() if not _db_uses(modules[m])} == set()
 
 
 def test_the_checker_sees_a_violation(tmp_path):
-    """The import walk finds module-level and deferred imports (so a passing run means something)."""
+    """The import walk finds module-level, deferred and TYPE_CHECKING imports (so a passing run means something)."""
     p = tmp_path / "m.py"
-    p.write_text("from cablestore.store import store\n\ndef f():\n    from cablestore.rebuild import verify\n")
-    mods = {"cablestore.store.store": p, "cablestore.rebuild.verify": p, "cablestore.x": p}
-    assert _imports("cablestore.x", p, mods) == [("cablestore.store.store", True), ("cablestore.rebuild.verify", False)]
+    p.write_text(
+        "from typing import TYPE_CHECKING\nfrom cablestore.store import store\n\nif TYPE_CHECKING:\n    from cablestore.peer import node\n\n"
+        "def f():\n    from cablestore.rebuild import verify\n"
+    )
+    mods = {"cablestore.store.store": p, "cablestore.rebuild.verify": p, "cablestore.peer.node": p, "cablestore.x": p}
+    assert _imports("cablestore.x", p, mods) == [
+        ("cablestore.store.store", "module"),
+        ("cablestore.peer.node", "typing"),
+        ("cablestore.rebuild.verify", "deferred"),
+    ]
+
+
+def test_the_checker_sees_a_deferred_circle_and_a_db_use(tmp_path):
+    """Two modules importing each other only inside functions, or under TYPE_CHECKING, make a circle; ``x.db`` is found."""
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text("import cablestore.b\n")
+    b.write_text("def f(store):\n    from cablestore import a\n    return store.db.get(b'k')\n")
+    c.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cablestore.c\n")
+    mods = {"cablestore.a": a, "cablestore.b": b, "cablestore.c": c}
+    graph = {n: {t for t, _ in _imports(n, p, mods)} for n, p in mods.items()}
+    assert _circles(graph) == [["cablestore.a", "cablestore.b"], ["cablestore.c"]]
+    assert _db_uses(b) == [3] and _db_uses(a) == []
+
+
+def _library_error_strings(path: Path) -> list[tuple[int, str]]:
+    """``(line, text)`` of every string literal inside a ``raise`` or an error constructed in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Error"):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    out.append((sub.lineno, sub.value))
+    return out
+
+
+def test_library_errors_name_no_command_line_flag():
+    """A library error says what is wrong in the library's terms; the CLI spells its flags (cablestore.cli.args.error_message)."""
+    flag = re.compile(r"(^|[\s(`'\"])--[a-z]")
+    bad = [
+        f"{name}:{line}: {text!r}"
+        for name, path in _modules().items()
+        if not name.startswith("cablestore.cli")
+        for line, text in _library_error_strings(path)
+        if flag.search(text)
+    ]
+    assert bad == []

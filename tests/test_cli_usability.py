@@ -346,3 +346,22 @@ def test_ingest_cache_mb_reaches_the_store_and_a_bad_size_creates_nothing(tmp_pa
     assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet", "--cache-mb", "256"]) == 0
     assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet"]) == 0
     assert seen == [70000, 256, None]  # None: the Store's own default
+
+
+def test_the_cli_spells_library_errors_with_its_flags(tmp_path, capsys):
+    """Library errors name no flag (issue 32); the CLI line still shows the flag that acts on the error."""
+    from cablestore.authoring.moderating import _needs_targets
+    from cablestore.cli.args import error_message
+    from cablestore.errors import CorruptRecordError
+    from cablestore.keyspace.keys import unescape
+
+    with pytest.raises(CorruptRecordError) as caught:
+        unescape(b"no terminator")
+    assert "--repair" not in str(caught.value)
+    assert error_message(caught.value).endswith("; run `cablestore check STORE --repair`")
+    assert error_message(_needs_targets("drop")) == "drop needs --post HASHes or --channel C"
+    assert error_message(_needs_targets("hide")) == "hide needs --user KEYs, --post HASHes"
+    Store(tmp_path / "s").close()
+    assert main(["rebuild", str(tmp_path / "s"), "--engine", "local", "--master", "local[1]"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith("(--master with --engine local)"), err

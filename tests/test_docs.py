@@ -1,11 +1,12 @@
-"""Keep the documentation true: KEYSPACE.md's table, the README's commands and examples, and docs/*.md.
+"""Keep the documentation true: KEYSPACE.md's table, the README, docs/tour.md and docs/*.md.
 
 Conventions the tests below rely on (CONTRIBUTING.md repeats them):
 
 - a ```console block is a real session: every ``$ cablestore ...`` line runs,
   in order, in an empty directory, and its output must have the shape shown
-  (the README's Commands section, and every console block of docs/*.md, one
-  session per file);
+  (every console block of docs/*.md, one session per file; docs/tour.md's
+  session runs every subcommand);
+- the README's library example and docs/tour.md's library blocks run;
 - every other block (```sh, ```text, ...) is shown, not run: each
   ``cablestore`` and ``python -m`` command in it, and in inline code, must
   name a subcommand or module that exists, with flags that exist;
@@ -33,8 +34,8 @@ from cablestore.authoring.author import Author
 from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
 from cablestore.errors import DroppedError
-from cablestore.peer.sync import write_cursor
 
+from . import moderation_helpers as mh
 from .conftest import NOW, keypair, post, stop
 from .moderation_helpers import URSULA, cabal
 
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
 ESCAPED = {"ch", "key"}
 DOCS = sorted((ROOT / "docs").glob("*.md"))
+TOUR = ROOT / "docs" / "tour.md"  # the library and every command, run step by step
 # What describes the project as it is now (CHANGELOG.md names old paths on purpose).
 CURRENT = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS]
 
@@ -83,11 +85,18 @@ def populated(tmp_path_factory):
         s.ingest_many(read_posts(ROOT / "tests/data/cablejs-0.2.1-s7-2000/posts.bin"))
         s.ingest_many(generate(seed=3, posts=500))
         Author(s, keypair("docs"), now=lambda: NOW).text("general", "written here")  # the local clock
-        write_cursor(s, "127.0.0.1:7000", "general", NOW)
+        s.set_sync_cursor("127.0.0.1:7000", "general", NOW)
     with Store(path, now=lambda: NOW, local_user=URSULA.public_key) as s:  # a moderated cabal: every moderation row
         assert all(r.ok or isinstance(r.error, DroppedError) for r in s.ingest_many(cabal()))  # its spam is dropped
         stored = s.channel_time_range("dev")[0]  # someone else's post: a delete of it is refused, its author kept
         assert not s.ingest_many([post(keypair("forger"), DELETE, NOW, hashes=(stored,))])[0].ok
+        # someone (not blocked) blocks Ursula with notify; a user Ursula drop-blocks keeps only a fact of their post/info
+        gone = keypair("gone")
+        s.ingest_many([mh.block(keypair("notifier"), URSULA, NOW - 5, notify=1)[0], mh.block(URSULA, gone, NOW - 4, drop=1)[0]])
+        assert not s.ingest_many([mh.info(gone, NOW - 3, name="gone")[0]])[0].ok
+        s.set_seed(b"\x01" + keypair("seeded").public_key)  # a seed, cleared (its applied posts kept), then another
+        s.clear_seed()
+        s.set_seed(b"\x00" + keypair("seeded").public_key)
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s
@@ -107,17 +116,15 @@ def test_every_key_matches_exactly_one_documented_row(populated):
 # --- console sessions ---------------------------------------------------------
 
 
-def _readme_commands() -> list[list[str]]:
-    """Every ``cablestore`` command in the README: sh blocks and ``$ `` lines of console blocks."""
-    text = (ROOT / "README.md").read_text()
+def _shown_commands(path: Path) -> list[list[str]]:
+    """Every ``cablestore`` command of ``path``'s sh blocks (argv after ``cablestore``)."""
     commands = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+    for block in re.findall(r"```sh\n(.*?)```", path.read_text(), re.S):
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
             line = line.split("  #")[0].strip()
             if line.startswith("cablestore "):
                 commands.append(shlex.split(line)[1:])
-    commands += [argv[:-1] if argv[-1] == "&" else argv for argv, _ in _session()]
     return commands
 
 
@@ -136,10 +143,16 @@ def _console_steps(text: str) -> list[tuple[list[str], list[str]]]:
 
 
 def _session() -> list[tuple[list[str], list[str]]]:
-    """The README's Commands section's console blocks: (argv, documented output lines), in order."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
-    return _console_steps(section)
+    """docs/tour.md's console blocks, one session: (argv, documented output lines), in order."""
+    return _console_steps(TOUR.read_text())
+
+
+def _readme_table_commands(readme: str | None = None) -> list[str]:
+    """The subcommands the README's Commands table names (first column, each in backticks)."""
+    readme = (ROOT / "README.md").read_text() if readme is None else readme
+    section = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|]+) \| [^|]+ \|$", section, re.M)
+    return [name for row in rows[1:] for name in re.findall(r"`([a-z]+)`", row)] if rows[:1] == ["commands"] else []
 
 
 def _shape(line: str) -> str:
@@ -163,15 +176,23 @@ def _subcommands() -> dict:
     return build_parser()._subparsers._group_actions[0].choices
 
 
-def test_readme_shows_every_command_and_each_parses():
+def test_readme_table_names_every_command_once_and_the_tour_runs_each():
     parser = build_parser()
     subcommands = set(parser._subparsers._group_actions[0].choices)
-    commands = _readme_commands()
-    assert {c[0] for c in commands} == subcommands
+    named = _readme_table_commands()
+    assert sorted(named) == sorted(subcommands)  # each exactly once
     assert {argv[0] for argv, _ in _session()} == subcommands  # and each one runs below
+    commands = [argv[:-1] if argv[-1] == "&" else argv for argv, _ in _session()]
+    commands += _shown_commands(ROOT / "README.md") + _shown_commands(TOUR)
     for argv in commands:
         args = parser.parse_args(argv)
         assert args.command == argv[0]
+
+
+def test_readme_table_check_can_fail():
+    table = "# x\n\n## Commands\n\n| commands | what they do |\n|---|---|\n| `demo`, `ingest` | x |\n| `serve` | y |\n\n## Next\n"
+    assert _readme_table_commands(table) == ["demo", "ingest", "serve"]
+    assert _readme_table_commands(table.replace("| commands |", "| command |")) == []  # not the table it reads
 
 
 def _shaped(text: str) -> str:
@@ -205,8 +226,8 @@ def _run_session(steps: list[tuple[list[str], list[str]]], cwd: Path) -> None:
             assert stop(proc) == 0
 
 
-def test_readme_commands_run_and_print_what_the_readme_shows(tmp_path, monkeypatch):
-    """sqlite-utils style: the Commands section is a real session; run it and compare."""
+def test_tour_commands_run_and_print_what_the_tour_shows(tmp_path, monkeypatch):
+    """sqlite-utils style: docs/tour.md's command line is a real session; run it and compare."""
     monkeypatch.chdir(tmp_path)
     _run_session(_session(), tmp_path)
 
@@ -219,7 +240,7 @@ def _start(argv: list[str], documented: list[str], cwd: Path) -> subprocess.Pope
     return proc
 
 
-DOC_SESSIONS = [doc for doc in DOCS if "```console\n" in doc.read_text()]
+DOC_SESSIONS = [doc for doc in DOCS if "```console\n" in doc.read_text() and doc != TOUR]  # the tour: above
 
 
 def test_docs_have_a_session_and_no_stray_commands_in_it():
@@ -231,12 +252,12 @@ def test_docs_have_a_session_and_no_stray_commands_in_it():
 
 @pytest.mark.parametrize("doc", DOC_SESSIONS, ids=lambda d: d.name)
 def test_docs_console_sessions_run_and_print_what_they_show(doc, tmp_path, monkeypatch):
-    """Each docs/*.md file's console blocks, one session per file, run like the README's."""
+    """Each docs/*.md file's console blocks, one session per file, run like the tour's."""
     monkeypatch.chdir(tmp_path)
     _run_session(_console_steps(doc.read_text()), tmp_path)
 
 
-# --- the README's Quick start and library tour ---------------------------------
+# --- the README's Quick start and library example, the tour's library ---------------
 
 
 def test_quick_start_has_two_commands_and_ci_runs_the_test_one():
@@ -279,16 +300,15 @@ def test_readme_library_example_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "peer.ldb" / "CURRENT").exists()
 
 
-def test_readme_library_tour_runs_in_order_and_syncs_over_tcp(tmp_path, monkeypatch, capsys):
-    """Every python block of "Using the library" (writing posts, serving and syncing over TCP), in order."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Using the library\n", 1)[1].split("\n## ", 1)[0]
+def test_tour_library_runs_in_order_and_syncs_over_tcp(tmp_path, monkeypatch, capsys):
+    """Every python block of docs/tour.md's "The library" (writing posts, serving and syncing over TCP), in order."""
+    section = TOUR.read_text().split("\n## The library\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) >= 3
     assert any("run_server" in b and "sync_path" in b for b in blocks)
     monkeypatch.chdir(tmp_path)
     for i, code in enumerate(blocks):
-        exec(compile(code, f"README.md (library tour, block {i + 1})", "exec"), {})
+        exec(compile(code, f"docs/tour.md (the library, block {i + 1})", "exec"), {})
     out = capsys.readouterr().out
     m = re.search(r"^(\d+) posts synced, complete: True$", out, re.M)
     assert m and int(m.group(1)) > 0, out

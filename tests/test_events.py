@@ -2,7 +2,7 @@
 
 from cablestore import DELETE, JOIN, TEXT
 from cablestore.errors import StoreError
-from cablestore.store.store import LOCAL
+from cablestore.keyspace.keys import LOCAL
 
 from .conftest import NOW, dump, post
 

@@ -22,7 +22,7 @@ from cablestore.errors import (
     UnknownPostTypeError,
     Utf8Error,
 )
-from cablestore.store.store import WEEK_MS
+from cablestore.keyspace.keys import WEEK_MS
 from cablestore.wire.codec import encode_varint
 
 from .conftest import NOW, dump, post

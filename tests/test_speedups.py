@@ -67,7 +67,8 @@ def posts(draw):
     if t in (JOIN, LEAVE):
         return post(kp, t, ts, links, channel=draw(channels))
     if t == INFO:
-        pairs = draw(st.lists(st.tuples(st.sampled_from(["name", "accept-role", "x"]), st.text(chars, min_size=1, max_size=20)), max_size=3))
+        pairs = draw(st.lists(st.tuples(st.sampled_from(["name", "x"]), st.text(chars, min_size=1, max_size=20)), max_size=3))
+        pairs += draw(st.lists(st.tuples(st.just("accept-role"), st.sampled_from([0, 1])), max_size=1))
         return post(kp, t, ts, links, info=pairs)
     if t == DELETE:
         return post(kp, t, ts, links, hashes=draw(st.lists(hashes, min_size=1, max_size=3)))
@@ -369,6 +370,22 @@ def test_every_compiled_function_is_required_of_the_extension():
         defined |= set(re.findall(r"^def (\w+)\(", (src / name).read_text(), re.M))
     assert defined == compiled.SPEEDUPS
     assert set(re.findall(r"^cdef class (\w+)", (src / "_signatures.pyx").read_text(), re.M)) == compiled.SIGNATURES
+
+
+def test_the_compiled_twin_takes_its_key_prefixes_from_the_keyspace():
+    """No key prefix is spelled in the extension's sources; the ones it was bound to are the keyspace's (issue 32)."""
+    import re
+    from pathlib import Path
+
+    from cablestore.compiled.sources import SOURCES
+    from cablestore.keyspace import keys
+
+    src = Path(compiled.__file__).parent.parent
+    for name in SOURCES["_speedups"]:
+        assert re.findall(r'b"![a-z_]+!', (src / name).read_text()) == [], name
+    if native is not None:
+        expected = {"chat": keys.CHAT, "state": keys.STATE, "author": keys.AUTHOR, "user": keys.USER, "channel": keys.CHANNEL}
+        assert native.bound_prefixes() == {**expected, "heads": keys.LINKS + b"h", "reverse": keys.REVERSE}
 
 
 def test_an_extension_older_than_the_sources_falls_back_to_pure_python():

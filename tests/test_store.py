@@ -18,7 +18,7 @@ from cablestore.errors import (
     UnauthorizedDeleteError,
     UnknownPostTypeError,
 )
-from cablestore.store.store import WEEK_MS
+from cablestore.keyspace.keys import WEEK_MS
 
 from .conftest import NOW, dump, keypair, post
 

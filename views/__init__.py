@@ -1,52 +1,33 @@
-"""The derived views, one module each, all of the same shape.
+"""The derived views, one module each, all of one shape.
 
-Every module defines:
+Every module lays out its keys with module-level functions (``PREFIX``, from
+:mod:`cablestore.keyspace.keys`, and the key builders its queries use) and
+ends with a subclass of :class:`views.base.View` naming the functions that
+answer the view contract, and ``VIEW``, its one instance.  ``View`` states
+the whole contract with a default for each part (as diskcache's ``Disk``):
 
-``NAME``, ``PREFIX``
-    The view's name and the key prefix all its entries live under.
-``entries(ip) -> list[(key, value)]``
-    The entries one indexed post contributes (pure function of the post and,
-    for a ``post/delete``, the tombstones it made).
-``groups(ip) -> list[bytes]``
-    The "latest" groups the post competes in (empty for plain views).
-Views whose ``groups`` can be non-empty (``user``, ``channel``, ``links``)
-also define:
+``entries(ip)``, ``groups(ip)``
+    The entries one indexed post contributes, and the "latest" groups it
+    competes in (default: none).
+``candidates(group)``, ``rank(group, ip)``, ``latest(group, winner)``
+    Where a group's candidates are, how one ranks (default: the mono
+    timestamp), and the entries its winner gives.
+``latest_needs_winner(group, rank)``
+    False when ``latest`` is empty for any winner of that rank or higher
+    (default: always True).
+``latest_prefix(group)``, ``latest_keys(group)``, ``latest_keys_from_reverse(...)``
+    Which keys ``latest`` wrote before, so the store removes the stale ones:
+    named without reading, or the stored keys under ``latest_prefix``, or
+    (``LATEST_FROM_REVERSE``) named by the group's reverse entry.
+``bulk_latest(reverse_keys, get)`` (``BULK_LATEST``)
+    Every group's ``latest`` at once, for a bulk reindex.
+``candidates_prefix()``, ``RESOLVED_PREFIXES``, ``resolved(state)``
+    The views resolved from the whole set of moderation posts (``roles``,
+    ``actions``, ``blocks``).
 
-``candidates(group) -> bytes``
-    The key prefix under which every post of the group has one entry ending
-    in its mono timestamp, so the latest is one reverse seek away.
-``latest(group, winner) -> list[(key, value)]``
-    The entries of a group given its latest post (``None``: no post left).
-``latest_prefix(group) -> bytes``
-    The prefix every key ``latest`` can write for the group starts with
-    (or ``latest_keys(group, txn)``: the keys it wrote that the DB holds,
-    found with ``txn.scan(prefix)`` or ``txn.db``, or known without reading, when no one prefix holds them).
-``rank(group, ip) -> bytes`` (optional)
-    The suffix of the post's candidate key after ``candidates(group)``; the
-    highest rank is the latest.  Default: the mono timestamp.
-``latest_needs_winner(group, rank) -> bool`` (optional)
-    False when ``latest(group, winner)`` is empty for every winner of that
-    rank or a higher one: a bulk recomputation need not load the winning
-    post, and an ingest whose new candidate has such a rank need not look
-    for a stored one.  Default: always True.
-``bulk_latest(reverse_keys, get) -> iterable of (key, value)`` (optional)
-    Every group's ``latest`` entries at once, from the keys of the ``!rev!``
-    range (in key order; ``get(key)`` reads a value) once every post's
-    entries are written: for a view with a group per post (``links``), so a
-    bulk reindex holds no candidate per group.  It must equal calling
-    ``latest`` on each group's winner.
-
-Views whose state is resolved from a whole set of posts (``roles``,
-``actions``, ``blocks``: the moderation state) also define:
-
-``candidates_prefix()``
-    Where their posts' per-post entries are, so the store can find them all.
-``RESOLVED_PREFIXES``, ``resolved(state) -> list[(key, value)]``
-    The entries a :class:`cablestore.moderation.State` gives, and the prefixes
-    they live under (replaced as a whole when the state changes).
-
-The live store and the rebuild (local and Spark) call these functions and
-nothing else to know what a view holds.
+Views are pure: they receive data and return keys and values, never read
+the store.  The live store and the rebuild (local and Spark) call these
+and nothing else to know what a view holds.
 """
 
 import msgpack
@@ -56,18 +37,20 @@ from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import escape
 
 from . import actions, author, blocks, channel, chat, links, roles, state, user
+from .base import View
 
-VIEWS = (chat, state, author, user, channel, links, roles, actions, blocks)
+VIEWS = tuple(m.VIEW for m in (chat, state, author, user, channel, links, roles, actions, blocks))
 # Views whose resolved entries are computed from the whole set of moderation posts
 # (``resolved(state)``, under ``RESOLVED_PREFIXES``), besides their per-post entries.
-RESOLVED = (roles, actions, blocks)
+RESOLVED = tuple(v for v in VIEWS if v.RESOLVED_PREFIXES)
 BY_NAME = {v.NAME: v for v in VIEWS}
 
 
 # Looked up once: these run for every post of every ingest, reindex and rebuild.
 _ENTRIES = tuple(v.entries for v in VIEWS)
 _GROUPS = tuple((v, v.groups) for v in VIEWS)
-_RANKERS = {v: getattr(v, "rank", None) for v in VIEWS}
+RANKERS = {v: None if type(v).rank is View.rank else v.rank for v in VIEWS}
+"""Each view's own ``rank``, or None where it is the default (the mono timestamp, read without a call)."""
 
 
 def entries(ip):
@@ -85,18 +68,18 @@ def groups(ip):
 
 entries_py, groups_py = entries, groups
 if _native is not None:  # the compiled twins (cablestore.compiled): the same entries, in the same order
-    _native.bind_views(entries_py, groups_py, escape, state, user, channel, links)
+    _native.bind_views(entries_py, groups_py, escape, chat.VIEW, state.VIEW, author.VIEW, user.VIEW, channel.VIEW, links.VIEW)
     entries, groups = _native.entries, _native.groups
 
 
 def ranked_groups(ip, views=VIEWS):
     """``(view, group, rank)`` for every group of ``ip`` in ``views`` (see :func:`rank`)."""
     if _native is not None:  # the compiled groups, filtered and ranked: the same triples in the same order
-        rankers = _RANKERS
+        rankers = RANKERS
         return [(view, g, ip.mono if rankers[view] is None else rankers[view](g, ip)) for view, g in groups(ip) if view in views]
     plan = _PLANS.get(views)
     if plan is None:
-        plan = _PLANS[views] = tuple((v, v.groups, _RANKERS[v]) for v in VIEWS if v in views)
+        plan = _PLANS[views] = tuple((v, v.groups, RANKERS[v]) for v in VIEWS if v in views)
     out = []
     for view, view_groups, ranker in plan:
         for g in view_groups(ip):
@@ -109,22 +92,8 @@ _PLANS: dict = {}  # views (a tuple) -> what ranked_groups calls for them
 
 def rank(view, group: bytes, ip) -> bytes:
     """How ``ip`` ranks among the candidates of ``group``: the greatest is the latest."""
-    ranker = _RANKERS[view] if view in _RANKERS else getattr(view, "rank", None)
+    ranker = RANKERS[view]
     return ip.mono if ranker is None else ranker(group, ip)
-
-
-def needs_winner(view, group: bytes, rank: bytes) -> bool:
-    """False when ``view.latest(group, winner)`` is empty for any winner of rank ``rank`` or higher."""
-    decide = getattr(view, "latest_needs_winner", None)
-    return True if decide is None else decide(group, rank)
-
-
-def latest_keys(view, group: bytes, txn) -> list[bytes]:
-    """The keys ``view.latest`` wrote for ``group`` that the DB holds (``txn``: a ``cablestore.store.txn.Txn``)."""
-    locate = getattr(view, "latest_keys", None)
-    if locate is not None:
-        return locate(group, txn)
-    return [key for key, _ in txn.scan(view.latest_prefix(group))]
 
 
 def reverse_keys(post_hash: bytes, value: bytes) -> list[bytes]:

@@ -13,11 +13,14 @@ hidden users.  All but the ``p`` entries are resolved from the set of posts by
 :mod:`cablestore.moderation`.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape, mono
 from cablestore.wire.codec import MODERATION
 
+from .base import View
+
 NAME = "actions"
-PREFIX = b"!actions!"
+PREFIX = keys.ACTIONS
 RESOLVED_PREFIXES = tuple(PREFIX + k for k in (b"c", b"u", b"h", b"d", b"x", b"v"))
 
 
@@ -26,9 +29,6 @@ def entries(ip):
         return [(PREFIX + b"p" + ip.mono, b"")]
     return []
 
-
-def groups(ip):
-    return []
 
 
 def candidates_prefix() -> bytes:
@@ -74,3 +74,16 @@ def resolved(state):
     posts = {(a.context, a.timestamp, a.hash) for a in fx.relevant if isinstance(a.action, int)}
     out += [(relevant_prefix(c) + mono(ts, h), b"") for c, ts, h in posts]
     return out
+
+
+class ActionsView(View):
+    """The ``actions`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    RESOLVED_PREFIXES = RESOLVED_PREFIXES
+    entries = staticmethod(entries)
+    candidates_prefix = staticmethod(candidates_prefix)
+    resolved = staticmethod(resolved)
+
+
+VIEW = ActionsView()

@@ -5,8 +5,12 @@ Lets a peer list what someone wrote and purge a blocked author.
     !author!<pubkey><type:u8><mono> -> ''
 """
 
+from cablestore.keyspace import keys
+
+from .base import View
+
 NAME = "author"
-PREFIX = b"!author!"
+PREFIX = keys.AUTHOR
 
 
 def prefix(public_key: bytes, post_type: int | None = None) -> bytes:
@@ -17,6 +21,11 @@ def entries(ip):
     return [(prefix(ip.post.public_key, ip.post.post_type) + ip.mono, b"")]
 
 
-def groups(ip):
-    return []
+class AuthorView(View):
+    """The ``author`` view: :data:`VIEW`."""
 
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+
+
+VIEW = AuthorView()

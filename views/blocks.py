@@ -11,10 +11,13 @@ All but the ``p`` entries are resolved from the set of posts by
 :mod:`cablestore.moderation`.
 """
 
+from cablestore.keyspace import keys
 from cablestore.wire.codec import BLOCK, UNBLOCK
 
+from .base import View
+
 NAME = "blocks"
-PREFIX = b"!blocks!"
+PREFIX = keys.BLOCKS
 RESOLVED_PREFIXES = (PREFIX + b"b", PREFIX + b"u", PREFIX + b"n", PREFIX + b"k")
 
 
@@ -23,9 +26,6 @@ def entries(ip):
         return [(PREFIX + b"p" + ip.mono, b"")]
     return []
 
-
-def groups(ip):
-    return []
 
 
 def candidates_prefix() -> bytes:
@@ -41,3 +41,16 @@ def resolved(state):
     out += [(PREFIX + b"n" + blocker, a.hash + a.timestamp.to_bytes(8, "big")) for blocker, a in fx.blocks_of_local.items()]
     out += [(PREFIX + b"k" + user, a.hash + a.timestamp.to_bytes(8, "big")) for user, a in fx.kept_out.items()]
     return out
+
+
+class BlocksView(View):
+    """The ``blocks`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    RESOLVED_PREFIXES = RESOLVED_PREFIXES
+    entries = staticmethod(entries)
+    candidates_prefix = staticmethod(candidates_prefix)
+    resolved = staticmethod(resolved)
+
+
+VIEW = BlocksView()

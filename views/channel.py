@@ -12,25 +12,16 @@ such post is a candidate; the latest topic is the newest post/topic.
 Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
 """
 
-from cablestore.keyspace.keys import escape, next_prefix, unescape
+from cablestore.keyspace import keys
+from cablestore.keyspace.keys import escape
 from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 
 from . import state
+from .base import View
 
 NAME = "channel"
-PREFIX = b"!channel!"
+PREFIX = keys.CHANNEL
 _MEMBERSHIP_TYPES = CHANNEL_TYPES  # every post to a channel: join, text, topic, leave
-
-
-def channel_names(reader) -> list[str]:
-    """Every channel with a ``!channel`` entry, ascending (a skip scan over ``reader``: a DB or snapshot)."""
-    names = []
-    with reader.iterator(prefix=PREFIX, include_value=False) as it:
-        for key in it:
-            name, end = unescape(key, len(PREFIX))
-            names.append(name)
-            it.seek(next_prefix(key[:end]))
-    return names
 
 
 def entries(ip):
@@ -63,7 +54,7 @@ def latest_prefix(group):
     return PREFIX + group[1:] + b"t"
 
 
-def latest_keys(group, txn):
+def latest_keys(group):
     """The one key ``latest`` writes for a group, known without reading."""
     return [latest_prefix(group)]
 
@@ -74,3 +65,18 @@ def latest(group, winner):
     if group[:1] == b"m":
         return [(latest_prefix(group), b"\x00" if winner.post.post_type == LEAVE else b"\x01")]
     return [(latest_prefix(group), winner.post.topic.encode("utf-8"))]
+
+
+class ChannelView(View):
+    """The ``channel`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+    groups = staticmethod(groups)
+    candidates = staticmethod(candidates)
+    latest = staticmethod(latest)
+    latest_prefix = staticmethod(latest_prefix)
+    latest_keys = staticmethod(latest_keys)
+
+
+VIEW = ChannelView()

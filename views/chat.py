@@ -8,11 +8,14 @@ author belonged to).
     !chat!<channel><mono> -> ''
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.wire.codec import DELETE, TEXT
 
+from .base import View
+
 NAME = "chat"
-PREFIX = b"!chat!"
+PREFIX = keys.CHAT
 
 
 def key(channel: str, mono: bytes) -> bytes:
@@ -32,6 +35,11 @@ def entries(ip):
     return []
 
 
-def groups(ip):
-    return []
+class ChatView(View):
+    """The ``chat`` view: :data:`VIEW`."""
 
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+
+
+VIEW = ChatView()

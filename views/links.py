@@ -25,16 +25,18 @@ their 37-byte prefix.
 from msgpack import UnpackException
 
 from cablestore.compiled import native as _native
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.keyspace.reverse import PREFIX as REV
 from cablestore.keyspace.reverse import channel_of, stand_in
 from cablestore.wire.codec import CHANNEL_TYPES
 
-from . import channel as channel_view
+from .base import View
 
 NAME = "links"
-PREFIX = b"!links!"
+PREFIX = keys.LINKS
 LINKABLE = CHANNEL_TYPES  # spec 5.1.2.1 linkableTypes: text, topic, join, leave
+HEADS = PREFIX + b"h"  # a channel's heads: HEADS<ch><hash>
 _LINKER = b"l"
 
 
@@ -44,11 +46,11 @@ def linkers_prefix(target: bytes) -> bytes:
 
 
 def heads_prefix(channel: str) -> bytes:
-    return PREFIX + b"h" + channel_key(channel)
+    return HEADS + channel_key(channel)
 
 
 def _head_key(channel: str, h: bytes) -> bytes:
-    return PREFIX + b"h" + escape(channel) + h
+    return HEADS + escape(channel) + h
 
 
 def _linkable(ip) -> bool:
@@ -77,25 +79,20 @@ def rank(group, ip) -> bytes:
     return b"" if ip.hash == group else _LINKER + ip.hash
 
 
-def latest_keys(group, txn):
-    """The head key ``group`` may have in the DB (its channel is in the post's reverse entry).
+def latest_keys_from_reverse(group, rev, channel_names):
+    """The head key ``group`` may have in the DB: its channel is in the post's reverse entry ``rev``.
 
     Named without reading it: a post that gets linked was nearly always a
     head, and deleting an absent key costs less than the read that would
-    skip it (one read fewer per ingested post).  A post new to the DB
-    (``txn.fresh``) has no reverse entry there, so no head key: not read.
+    skip it (one read fewer per ingested post).
     """
-    if group in txn.fresh:
-        return []
-    rev = txn.db.get(REV + group)
     channel = None if rev is None else channel_of(rev)
     if channel is not None:
         return [_head_key(channel, group)]
     if rev is not None and not _readable(rev):
-        # A damaged reverse entry names no channel: look in every channel, so
-        # removing the post still removes its head key.
-        candidates = [_head_key(c, group) for c in channel_view.channel_names(txn.db)]
-        return [key for key in candidates if txn.db.get(key) is not None]
+        # A damaged reverse entry names no channel: every channel's head key of
+        # the post, so removing the post still removes its head key.
+        return [_head_key(c, group) for c in channel_names()]
     return []
 
 
@@ -149,3 +146,23 @@ def _bulk_latest_py(reverse_keys, get):
 
 def _latest_of(own_key: bytes, get):
     return latest(own_key[len(REV) :], stand_in(own_key[len(REV) :], get(own_key)))
+
+
+class LinksView(View):
+    """The ``links`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    HEADS = HEADS
+    LATEST_FROM_REVERSE = True
+    BULK_LATEST = True
+    entries = staticmethod(entries)
+    groups = staticmethod(groups)
+    candidates = staticmethod(candidates)
+    rank = staticmethod(rank)
+    latest = staticmethod(latest)
+    latest_needs_winner = staticmethod(latest_needs_winner)
+    latest_keys_from_reverse = staticmethod(latest_keys_from_reverse)
+    bulk_latest = staticmethod(bulk_latest)
+
+
+VIEW = LinksView()

@@ -13,11 +13,14 @@ the whole cabal; a channel with no ``c`` entry has the cabal's roles.  The
 of posts, never with their order.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape, mono
 from cablestore.wire.codec import ROLE
 
+from .base import View
+
 NAME = "roles"
-PREFIX = b"!roles!"
+PREFIX = keys.ROLES
 RESOLVED_PREFIXES = (PREFIX + b"c", PREFIX + b"r", PREFIX + b"v")
 
 
@@ -27,9 +30,6 @@ def entries(ip):
         return [(PREFIX + b"p" + ip.mono, ip.post.recipients[0] if ip.post.recipients else b"")]
     return []
 
-
-def groups(ip):
-    return []
 
 
 def candidates_prefix() -> bytes:
@@ -58,3 +58,16 @@ def resolved(state):
         out += [(role_prefix(context) + user, bytes([role]) + h) for user, (role, h) in table.items()]
     out += [(relevant_prefix(r.context) + mono(r.timestamp, r.hash), b"") for r in state.roles.relevant]
     return out
+
+
+class RolesView(View):
+    """The ``roles`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    RESOLVED_PREFIXES = RESOLVED_PREFIXES
+    entries = staticmethod(entries)
+    candidates_prefix = staticmethod(candidates_prefix)
+    resolved = staticmethod(resolved)
+
+
+VIEW = RolesView()

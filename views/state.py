@@ -8,11 +8,14 @@ the ``!user`` view.)
     !state!<channel>t<mono>         -> ''   post/topic
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import channel_key, escape
 from cablestore.wire.codec import JOIN, LEAVE, TOPIC
 
+from .base import View
+
 NAME = "state"
-PREFIX = b"!state!"
+PREFIX = keys.STATE
 
 
 def member_prefix(channel: str, public_key: bytes = b"") -> bytes:
@@ -46,7 +49,7 @@ def latest_prefix(group):
     return PREFIX + group[:-32] + b"l" + group[-32:]
 
 
-def latest_keys(group, txn):
+def latest_keys(group):
     """The one key ``latest`` writes for a group, known without reading."""
     return [latest_prefix(group)]
 
@@ -58,3 +61,17 @@ def latest(group, winner):
 def latest_per_member_prefix(channel: str) -> bytes:
     return PREFIX + channel_key(channel) + b"l"
 
+
+class StateView(View):
+    """The ``state`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+    groups = staticmethod(groups)
+    candidates = staticmethod(candidates)
+    latest = staticmethod(latest)
+    latest_prefix = staticmethod(latest_prefix)
+    latest_keys = staticmethod(latest_keys)
+
+
+VIEW = StateView()

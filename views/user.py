@@ -12,11 +12,14 @@ Groups: ``<pubkey>`` (the properties) and ``h<pubkey>`` (the hash, one
 point read for channel state); both rank the user's ``p`` run.
 """
 
+from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape
 from cablestore.wire.codec import INFO
 
+from .base import View
+
 NAME = "user"
-PREFIX = b"!user!"
+PREFIX = keys.USER
 
 
 def posts_prefix(public_key: bytes) -> bytes:
@@ -52,11 +55,11 @@ def latest_prefix(group):
     return PREFIX + group + b"i"
 
 
-def latest_keys(group, txn):
-    """The keys ``latest`` may have written: the hash key is fixed; properties are found."""
+def latest_keys(group):
+    """The hash key is fixed; properties are found (None: the stored keys under ``latest_prefix``)."""
     if len(group) == 33:
         return [latest_hash_key(group[1:])]
-    return [key for key, _ in txn.scan(latest_prefix(group))]
+    return None
 
 
 def latest(group, winner):
@@ -66,3 +69,18 @@ def latest(group, winner):
         return [(latest_hash_key(group[1:]), winner.hash)]
     current = dict(winner.post.info)  # a repeated key: the last one wins
     return sorted((property_key(group, k), v.encode("utf-8")) for k, v in current.items())
+
+
+class UserView(View):
+    """The ``user`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+    groups = staticmethod(groups)
+    candidates = staticmethod(candidates)
+    latest = staticmethod(latest)
+    latest_prefix = staticmethod(latest_prefix)
+    latest_keys = staticmethod(latest_keys)
+
+
+VIEW = UserView()

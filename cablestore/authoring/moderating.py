@@ -90,8 +90,7 @@ def moderate_with_keyfile(
             on_users, on_posts, on_channel = ACTIONS[command]
             if not targets:
                 if on_channel is None or not channel:
-                    users = "--user KEYs, " if on_users is not None else ""
-                    raise PostFieldError(f"{command} needs {users}--post HASHes{' or --channel C' if on_channel is not None else ''}")
+                    raise _needs_targets(command)
                 h = author.moderate(on_channel, channel=channel, **common)
             else:
                 action = on_posts if posts or on_users is None else on_users
@@ -112,18 +111,26 @@ def _check_arguments(public_key, command, targets, role, posts, channel, reason,
             raise PostFieldError("role takes one USER and a ROLE: admin, mod or user")
         post_type, body = ROLE, {**head, "channel": channel, "recipients": keys, "role": ROLE_WORDS[role]}
     elif command in ("block", "unblock"):
+        if channel:
+            raise PostFieldError(f"{command} has no channel: a block acts in the whole cabal (moderation.md §4.6); give no channel")
         _some(targets, command)
         flags = {"drop": int(drop), "notify": int(notify)} if command == "block" else {"undrop": int(undrop)}
         post_type, body = (BLOCK if command == "block" else UNBLOCK), {**head, "recipients": keys, **flags}
     else:
         on_users, on_posts, on_channel = ACTIONS[command]
         if not keys and (on_channel is None or not channel):
-            users = "--user KEYs, " if on_users is not None else ""
-            raise PostFieldError(f"{command} needs {users}--post HASHes{' or --channel C' if on_channel is not None else ''}")
+            raise _needs_targets(command)
         action = on_channel if not keys else (on_posts if posts or on_users is None else on_users)
         post_type, body = MODERATION, {**head, "channel": channel, "recipients": keys, "action": action}
     check_reason(reason)
     _checked_draft(public_key, post_type, body)
+
+
+def _needs_targets(command: str) -> PostFieldError:
+    """The refusal of a moderation action given nothing to act on: what it can act on, by argument."""
+    on_users, _, on_channel = ACTIONS[command]
+    users = "user keys, " if on_users is not None else ""
+    return PostFieldError(f"{command} needs {users}post hashes{' or a channel' if on_channel is not None else ''}")
 
 
 def _some(targets: Sequence[str], command: str) -> Sequence[str]:

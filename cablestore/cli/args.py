@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -60,11 +61,38 @@ def error_line(command: str, exc: BaseException) -> str:
     return printable(f"cablestore {command}: {type(exc).__name__}: {error_message(exc)}")
 
 
+# Library errors name the library's arguments; the command line says the
+# same with its flags.  Each pair: (a library phrase, the command line's).
+_CLI_WORDS = (
+    ("; Store.check(fix=True) sets it aside", "; run `cablestore check STORE --repair`"),
+    ("(verify it as a snapshot: snapshot=", "(read it with --snapshot "),
+    ("(hold it open with that local_user)", "(serve it with --local-user)"),
+    ("(master with engine='local')", "(--master with --engine local)"),
+    ("give a store path (repair needs one), or snapshot=DIR to verify a snapshot", "give a STORE (repair needs one), or --snapshot DIR to verify a snapshot"),
+    ("repair=True works on a store path, not on a snapshot", "--repair works on a STORE, not on --snapshot"),
+    ("required for engine='spark'", "required for --engine spark"),
+    ("(install a JDK, or use engine='local')", "(install a JDK, or use --engine local)"),
+    ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
+    ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
+)
+_CLI_PATTERNS = (  # a moderation action given nothing to act on (cablestore.authoring.moderating)
+    (
+        re.compile(r"^(\S+) needs (user keys, )?post hashes( or a channel)?$"),
+        lambda m: f"{m[1]} needs {'--user KEYs, ' if m[2] else ''}--post HASHes{' or --channel C' if m[3] else ''}",
+    ),
+)
+
+
 def error_message(exc: BaseException) -> str:
-    """An exception's message; an ``OSError`` as ``FILE: reason`` (never a raw ``[Errno 2]``)."""
+    """An exception's message, in the command line's words (its flags); an ``OSError`` as ``FILE: reason`` (never a raw ``[Errno 2]``)."""
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
-    return str(exc) or type(exc).__name__
+    text = str(exc) or type(exc).__name__
+    for library, cli in _CLI_WORDS:
+        text = text.replace(library, cli)
+    for pattern, spell in _CLI_PATTERNS:
+        text = pattern.sub(spell, text)
+    return text
 
 
 def report_error(args, exc: BaseException) -> int:

@@ -76,11 +76,12 @@ def format_ingest(summary: dict, args) -> str:
 
 def register(sub) -> None:
     """Add ``demo``, ``generate`` and ``ingest`` to the ``cablestore`` parser's subparsers."""
-    p = sub.add_parser("demo", help="build a sample store, show its answers, verify it on Spark")
+    p = sub.add_parser("demo", help="build a sample store, show its answers, verify it (on Spark where Java 17+ is found)")
     p.add_argument("--dir", default=None, help="where to build the store (default: a temporary directory)")
     p.add_argument("--posts", type=positive_int, default=2000, help="posts to generate (default: 2000)")
     p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
-    p.add_argument("--engine", choices=("spark", "local"), default="spark", help="rebuild engine (default: spark)")
+    p.add_argument("--engine", choices=("auto", "spark", "local"), default="auto",
+                   help="rebuild engine (default: auto: spark where Java 17+ is found, else local, said in one line)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_demo)
 

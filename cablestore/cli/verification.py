@@ -14,20 +14,16 @@ from cablestore.cli.args import add_output_flags, partitions_int, positive_int, 
 
 def _cmd_export(args) -> int:
     from cablestore.progress import Progress
-    from cablestore.rebuild import export
+    from cablestore.rebuild import export_store
     from cablestore.store.store import Store
-    from cablestore.store.txn import DELETED, POSTS
 
     progress = Progress(quiet=args.quiet)
-    with terminate_as_interrupt(), Store(args.store, create=False) as store, store.in_flight():
-        total = None
-        if progress.enabled:  # a bar needs a total; count only when one is drawn
-            total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
-        manifest = export(
-            store.db,
+    with terminate_as_interrupt(), Store(args.store, create=False) as store:
+        manifest = export_store(
+            store,
             args.dir,
             args.partitions,
-            progress.stage("export posts and tombstones", total),
+            progress,
             decoded=args.decoded,
             workers=args.workers,
             source=str(args.store),

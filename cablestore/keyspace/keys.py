@@ -22,6 +22,52 @@ from __future__ import annotations
 import functools
 import unicodedata
 
+# --- key prefixes: every key a store writes starts with one of these (KEYSPACE.md) ---
+# Primary data.
+POSTS = b"!post!"  # <hash> -> the post's bytes
+DELETED = b"!deleted!"  # <target><by> -> a tombstone (cablestore.keyspace.records.Tombstone)
+# Neither primary nor derived: skipped by the rebuild.
+META = b"!meta!"
+FORMAT_KEY = META + b"format"  # the store's format, checked on open
+LOCAL = b"!local!"  # this peer's own state (clock, sync cursors, local user)
+LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves
+SEED_KEY = LOCAL + b"seed"  # the moderation seed the local user joined with (moderation.md §4.7), as its bytes
+SEED_KEPT = LOCAL + b"seeded"  # hashes of seeded users' posts applied when a seed was cleared: they stay applied
+CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a post of that author
+SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channel from a peer starts
+REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see the indexer)
+QUARANTINE = b"!quarantine!"  # <original key> -> a record a repair set aside
+FACTS = b"!facts!"  # <hash> -> what the moderation state needs of a post a block removed (keyspace/facts.py)
+# Derived: the reverse-hash entries (cablestore.keyspace.reverse) and the views (``views/``).
+REVERSE = b"!rev!"
+CHAT = b"!chat!"
+STATE = b"!state!"
+AUTHOR = b"!author!"
+USER = b"!user!"
+CHANNEL = b"!channel!"
+LINKS = b"!links!"
+ROLES = b"!roles!"
+ACTIONS = b"!actions!"
+BLOCKS = b"!blocks!"
+
+# --- time --------------------------------------------------------------
+WEEK_MS = 7 * 24 * 60 * 60 * 1000
+"""How far ahead of ``now`` a post's timestamp may be: one at or beyond ``now + WEEK_MS`` is refused."""
+
+
+def beyond_horizon(timestamp: int, now: int) -> bool:
+    """True when a post timestamped ``timestamp`` is too far in the future to accept at ``now`` (ms)."""
+    return timestamp >= now + WEEK_MS
+
+
+def check_horizon(timestamp: int, now: int) -> None:
+    """Raise :class:`cablestore.errors.FutureTimestampError` when :func:`beyond_horizon`."""
+    if beyond_horizon(timestamp, now):
+        from cablestore.errors import FutureTimestampError
+
+        raise FutureTimestampError(f"timestamp {timestamp} is at or beyond now + 7 days")
+
+
 MONO_SIZE = 40  # 8-byte timestamp + 32-byte hash
 TS_SIZE = 8
 HASH_SIZE = 32
@@ -93,7 +139,7 @@ def unescape(buf: bytes, pos: int = 0) -> tuple[str, int]:
         end = buf.index(_TERM, pos)
         return buf[pos:end].replace(_NUL_ESC, b"\x00").decode("utf-8"), end + len(_TERM)
     except ValueError as exc:  # no terminator, or not UTF-8 (UnicodeDecodeError is a ValueError)
-        raise CorruptRecordError(f"damaged key {bytes(buf[:48])!r}: {exc}; run `cablestore check STORE --repair`") from exc
+        raise CorruptRecordError(f"damaged key {bytes(buf[:48])!r}: {exc}; Store.check(fix=True) sets it aside") from exc
 
 
 def next_prefix(prefix: bytes) -> bytes:

@@ -71,7 +71,7 @@ class Tombstone:
             return cls._parse(target, by, value)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise CorruptRecordError(
-                f"tombstone {target.hex()}/{by.hex()} is damaged ({exc}); run `cablestore check STORE --repair`"
+                f"tombstone {target.hex()}/{by.hex()} is damaged ({exc}); Store.check(fix=True) sets it aside"
             ) from exc
 
     @classmethod

@@ -22,11 +22,11 @@ from __future__ import annotations
 import msgpack
 
 from cablestore.compiled import native as _native
-from cablestore.keyspace.keys import mono
+from cablestore.keyspace.keys import REVERSE, mono
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, Post
 
-PREFIX = b"!rev!"
+PREFIX = REVERSE
 
 
 def key(post_hash: bytes) -> bytes:
@@ -44,7 +44,7 @@ def pack(ip: Indexed) -> bytes:
 _pack = msgpack.Packer().pack  # msgpack.packb's own settings, without a new Packer per post
 pack_py = pack
 if _native is not None:  # the compiled twin (cablestore.compiled): the same bytes
-    _native.bind_reverse(pack_py)
+    _native.bind_reverse(pack_py, PREFIX)
     pack = _native.reverse_pack
 
 

@@ -7,6 +7,6 @@ write per ingest (:mod:`cablestore.store.txn`,
 together.
 """
 
-from cablestore.store.store import WEEK_MS, IngestResult, Store, wall_clock_ms
+from cablestore.store.store import IngestResult, Store, wall_clock_ms
 
-__all__ = ["Store", "IngestResult", "WEEK_MS", "wall_clock_ms"]
+__all__ = ["Store", "IngestResult", "wall_clock_ms"]

@@ -33,6 +33,7 @@ from collections.abc import Callable
 import plyvel
 
 from cablestore.compiled import native as _native
+from cablestore.keyspace.keys import DELETED, REVERSE
 
 _PROBES = 4  # 4 slices of 32 bits from the hash; ~1% false positives at 16 bits per entry
 _BITS_PER_ENTRY = 16
@@ -107,7 +108,7 @@ class HashFilter:
 
 def tombstone_filter(db: plyvel.DB) -> HashFilter:
     """Which hashes a tombstone (``!deleted!<target><by>``) may name."""
-    return HashFilter(db, b"!deleted!")
+    return HashFilter(db, DELETED)
 
 
 class LazyFilter:
@@ -142,7 +143,7 @@ def link_filter(db: plyvel.DB) -> LazyFilter:
 
     Built after :data:`LINK_FILTER_AFTER` questions (see the module's docstring).
     """
-    return LazyFilter(lambda: HashFilter(db, b"!rev!", skip_length=len(b"!rev!") + 32), LINK_FILTER_AFTER)
+    return LazyFilter(lambda: HashFilter(db, REVERSE, skip_length=len(REVERSE) + 32), LINK_FILTER_AFTER)
 
 
 __all__ = ["LINK_FILTER_AFTER", "HashFilter", "LazyFilter", "link_filter", "tombstone_filter"]

@@ -28,69 +28,104 @@ from __future__ import annotations
 
 from cablestore import views
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
-from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import canonical_channel, escape
+from cablestore.keyspace import facts, reverse
+from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
-from cablestore.store.txn import DELETED, ENFORCE_UNREAD, POSTS, REFUSED, Txn
-from cablestore.views.channel import channel_names
+from cablestore.store.indexing import ENFORCE_UNREAD, IndexState
+from cablestore.store.queries import channel_names
+from cablestore.store.resolving import needed, refresh, worth_resolving
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
 
-def apply(txn: Txn, buf: bytes, h: bytes, post: Post) -> bool | CableError:
-    """Index one validated post into ``txn``.
+def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableError:
+    """Index one validated post into ``state``.
 
     Returns True (stored), False (already stored), or the refusal
     (:class:`DeletedPostError`, :class:`UnauthorizedDeleteError`) of a post
     that is not stored but may have taught the tombstones that named it what
-    it was: commit ``txn`` either way.
+    it was: commit ``state`` either way.
     """
     key = POSTS + h
-    if txn.get(key) is not None:
+    if state.get(key) is not None:
         return False
-    if key not in txn.writes:  # then the DB answered: a post new to the DB
-        txn.fresh.add(h)
-    tombs = txn.tombstones(h)
+    if key not in state.writes:  # then the DB answered: a post new to the DB
+        state.fresh.add(h)
+    tombs = state.tombstones(h)
     if tombs:
         # A refused post still teaches the tombstones that named it what it was.
-        _settle_claims(txn, h, post, tombs)
-    if post.post_type == DELETE and (refusal := _unauthorized(txn, post)):
-        txn.put(REFUSED + h, post.public_key)  # who wrote it, for the deletes that name it later
+        _settle_claims(state, h, post, tombs)
+    if post.post_type == DELETE and (refusal := _unauthorized(state, post)):
+        state.put(REFUSED + h, post.public_key)  # who wrote it, for the deletes that name it later
         return refusal
     if tombs and any(t.deleter == post.public_key for t in tombs):
         return DeletedPostError(f"post {h.hex()} was deleted by its author")
-    if txn.enforce_memo is ENFORCE_UNREAD:
-        txn.enforce_memo = enforcing.memo_for(txn.db)
-    if txn.enforce_memo is not None and (kept_out := enforcing.refusal(txn.get, h, post, txn.enforce_memo)) is not None:
+    if state.enforce_memo is ENFORCE_UNREAD:
+        state.enforce_memo = enforcing.memo_for(state.txn.db)
+    if state.enforce_memo is not None and (kept_out := enforcing.refusal(state.get, h, post, state.enforce_memo)) is not None:
+        _keep_what_a_block_removes(state, h, post)
         return kept_out
     made = ()
     if post.post_type == DELETE:
-        made = tuple(_delete_target(txn, target, h, post) for target in dict.fromkeys(post.hashes))
-    index(txn, Indexed.of(buf, post, h, made), buf)
+        made = tuple(_delete_target(state, target, h, post) for target in dict.fromkeys(post.hashes))
+    elif post.post_type in facts.FACT_TYPES and state.get(facts.key(h)) is not None:
+        state.delete(facts.key(h))  # the post itself is back (a block ended): it speaks for itself
+    index(state, Indexed.of(buf, post, h, made), buf)
     return True
 
 
-def enforce(txn: Txn, changed: set[bytes]) -> None:
+def commit(state: IndexState, local_user: bytes | None, sync: bool = False) -> None:
+    """Finish a batch and write it: settle its latest groups, resolve the moderation state it changed (removing the posts that state keeps out), write.
+
+    The one place that orders a batch's last steps: the store calls it, and
+    the Txn below only writes.
+    """
+    state.settle()
+    if needed(state.types) and worth_resolving(state):
+        enforce(state, refresh(state, local_user))
+        state.settle()  # what the enforcement removed touched latest groups
+    state.commit(sync)
+
+
+def enforce(state: IndexState, changed: set[bytes]) -> None:
     """Remove the stored posts the moderation state (just rewritten: ``changed``) keeps out."""
-    for h in sorted(enforcing.candidates(txn, changed)):
-        blob = txn.get(POSTS + h)
+    for h in sorted(enforcing.candidates(state, changed)):
+        blob = state.get(POSTS + h)
         if blob is None:
             continue
-        why = enforcing.refusal(txn.get, h, decode_post(blob))
+        post = decode_post(blob)
+        why = enforcing.refusal(state.get, h, post)
         if why is not None:
-            unindex(txn, h, blob, forget_tombstones=False)
-            txn.enforced[h] = why
+            # A blocked user's post/delete goes with what it deleted: their posts are dropped anyway, and a
+            # delete refused on arrival leaves no tombstone either (a re-sync after an unblock brings both back).
+            unindex(state, h, blob, forget_tombstones=post.post_type == DELETE)
+            _keep_what_a_block_removes(state, h, post)
+            state.enforced[h] = why
 
 
-def _author_of(txn: Txn, target: bytes) -> bytes | None:
-    blob = txn.get(POSTS + target)
+def _keep_what_a_block_removes(state: IndexState, h: bytes, post: Post) -> None:
+    """What stays of a post a block keeps out: the fact the moderation state needs (types 6-9 and post/info).
+
+    The same row whether the post was stored first and removed, or refused
+    on arrival: what the store holds stays a function of the set of posts.
+    """
+    t = post.post_type
+    if t in facts.FACT_TYPES:
+        state.put(facts.key(h), facts.pack(h, post))
+        state.types.add(t)  # a fact is an input of the moderation state
+        if t == INFO:
+            state.info_authors.add(post.public_key)
+
+
+def _author_of(state: IndexState, target: bytes) -> bytes | None:
+    blob = state.get(POSTS + target)
     if blob is not None:
         return blob[:32]
-    found = next((t.author for t in txn.tombstones(target) if t.knows_target), None)
-    return found if found is not None else txn.get(REFUSED + target)
+    found = next((t.author for t in state.tombstones(target) if t.knows_target), None)
+    return found if found is not None else state.get(REFUSED + target)
 
 
-def _unauthorized(txn: Txn, delete: Post, known: dict[bytes, bytes] | None = None) -> UnauthorizedDeleteError | None:
+def _unauthorized(state: IndexState, delete: Post, known: dict[bytes, bytes] | None = None) -> UnauthorizedDeleteError | None:
     """A refusal if every post the delete names is known to be someone else's.
 
     A delete naming some posts of its author and some of others' is stored:
@@ -98,128 +133,128 @@ def _unauthorized(txn: Txn, delete: Post, known: dict[bytes, bytes] | None = Non
     remove nothing.  ``known``: authors the caller has just learned.
     """
     known = known or {}
-    authors = [known.get(t) or _author_of(txn, t) for t in dict.fromkeys(delete.hashes)]
+    authors = [known.get(t) or _author_of(state, t) for t in dict.fromkeys(delete.hashes)]
     if authors and all(a is not None and a != delete.public_key for a in authors):
         return UnauthorizedDeleteError("every post it names belongs to another author")
     return None
 
 
-def _settle_claims(txn: Txn, h: bytes, post: Post, tombs: list[Tombstone]) -> None:
+def _settle_claims(state: IndexState, h: bytes, post: Post, tombs: list[Tombstone]) -> None:
     """Now that post ``h`` is known, settle every tombstone that named it."""
     channels = None
     for tomb in tombs:
-        by_blob = txn.get(POSTS + tomb.by)
+        by_blob = state.get(POSTS + tomb.by)
         if tomb.deleter != post.public_key:
-            if by_blob is not None and _unauthorized(txn, decode_post(by_blob), {h: post.public_key}):
-                unindex(txn, tomb.by, by_blob, forget_tombstones=True)  # would have been refused
-                txn.put(REFUSED + tomb.by, by_blob[:32])  # as a refusal: who wrote it stays known
+            if by_blob is not None and _unauthorized(state, decode_post(by_blob), {h: post.public_key}):
+                unindex(state, tomb.by, by_blob, forget_tombstones=True)  # would have been refused
+                state.put(REFUSED + tomb.by, by_blob[:32])  # as a refusal: who wrote it stays known
                 continue
             learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, ())
             if learned != tomb:
-                txn.put_tombstone(learned)  # an unauthorized claim: recorded, removes nothing
+                state.put_tombstone(learned)  # an unauthorized claim: recorded, removes nothing
                 if tomb.channels and by_blob is not None:
-                    _relist(txn, tomb.by, by_blob)  # a listing that claimed a channel for it no longer counts
+                    _relist(state, tomb.by, by_blob)  # a listing that claimed a channel for it no longer counts
             continue
         # A post/delete's channels come from its targets, which may have
         # become known since: recompute them; other facts are fixed once known.
         if tomb.knows_target and post.post_type != DELETE:
             continue
         if channels is None:
-            channels = _channels_of_post(txn, h, post)
+            channels = _channels_of_post(state, h, post)
         # Knowledge only grows: a target of the delete may be gone by now.
         known = tuple(sorted(set(channels) | set(tomb.channels)))
         learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, known)
         if learned == tomb:
             continue
-        txn.put_tombstone(learned)
+        state.put_tombstone(learned)
         if by_blob is not None:
-            _relist(txn, tomb.by, by_blob)
+            _relist(state, tomb.by, by_blob)
 
 
-def learn_listing(txn: Txn, h: bytes, channel: str) -> bool:
+def learn_listing(state: IndexState, h: bytes, channel: str) -> bool:
     """Record that a peer listed the stored post/delete ``h`` in ``channel``'s time range.
 
     Only tombstones that know nothing of their target learn it: what the
     store knows from the target itself wins.  Returns True if the delete is
     now listed under ``channel`` where it was not before.
     """
-    blob = txn.get(POSTS + h)
+    blob = state.get(POSTS + h)
     if blob is None:
         return False
     post = decode_post(blob)
     if post.post_type != DELETE:
         return False
     channel = canonical_channel(channel)
-    tombs = txn.tombstones_by(h, post.hashes)
+    tombs = state.tombstones_by(h, post.hashes)
     if any(channel in t.channels for t in tombs):
         return False
     blind = [t for t in tombs if not t.knows_target]
     if not blind:
         return False
     for tomb in blind:
-        txn.put_tombstone(tomb.with_channels((channel,)))
-    _relist(txn, h, blob)
+        state.put_tombstone(tomb.with_channels((channel,)))
+    _relist(state, h, blob)
     return True
 
 
-def _relist(txn: Txn, h: bytes, blob: bytes) -> None:
+def _relist(state: IndexState, h: bytes, blob: bytes) -> None:
     """Re-index a stored post/delete whose tombstones changed."""
-    unindex(txn, h, blob, forget_tombstones=False)
+    unindex(state, h, blob, forget_tombstones=False)
     post = decode_post(blob)
-    index(txn, Indexed.of(blob, post, h, tuple(txn.tombstones_by(h, post.hashes))), blob)
+    index(state, Indexed.of(blob, post, h, tuple(state.tombstones_by(h, post.hashes))), blob)
 
 
-def index(txn: Txn, ip: Indexed, buf: bytes) -> None:
+def index(state: IndexState, ip: Indexed, buf: bytes) -> None:
     """Write a post, its view entries and its reverse entry."""
-    txn.put(POSTS + ip.hash, buf)
-    txn.put_many(views.entries(ip))
-    txn.put(reverse.key(ip.hash), reverse.pack(ip))
-    txn.deleted.discard(ip.hash)
-    txn.added[ip.hash] = ip.post
-    _note(txn, ip)
-    txn.add_candidates(views.groups(ip), ip)
+    state.put(POSTS + ip.hash, buf)
+    state.put_many(views.entries(ip))
+    state.put(reverse.key(ip.hash), reverse.pack(ip))
+    state.deleted.discard(ip.hash)
+    state.added[ip.hash] = ip.post
+    _note(state, ip)
+    state.add_candidates(views.groups(ip), ip)
 
 
-def _note(txn: Txn, ip: Indexed) -> None:
-    """What a txn keeps of each post it indexes or removes: its type, and whose post/info or channel post it was."""
+def _note(state: IndexState, ip: Indexed) -> None:
+    """What a state keeps of each post it indexes or removes: its type, and whose post/info or channel post it was."""
     post = ip.post
-    txn.types.add(post.post_type)
+    state.types.add(post.post_type)
     if post.post_type == INFO:
-        txn.info_authors.add(post.public_key)
+        state.info_authors.add(post.public_key)
     elif ip.channel is not None:
-        txn.author_channels.setdefault(post.public_key, set()).add(ip.channel)
+        state.author_channels.setdefault(post.public_key, set()).add(ip.channel)
 
 
-def unindex(txn: Txn, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
+def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool) -> Indexed:
     """Remove a stored post, its view entries and (optionally) its tombstones."""
     post = decode_post(blob)
-    made = tuple(txn.tombstones_by(h, post.hashes)) if post.post_type == DELETE else ()
+    made = tuple(state.tombstones_by(h, post.hashes)) if post.post_type == DELETE else ()
     ip = Indexed.of(blob, post, h, made)
-    keys = set(views.reverse_keys_or_none(h, txn.get(reverse.key(h))) or ())
+    keys = set(views.reverse_keys_or_none(h, state.get(reverse.key(h))) or ())
     keys.update(k for k, _ in views.entries(ip))  # what the post itself says: robust to a damaged reverse entry
     for key in keys:
-        txn.delete(key)
-    txn.delete(reverse.key(h))
-    txn.delete(POSTS + h)
-    txn.deleted.add(h)
-    txn.added.pop(h, None)
-    _note(txn, ip)
+        state.delete(key)
+    state.delete(reverse.key(h))
+    state.delete(POSTS + h)
+    state.deleted.add(h)
+    state.added.pop(h, None)
+    _note(state, ip)
     for view, group in views.groups(ip):
-        txn.touch(view, group)
+        state.touch(view, group)
         # What the post would write as its group's latest goes too: settle
         # rewrites what is still right, and a damaged reverse entry cannot
         # hide a stale latest key (a head, say) from it.
         for key, _ in view.latest(group, ip):
-            txn.delete(key)
+            state.delete(key)
     if forget_tombstones:
         for tomb in made:
-            txn.forget_tombstone(tomb)
+            state.forget_tombstone(tomb)
     return ip
 
 
-def _delete_target(txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombstone:
-    blob = txn.get(POSTS + target)
-    kept = txn.get(DELETED + target + by)
+def _delete_target(state: IndexState, target: bytes, by: bytes, delete: Post) -> Tombstone:
+    blob = state.get(POSTS + target)
+    kept = state.get(DELETED + target + by)
     if blob is None and kept is not None:
         # This delete was discarded locally and has come back: its tombstone
         # still says what it deleted; keep that.
@@ -227,7 +262,7 @@ def _delete_target(txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombston
     elif blob is None:
         # Channels are known only from a deletion by the author itself; an
         # unauthorized claim knows who wrote the target but lists nothing.
-        knowing = sorted((t for t in txn.tombstones(target) if t.knows_target), key=lambda t: t.deleter != t.author)
+        knowing = sorted((t for t in state.tombstones(target) if t.knows_target), key=lambda t: t.deleter != t.author)
         tomb = Tombstone(target, by, delete.public_key)
         if knowing:
             known = knowing[0]
@@ -237,51 +272,51 @@ def _delete_target(txn: Txn, target: bytes, by: bytes, delete: Post) -> Tombston
         p = decode_post(blob)  # someone else's post: recorded as an unauthorized claim, left alone
         tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, ())
     else:
-        ip = unindex(txn, target, blob, forget_tombstones=True)
+        ip = unindex(state, target, blob, forget_tombstones=True)
         p = ip.post
-        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, _channels_of(txn, ip))
-    txn.put_tombstone(tomb)
+        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, _channels_of(state, ip))
+    state.put_tombstone(tomb)
     return tomb
 
 
-def _channels_of(txn: Txn, ip: Indexed) -> tuple[str, ...]:
+def _channels_of(state: IndexState, ip: Indexed) -> tuple[str, ...]:
     if ip.channel is not None:
         return (ip.channel,)
     if ip.post.post_type == DELETE:
         return tuple(sorted({c for t in ip.tombstones for c in t.channels}))
     if ip.post.post_type == INFO:
-        return _member_channels(txn, ip.post.public_key)
+        return _member_channels(state, ip.post.public_key)
     return ()
 
 
-def _channels_of_post(txn: Txn, h: bytes, post: Post) -> tuple[str, ...]:
+def _channels_of_post(state: IndexState, h: bytes, post: Post) -> tuple[str, ...]:
     """The channels a post that is not stored belongs to, as far as the store knows."""
     if post.post_type in CHANNEL_TYPES:
         return (canonical_channel(post.channel),)
     if post.post_type == DELETE:
         found = set()
         for target in dict.fromkeys(post.hashes):
-            blob = txn.get(POSTS + target)
+            blob = state.get(POSTS + target)
             if blob is not None and blob[:32] != post.public_key:
                 continue  # another author's post: the delete is not listed there
             if blob is not None:
                 stored = decode_post(blob)
-                made = tuple(txn.tombstones_by(target, stored.hashes)) if stored.post_type == DELETE else ()
-                found.update(_channels_of(txn, Indexed.of(blob, stored, target, made)))
+                made = tuple(state.tombstones_by(target, stored.hashes)) if stored.post_type == DELETE else ()
+                found.update(_channels_of(state, Indexed.of(blob, stored, target, made)))
             else:
-                found.update(c for t in txn.tombstones(target) if t.author == post.public_key for c in t.channels)
+                found.update(c for t in state.tombstones(target) if t.author == post.public_key for c in t.channels)
         return tuple(sorted(found))
     if post.post_type == INFO:
-        return _member_channels(txn, post.public_key)
+        return _member_channels(state, post.public_key)
     return ()
 
 
-def _member_channels(txn: Txn, public_key: bytes) -> tuple[str, ...]:
+def _member_channels(state: IndexState, public_key: bytes) -> tuple[str, ...]:
     # Membership changed earlier in this batch must count: settle this member's
     # groups of the channel view (``m<channel><public_key>``) that the batch touched,
     # found from the channels of the member's posts the batch indexed or removed.
-    here = txn.author_channels.get(public_key, frozenset())
-    txn.settle_groups(views.channel.NAME, [b"m" + escape(c) + public_key for c in here])
-    names = set(channel_names(txn.db)) | here  # channels new in this batch count where the member posted
+    here = state.author_channels.get(public_key, frozenset())
+    state.settle_groups(views.channel.NAME, [b"m" + escape(c) + public_key for c in here])
+    names = set(channel_names(state.txn.db)) | here  # channels new in this batch count where the member posted
     membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
-    return tuple(sorted(n for n in names if txn.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))
+    return tuple(sorted(n for n in names if state.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))

@@ -138,7 +138,7 @@ class Gate:
 
 
 def guarded(method: F) -> F:
-    """Run a Store method inside the store's gate (see :class:`Gate`).
+    """Run a Store method inside the store's gate (see :class:`Gate`): what :func:`guard_public_methods` does to each.
 
     A generator method's every step runs inside the gate instead: it may be
     resumed long after the call that made it.
@@ -178,8 +178,8 @@ GUARDED_SPECIAL = frozenset({"__len__", "__contains__", "__iter__"})
 def guard_public_methods(cls: type) -> type:
     """Class decorator: make every public method of ``cls`` (and its bases) ``@guarded``.
 
-    Methods mixed in by other modules (link queries, say) are covered
-    without each remembering the decorator.
+    The one guard mechanism of ``Store``: methods mixed in by other modules
+    (link queries, say) are covered without each remembering a decorator.
     """
     for name in dir(cls):
         if (name.startswith("_") and name not in GUARDED_SPECIAL) or name in UNGUARDED:

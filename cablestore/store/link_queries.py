@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.errors import QueryError
-from cablestore.keyspace.keys import HashLike, as_hash
-from cablestore.store.txn import POSTS
+from cablestore.keyspace.keys import POSTS, HashLike, as_hash
 from cablestore.views import links as view
 from cablestore.wire.codec import decode_post
 

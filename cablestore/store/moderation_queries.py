@@ -13,15 +13,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.errors import LocalUserError, QueryError
-from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
+from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
+from cablestore.moderation.seed import ROLE_WORDS as SEED_ROLE_WORDS
 from cablestore.store import indexer
-from cablestore.store.inflight import guarded
-from cablestore.store.resolving import refresh
-from cablestore.store.txn import POSTS, Txn
+from cablestore.store.indexing import IndexState
+from cablestore.store.resolving import moderation_posts, refresh, stored_seed
+from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
-from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, decode_post, post_type_of
+from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, ROLE, decode_post, post_type_of
 
-LOCAL_USER_KEY = b"!local!user"
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
 
 
@@ -38,10 +39,11 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
         if kept != key:
             raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
         return kept
-    txn = Txn(db)
-    txn.put(LOCAL_USER_KEY, key)
-    indexer.enforce(txn, refresh(txn, key))  # the state of the posts already held, for this user, acted on
-    txn.commit(sync=True)
+    batch = IndexState(Txn(db))
+    batch.put(LOCAL_USER_KEY, key)
+    indexer.enforce(batch, refresh(batch, key))  # the state of the posts already held, for this user, acted on
+    batch.settle()
+    batch.commit(sync=True)
     return key
 
 
@@ -66,7 +68,7 @@ def _channel_context(channel: str | None) -> str:
 
 
 class ModerationQueries:
-    """The moderation state as the local user sees it (needs ``self.db`` and ``self._gate``)."""
+    """The moderation state as the local user sees it (needs ``self.db``, ``self._gate``, ``self._write_lock`` and ``self._forget_caches``)."""
 
     local_user: bytes | None
 
@@ -77,7 +79,60 @@ class ModerationQueries:
         prefix = prefix_of(context)
         return prefix, list(snap.iterator(prefix=prefix))
 
-    @guarded
+    def set_local_user(self, user: HashLike) -> bytes:
+        """Give this open store its local user, as ``Store(path, local_user=user)`` does: kept from now on.
+
+        A store that has one keeps it (the same key is no change); a different
+        one raises :class:`LocalUserError` and changes nothing.  The posts
+        already held are resolved and acted on for the new local user in one
+        WriteBatch, under the write lock (``serve`` runs commands so).
+        """
+        key = local_user_key(user)
+        with self._write_lock:
+            self.local_user = adopt_local_user(self.db, key)
+            self._forget_caches()  # enforcing may have removed posts the write caches knew
+        return self.local_user
+
+    def seed(self) -> dict[bytes, str]:
+        """The moderation seed the store's local user joined with (moderation.md §4.7): public key -> ``"admin"``, ``"mod"`` or ``"user"``."""
+        data = self.db.get(SEED_KEY)
+        return {k: SEED_ROLE_WORDS[r] for k, r in parse_seed(data).items()} if data else {}
+
+    def set_seed(self, seed: bytes) -> dict[bytes, str]:
+        """Join with a moderation seed (``<varint role><32-byte key>`` pairs, at most 16): its users' default roles, at once.
+
+        It creates no post/role (§4.7.2): the roles are resolved from it, and an
+        admin's role for a seeded user decides instead.  Replaces a seed set
+        before.  Returns the seed as :meth:`seed` does.
+        """
+        roles = parse_seed(seed)
+        with self._write_lock:
+            batch = self._batch()
+            batch.put(SEED_KEY, format_seed(roles))
+            batch.types.add(ROLE)  # the moderation state changes: resolve it in this WriteBatch
+            self._commit(batch)
+        return self.seed()
+
+    def clear_seed(self) -> None:
+        """Revoke the moderation seed: its users are normal users again; what they did that was applied stays applied (§4.7.2)."""
+        with self._write_lock:
+            batch = self._batch()
+            current = stored_seed(batch.get)
+            if not current.roles:
+                return
+            state = resolve(self.local_user, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)), current)
+            batch.put(SEED_KEPT, b"".join(sorted(seeded_applied(state, current))))
+            batch.delete(SEED_KEY)
+            batch.types.add(ROLE)
+            self._commit(batch)
+
+    def roles_from_seed(self, channel: str | None = None) -> set[bytes]:
+        """The users whose role in ``channel`` (the cabal when None) comes from the moderation seed, not from a post/role."""
+        context = _channel_context(channel)
+        with self.db.snapshot() as snap:
+            prefix, rows = self._table(snap, roles.context_key(context), roles.role_prefix, context)
+        return {key[len(prefix) :] for key, value in rows if value[1:33] == SEED}
+
     def roles(self, channel: str | None = None) -> dict[bytes, str]:
         """Public key -> ``"admin"`` or ``"mod"`` in ``channel`` (the cabal when None); normal users are left out.
 
@@ -91,7 +146,6 @@ class ModerationQueries:
             out[self.local_user] = "admin"
         return out
 
-    @guarded
     def hidden_users(self, channel: str | None = None) -> dict[bytes, bytes]:
         """Public key -> hash of the action hiding them, in ``channel`` (the cabal when None)."""
         context = _channel_context(channel)
@@ -102,43 +156,35 @@ class ModerationQueries:
     def _by_hash(self, prefix: bytes) -> dict[bytes, bytes]:
         return {key[len(prefix) :]: value for key, value in self.db.iterator(prefix=prefix)}
 
-    @guarded
     def hidden_posts(self) -> dict[bytes, bytes]:
         """Post hash -> hash of the action hiding it."""
         return self._by_hash(actions.PREFIX + b"h")
 
-    @guarded
     def dropped_posts(self) -> dict[bytes, bytes]:
         """Post hash -> hash of the action dropping it."""
         return self._by_hash(actions.PREFIX + b"d")
 
-    @guarded
     def dropped_channels(self) -> dict[str, bytes]:
         """Canonical channel name -> hash of the action dropping it."""
         prefix = actions.PREFIX + b"x"
         return {unescape(key, len(prefix))[0]: value for key, value in self.db.iterator(prefix=prefix)}
 
-    @guarded
     def blocks(self) -> dict[bytes, dict]:
         """Blocked public key -> ``{"by": block hash, "drop": 0/1, "notify": 0/1}``: the blocks in effect for the local user."""
         return {pk: {"by": v[:32], "drop": v[32], "notify": v[33]} for pk, v in self._by_hash(blocks.PREFIX + b"b").items()}
 
-    @guarded
     def kept_out(self) -> dict[bytes, dict]:
         """User -> ``{"by": unblock hash, "before": ms}``: unblocked with ``undrop=0`` after a dropping block."""
         return {pk: {"by": v[:32], "before": int.from_bytes(v[32:40], "big")} for pk, v in self._by_hash(blocks.PREFIX + b"k").items()}
 
-    @guarded
     def unblocks(self) -> dict[bytes, dict]:
         """Unblocked public key -> ``{"by": unblock hash, "undrop": 0/1}``: the unblocks in effect."""
         return {pk: {"by": v[:32], "undrop": v[32]} for pk, v in self._by_hash(blocks.PREFIX + b"u").items()}
 
-    @guarded
     def blocked_by(self) -> dict[bytes, bytes]:
         """Public key of a user whose notified block names the local user -> that block's hash."""
         return {pk: v[:32] for pk, v in self._by_hash(blocks.PREFIX + b"n").items()}
 
-    @guarded
     def moderation_state(self, channels: Iterable[str] = (), oldest: int = 0) -> list[bytes]:
         """The hashes answering a moderation state request (moderation.md §5.2.1.1), oldest first.
 
@@ -166,7 +212,6 @@ class ModerationQueries:
             public = [h for h in found if _is_public(snap.get(POSTS + h))]
         return sorted(public, key=lambda h: (found[h], h))
 
-    @guarded
     def moderation_summary(self) -> dict[str, Any]:
         """The resolved state as JSON-ready data (keys and hashes in hex): what ``cablestore moderation`` prints."""
         contexts = [""] + sorted(unescape(k, len(roles.PREFIX) + 1)[0] for k in self.db.iterator(prefix=roles.PREFIX + b"c", include_value=False))
@@ -178,6 +223,8 @@ class ModerationQueries:
         return {
             "local_user": self.local_user.hex() if self.local_user else None,
             "roles": {c or "(cabal)": hexed(self.roles(c)) for c in contexts},
+            "roles_from_seed": {c or "(cabal)": sorted(k.hex() for k in self.roles_from_seed(c)) for c in contexts},
+            "seed": hexed(self.seed()),
             "hidden_users": {c or "(cabal)": hexed(self.hidden_users(c)) for c in user_contexts},
             "hidden_posts": hexed(self.hidden_posts()),
             "dropped_posts": hexed(self.dropped_posts()),
@@ -188,17 +235,14 @@ class ModerationQueries:
             "moderation_posts": len(self.moderation_posts()),
         }
 
-    @guarded
     def is_dropped(self, h: HashLike) -> bool:
         """Whether an applied ``drop post`` names this hash (held or not): it is not requested nor stored."""
         return self.db.get(actions.dropped_post_key(as_hash(h))) is not None
 
-    @guarded
     def channel_dropped(self, channel: str) -> bool:
         """Whether an applied ``drop channel`` keeps ``channel`` out (its posts removed, new ones refused)."""
         return self.db.get(actions.dropped_channel_key(_channel_context(channel))) is not None
 
-    @guarded
     def shareable(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
         """Answer a peer's post request: the posts' bytes, ``None`` for those unknown or not to be sent.
 
@@ -210,7 +254,6 @@ class ModerationQueries:
         """
         return [None if blob is None or not _is_public(blob) else blob for blob in self.get_many(hashes)]
 
-    @guarded
     def moderation_posts(self) -> list[bytes]:
         """Hashes of every stored post/role, post/moderation, post/block and post/unblock, oldest first."""
         keys = []
@@ -233,4 +276,4 @@ def _is_public(blob: bytes | None) -> bool:
     return post.privacy != 1 and not (post.post_type == BLOCK and post.notify == 0)
 
 
-__all__ = ["ModerationQueries", "adopt_local_user", "LOCAL_USER_KEY"]
+__all__ = ["ModerationQueries", "adopt_local_user"]

@@ -44,10 +44,10 @@ from cablestore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from cablestore.keyspace.keys import FORMAT_KEY
 
 from . import leveldb_files
 
-FORMAT_KEY = b"!meta!format"
 FORMAT = b"cablestore-1"
 RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
 
@@ -103,7 +103,7 @@ def refusal(path: Path, kind: Kind, create: bool) -> StoreError | None:
     if kind is Kind.FILE:
         return NotAStoreError(f"{path} is a file, not a store directory")
     if kind is Kind.SNAPSHOT:
-        return NotAStoreError(f"{path} is an exported snapshot, not a store (read it with --snapshot {path})")
+        return NotAStoreError(f"{path} is an exported snapshot, not a store (verify it as a snapshot: snapshot={path})")
     if kind is Kind.HEADLESS:
         return StoreCorruptError(f"{path} holds LevelDB files but no CURRENT file; {RECOVER_HINT}")
     return NotAStoreError(f"{path} is a non-empty directory that is not a cablestore store; nothing was changed")

@@ -12,12 +12,23 @@ from itertools import islice
 from typing import Any
 
 from cablestore.errors import CorruptRecordError, QueryError
-from cablestore.keyspace.keys import MONO_SIZE, TS_SIZE, HashLike, as_hash, channel_key, next_prefix, unescape
+from cablestore.keyspace.keys import (
+    DELETED,
+    LOCAL,
+    MONO_SIZE,
+    POSTS,
+    TS_SIZE,
+    HashLike,
+    as_hash,
+    channel_key,
+    mono_timestamp,
+    next_prefix,
+    unescape,
+)
 from cablestore.keyspace.records import Tombstone
+from cablestore.store import spelling
 from cablestore.store.deprecated import renamed_keyword
-from cablestore.store.inflight import guarded
 from cablestore.store.link_queries import LinkQueries
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.views import author, chat, state, user
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import POST_TYPE_NAMES
@@ -39,18 +50,16 @@ def _stop(limit: int) -> int | None:
 class Queries(LinkQueries):
     """Mixed into Store; expects ``self.db`` (a plyvel DB) and ``self._gate``.
 
-    Every public method is ``@guarded``: ``close()`` waits for it, and plyvel
-    errors leave it as CableErrors.  A new public method must be too
-    (tests/test_lifecycle.py checks).
+    Every public method is guarded by ``Store``'s class decorator
+    (:func:`cablestore.store.inflight.guard_public_methods`): ``close()``
+    waits for it, and plyvel errors leave it as CableErrors.
     """
 
     # --- posts ------------------------------------------------------------
-    @guarded
     def get(self, h: HashLike, default: bytes | None = None) -> bytes | None:
         """The post's bytes (``h``: a hash as bytes or hex), or ``default`` if it is not stored (as plyvel's ``get``)."""
         return self.db.get(POSTS + as_hash(h), default)
 
-    @guarded
     def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
         """Answer a post request: bytes (or None) for each hash, in order."""
         keys = [as_hash(h) for h in hashes]
@@ -60,7 +69,6 @@ class Queries(LinkQueries):
     def __contains__(self, h: HashLike) -> bool:
         return self.get(h) is not None
 
-    @guarded
     def is_deleted(self, h: HashLike) -> bool:
         """True if a tombstone holds this hash and no post with it is stored.
 
@@ -74,12 +82,10 @@ class Queries(LinkQueries):
                 return False
             return any(t.authorized for t in _tombstones(snap, h))
 
-    @guarded
     def tombstones(self, h: HashLike) -> list[Tombstone]:
         """Every tombstone kept for hash ``h`` (one per post/delete that named it)."""
         return _tombstones(self.db, as_hash(h))
 
-    @guarded
     def tombstones_made_by(self, delete_hash: HashLike, targets: Iterable[HashLike]) -> list[Tombstone]:
         """The tombstones the post/delete ``delete_hash`` left for ``targets`` (hashes as bytes or hex)."""
         by = as_hash(delete_hash)
@@ -88,7 +94,6 @@ class Queries(LinkQueries):
         return [Tombstone.unpack(t, by, v) for t, v in found if v is not None]
 
     # --- channel time range -------------------------------------------------
-    @guarded
     @renamed_keyword("name", "channel")
     def channel_time_range(self, channel: str, start: int = 0, end: int = 0, limit: int = 0) -> list[bytes]:
         """Hashes of post/text and post/delete in ``[start, end)``, newest first.
@@ -102,14 +107,10 @@ class Queries(LinkQueries):
 
     def _chat_range(self, reader: Any, channel: str, start: int = 0, end: int = 0) -> Any:
         """An iterator over a channel's ``!chat`` keys in ``[start, end)``, newest first (close it)."""
-        start, end = _count(start, "start"), _count(end, "end")
-        prefix = chat.channel_prefix(channel)
-        lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
-        hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+        lo, hi = chat_bounds(channel, _count(start, "start"), _count(end, "end"))
         return reader.iterator(start=lo, stop=hi, reverse=True, include_value=False)
 
     # --- channel state ------------------------------------------------------
-    @guarded
     @renamed_keyword("name", "channel")
     def channel_state(self, channel: str, historic: bool = False) -> list[bytes]:
         """Hashes describing a channel (spec 5.4.4): topic, joins/leaves, post/infos.
@@ -141,13 +142,11 @@ class Queries(LinkQueries):
         prefix = channel_view.PREFIX + ch + b"m"
         return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
 
-    @guarded
     @renamed_keyword("name", "channel")
     def members(self, channel: str) -> list[bytes]:
         """Public keys of the channel's current members, ascending."""
         return self._member_keys(self.db, channel_key(channel), current_only=True)
 
-    @guarded
     @renamed_keyword("name", "channel")
     def topic(self, channel: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
@@ -155,30 +154,33 @@ class Queries(LinkQueries):
         value = self.db.get(key)
         return _text(key, value) if value else ""
 
-    @guarded
     def channel_list(self, offset: int = 0, limit: int = 0) -> list[str]:
         """Known channel names, ascending, in their canonical (casefolded) spelling."""
         offset, limit = _count(offset, "offset"), _count(limit, "limit")
         with self.db.snapshot() as snap:
-            names = channel_view.channel_names(snap)
+            names = channel_names(snap)
         return names[offset : offset + limit if limit else None]
 
+    def listed_spellings(self, channels: Iterable[str]) -> list[str]:
+        """The spelling each of ``channels`` (any spelling) is written and listed under: as its earliest
+        post/text or post/topic spells it (:mod:`cablestore.store.spelling`); unknown channels as given."""
+        if isinstance(channels, (str, bytes)):
+            raise QueryError("channels is a list of channel names, not one string")
+        return spelling.listed_spellings(self, channels)
+
     # --- users and authors ----------------------------------------------------
-    @guarded
     def name(self, public_key: HashLike) -> str | None:
         """The user's current name (from their latest post/info), or None."""
         key = user.property_key(as_hash(public_key), "name")
         value = self.db.get(key)
         return None if value is None else _text(key, value)
 
-    @guarded
     def user_info(self, public_key: HashLike) -> dict[str, str]:
         """Every property of the user's latest post/info."""
         prefix = user.PREFIX + as_hash(public_key) + b"i"
 
         return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
 
-    @guarded
     def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
         if post_type is not None and (type(post_type) is not int or post_type not in POST_TYPE_NAMES):
@@ -188,12 +190,39 @@ class Queries(LinkQueries):
         keys.sort(key=lambda k: k[-MONO_SIZE:], reverse=True)
         return [k[-32:] for k in keys]
 
+    def newest_timestamp(self, public_key: HashLike) -> int:
+        """The newest claimed timestamp among the author's stored posts (0: none)."""
+        pk, newest = as_hash(public_key), 0
+        for post_type in POST_TYPE_NAMES:
+            with self.db.iterator(prefix=author.prefix(pk, post_type), reverse=True, include_value=False) as it:
+                key = next(it, None)
+            if key is not None:
+                newest = max(newest, mono_timestamp(key))
+        return newest
+
+    def local_value(self, key: bytes) -> bytes | None:
+        """The value of a ``!local!`` key (this peer's own state: an author's clock, a sync cursor), or None."""
+        if not isinstance(key, bytes) or not key.startswith(LOCAL):
+            raise QueryError(f"local keys start with {LOCAL!r}, not {bytes(key[:16])!r}")
+        return self.db.get(key)
+
+
+def channel_names(reader: Any) -> list[str]:
+    """Every channel with a ``!channel`` entry, ascending (a skip scan over ``reader``: a DB or snapshot)."""
+    names = []
+    with reader.iterator(prefix=channel_view.PREFIX, include_value=False) as it:
+        for key in it:
+            name, end = unescape(key, len(channel_view.PREFIX))
+            names.append(name)
+            it.seek(next_prefix(key[:end]))
+    return names
+
 
 def _text(key: bytes, value: bytes) -> str:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"view entry {key[:48]!r} is not UTF-8; run `cablestore check STORE --repair`") from exc
+        raise CorruptRecordError(f"view entry {key[:48]!r} is not UTF-8; Store.check(fix=True) sets it aside") from exc
 
 
 def _tombstones(reader, h: bytes) -> list[Tombstone]:
@@ -203,6 +232,14 @@ def _tombstones(reader, h: bytes) -> list[Tombstone]:
 
 # One iterator, re-seeked, answers a whole channel state request: creating an
 # iterator per member cost more than the seeks.
+def chat_bounds(channel: str, start: int, end: int) -> tuple[bytes, bytes]:
+    """The ``(lowest, above highest)`` ``!chat`` keys of a channel's time range ``[start, end)`` (``end = 0``: no bound)."""
+    prefix = chat.channel_prefix(channel)
+    lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
+    hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+    return lo, hi
+
+
 def last_under(it: Any, prefix: bytes) -> Any:
     """What ``it`` (a LevelDB iterator, re-seeked) yields for the greatest key under ``prefix``, or None.
 

@@ -18,75 +18,71 @@ from typing import Any
 
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
-from cablestore.keyspace.keys import as_hash, canonical_channel, escape
-from cablestore.store.txn import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, channel_key, escape
+from cablestore.store.queries import channel_names
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
 from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, post_hash
+from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, info_dict, post_hash
 
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
 
+def _field(name: str, doc: str) -> property:
+    """A field of the decoded :class:`Post`, read through ``StoredPost.post``."""
+
+    def read(self: StoredPost) -> Any:
+        return getattr(self.post, name)
+
+    read.__doc__ = doc
+    return property(read)
+
+
 @dataclass(frozen=True, slots=True)
 class StoredPost:
-    """One stored post, decoded, with its hash and its author's current name.
+    """One stored post: its hash, the decoded :class:`cablestore.wire.codec.Post`, and its author's current name.
 
-    Fields a post's type does not use are ``None`` (``deleted`` is ``()``
-    except for a post/delete).  ``raw`` holds the post's exact bytes.
+    The post's fields read through (``post_type``, ``timestamp``, ``links``,
+    ``channel``, ``text``, ``topic``, ``info``, and the moderation fields
+    ``reason`` … ``undrop``); ``author`` is the post's ``public_key`` and
+    ``deleted`` its ``hashes`` (``()`` but for a post/delete).  Fields a
+    post's type does not use are ``None``.  ``raw`` holds the post's exact bytes.
     """
 
     hash: bytes
-    post_type: int
-    author: bytes
-    timestamp: int
-    links: tuple[bytes, ...]
+    post: Post
     raw: bytes
     author_name: str | None = None
-    channel: str | None = None
-    text: str | None = None
-    topic: str | None = None
-    info: tuple[tuple[str, str], ...] | None = None
-    deleted: tuple[bytes, ...] = ()
-    # moderation posts (types 6-9): see cablestore.wire.codec.Post
-    reason: str | None = None
-    privacy: int | None = None
-    recipients: tuple[bytes, ...] | None = None
-    role: int | None = None
-    action: int | None = None
-    drop: int | None = None
-    notify: int | None = None
-    undrop: int | None = None
     hidden_by: bytes | None = None  # the action hiding this post/text for the local user (moderation.md §5.1.3.4-5)
+
+    author = _field("public_key", "The author's public key.")
+    post_type = _field("post_type", "The post type (0-9).")
+    timestamp = _field("timestamp", "The claimed timestamp (ms since the epoch).")
+    links = _field("links", "The hashes the post links to.")
+    channel = _field("channel", "The channel (types 0, 3-5; moderation posts: the context).")
+    text = _field("text", "A post/text's text.")
+    topic = _field("topic", "A post/topic's topic.")
+    info = _field("info", "A post/info's ``(key, value)`` pairs.")
+    reason = _field("reason", "A moderation post's reason.")
+    privacy = _field("privacy", "A moderation post's privacy flag.")
+    recipients = _field("recipients", "A moderation post's recipients.")
+    role = _field("role", "A post/role's role.")
+    action = _field("action", "A post/moderation's action.")
+    drop = _field("drop", "A post/block's drop flag.")
+    notify = _field("notify", "A post/block's notify flag.")
+    undrop = _field("undrop", "A post/unblock's undrop flag.")
+
+    @property
+    def deleted(self) -> tuple[bytes, ...]:
+        """The hashes a post/delete deletes (``()`` for any other post)."""
+        return self.post.hashes or ()
 
     @classmethod
     def from_bytes(cls, buf: bytes, h: bytes, author_name: str | None = None, post: Post | None = None) -> StoredPost:
         """Decode ``buf`` (stored under hash ``h``) into a StoredPost."""
-        p = post if post is not None else decode_post(buf)
-        return cls(
-            h,
-            p.post_type,
-            p.public_key,
-            p.timestamp,
-            p.links,
-            bytes(buf),
-            author_name,
-            p.channel,
-            p.text,
-            p.topic,
-            p.info,
-            p.hashes or (),
-            p.reason,
-            p.privacy,
-            p.recipients,
-            p.role,
-            p.action,
-            p.drop,
-            p.notify,
-            p.undrop,
-        )
+        return cls(h, post if post is not None else decode_post(buf), bytes(buf), author_name)
 
     @property
     def type_name(self) -> str:
@@ -104,7 +100,7 @@ class StoredPost:
         return self.author_name if self.author_name is not None else self.author.hex()[:8]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key)."""
+        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key; ``accept-role`` as 0 or 1)."""
         out: dict[str, Any] = {
             "hash": self.hash.hex(),
             "type": self.type_name,
@@ -118,7 +114,7 @@ class StoredPost:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.info is not None:
-            out["info"] = dict(self.info)
+            out["info"] = info_dict(self.info)
         if self.post_type == DELETE:
             out["deleted"] = [h.hex() for h in self.deleted]
         if self.recipients is not None:
@@ -144,7 +140,7 @@ class StoredPost:
             if value is not None:
                 body += f" {name}={_clip(value)!r}"
         if self.info is not None:
-            body += f" info={dict(self.info)!r}"
+            body += f" info={info_dict(self.info)!r}"
         if self.deleted:
             body += f" deleted={len(self.deleted)}"
         if self.role is not None:
@@ -197,19 +193,21 @@ class StoreStats:
 class ChannelSummary:
     """One channel as ``cablestore channels`` lists it.
 
-    ``name`` is the canonical (casefolded) spelling, ``topic`` the current
-    topic (``""``: none), ``members`` the current members, ``messages`` the
-    post/text and post/delete its time range holds.
+    ``name`` is the canonical (casefolded) spelling, ``spelling`` the one
+    its posts use and authoring writes (``Store.listed_spellings``),
+    ``topic`` the current topic (``""``: none), ``members`` the current
+    members, ``messages`` the post/text and post/delete its time range holds.
     """
 
     name: str
     topic: str
     members: int
     messages: int
+    spelling: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict."""
-        return {"name": self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
+        return {"name": self.name, "spelling": self.spelling or self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
 
 
 def _count_keys(reader, prefix: bytes) -> int:
@@ -323,17 +321,23 @@ class Reading:
         return True
 
     def channels(self) -> list[ChannelSummary]:
-        """Every channel with its topic, member count and message count, ascending by name (one snapshot)."""
+        """Every channel with its spelling, topic, member count and message count, ascending by name."""
         out = []
         with self.db.snapshot() as snap:
-            for name in channel_view.channel_names(snap):
+            for name in channel_names(snap):
                 ch = escape(name)  # the name as its keys spell it
                 topic = snap.get(channel_view.PREFIX + ch + b"t")
                 with snap.iterator(prefix=channel_view.PREFIX + ch + b"m") as it:
                     members = sum(1 for _, v in it if v == b"\x01")
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
-        return out
+        spellings = self.listed_spellings([c.name for c in out])
+        return [replace(c, spelling=spelled) for c, spelled in zip(out, spellings, strict=True)]
+
+    def channel_post_count(self, channel: str) -> int:
+        """How many posts of ``channel`` the store holds: its post/text, post/topic, post/join and post/leave
+        (what a ``drop channel`` removes).  One key scan, no post decoded."""
+        return _count_keys(self.db, channel_view.PREFIX + channel_key(channel) + b"a")
 
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""
@@ -343,7 +347,7 @@ class Reading:
         with self.db.snapshot() as snap:
             posts = _count_keys(snap, POSTS)
             tombstones = _count_keys(snap, DELETED)
-            channels = len(channel_view.channel_names(snap))
+            channels = len(channel_names(snap))
             with snap.iterator(prefix=prefix, include_value=False) as it:
                 for key in it:
                     authors.add(key[len(prefix) : len(prefix) + 32])

@@ -46,9 +46,9 @@ import plyvel
 
 from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
 from cablestore.keyspace import reverse
+from cablestore.keyspace.keys import DELETED, FORMAT_KEY, POSTS
 from cablestore.progress import Progress
 from cablestore.store import opening, salvage
-from cablestore.store.txn import DELETED, POSTS
 from cablestore.wire.codec import DELETE, decode_post, post_hash
 
 _POST_KEY_LEN = len(POSTS) + 32
@@ -323,11 +323,11 @@ def _repair_lines(path: Path) -> list[str]:
 
 def _restore_format(db, ours: bool) -> bool:
     """Put ``!meta!format`` back if repair lost it but the data is a cablestore store's."""
-    if db.get(opening.FORMAT_KEY) is not None:
+    if db.get(FORMAT_KEY) is not None:
         return False
     if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)):
         return False  # not ours: opening will refuse it
-    db.put(opening.FORMAT_KEY, opening.FORMAT, sync=True)
+    db.put(FORMAT_KEY, opening.FORMAT, sync=True)
     return True
 
 

@@ -33,18 +33,17 @@ from pathlib import Path
 import plyvel
 
 from cablestore.errors import CableError
+from cablestore.keyspace import facts
+from cablestore.keyspace.keys import DELETED, FACTS, FORMAT_KEY, LOCAL, POSTS, QUARANTINE, REFUSED
 from cablestore.keyspace.records import Tombstone
 from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
 from cablestore.store import leveldb_reader as reader
-from cablestore.store.opening import FORMAT, FORMAT_KEY
-from cablestore.store.txn import DELETED, POSTS, REFUSED
+from cablestore.store.opening import FORMAT
 from cablestore.wire.codec import decode_post, post_hash
 from cablestore.wire.crypto import verify_many
 
-LOCAL = b"!local!"
-QUARANTINE = b"!quarantine!"
-KEPT = (DELETED, LOCAL, FORMAT_KEY, POSTS, QUARANTINE, REFUSED)  # in key order
+KEPT = (DELETED, FACTS, LOCAL, FORMAT_KEY, POSTS, QUARANTINE, REFUSED)  # in key order
 SALVAGED = "SALVAGED"  # in a folder of lost/: its files were salvaged once; later recovers skip it
 _TABLE_SUFFIXES = (".ldb", ".sst")
 
@@ -210,6 +209,12 @@ def _flaw(rec: reader.Record) -> str | None:
         except CableError as exc:
             return str(exc)
         return None if len(rest) == 64 else "tombstone key of the wrong length"
+    if key.startswith(FACTS):  # tagged like a tombstone: a flipped bit is caught
+        try:
+            facts.unpack(key[len(FACTS) :], rec.value)
+        except CableError as exc:
+            return str(exc)
+        return None if len(key) == len(FACTS) + 32 else "fact key of the wrong length"
     if not rec.certified:
         return "in a damaged block (nothing but a checksum certifies it)"
     if key == FORMAT_KEY and rec.value != FORMAT:

@@ -23,34 +23,30 @@ import plyvel
 from cablestore import views
 from cablestore.errors import (
     CableError,
-    FutureTimestampError,
     QueryError,
     SignatureError,
     StoreClosedError,
     StoreError,
 )
-from cablestore.keyspace.keys import HashLike, as_hash, canonical_channel, channel_key
-from cablestore.store import arguments, indexer, opening
+from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
+from cablestore.store import arguments, indexer, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.hashfilter import link_filter, tombstone_filter
-from cablestore.store.inflight import Gate, guard_public_methods, guarded, guarded_iter
+from cablestore.store.indexing import IndexState
+from cablestore.store.inflight import Gate, guard_public_methods, guarded_iter
 from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user, local_user_key
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
-from cablestore.store.resolving import needed, refresh, worth_resolving
-from cablestore.store.txn import POSTS, Txn
+from cablestore.store.txn import Txn
+from cablestore.store.users import UserQueries
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.rebuild import Report
 
-WEEK_MS = 7 * 24 * 60 * 60 * 1000
 VERIFY_AHEAD = 2  # batches ingest_batches has its workers verify ahead of the one it indexes
-FORMAT_KEY = opening.FORMAT_KEY
-FORMAT = opening.FORMAT
-LOCAL = b"!local!"  # this peer's own state (clock, sync cursors): neither primary nor derived
 
 
 def wall_clock_ms() -> int:
@@ -74,7 +70,7 @@ class IngestResult:
 
 
 @guard_public_methods
-class Store(Reading, Queries, ModerationQueries):
+class Store(Reading, Queries, ModerationQueries, UserQueries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
@@ -123,7 +119,7 @@ class Store(Reading, Queries, ModerationQueries):
         self._write_lock = threading.Lock()
         self._listeners = Listeners()
         self._tomb_filter = self._link_filter = None  # made on the first write (cablestore.store.hashfilter)
-        self._winners: dict = {}  # latest candidate per group, as committed (see Txn)
+        self._winners: dict = {}  # latest candidate per group, as committed (see cablestore.store.indexing)
         self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         local_user = local_user_key(local_user)  # before anything is opened or created
@@ -198,28 +194,26 @@ class Store(Reading, Queries, ModerationQueries):
             self._verify_pool = verify_pool(self.verify_workers)
         return self._verify_pool
 
-    def _txn(self) -> Txn:
-        """A write transaction (call with the write lock held)."""
+    def _batch(self) -> IndexState:
+        """A write transaction and its indexing state (call with the write lock held); written by :meth:`_commit`."""
         if self._tomb_filter is None:
             self._tomb_filter, self._link_filter = tombstone_filter(self.db), link_filter(self.db)
         self._tomb_filter.grow_if_full()
         self._link_filter.grow_if_full()
-        return Txn(self.db, self._tomb_filter, self._winners, finish=self._resolve_moderation, link_filter=self._link_filter)
+        return IndexState(Txn(self.db), self._tomb_filter, self._winners, link_filter=self._link_filter)
+
+    def _commit(self, batch: IndexState) -> None:
+        indexer.commit(batch, self.local_user, self.sync)
 
     def _forget_caches(self) -> None:
         """Drop what the store remembers of its views: after writes not made by its transactions (a repair, a reindex, a reopen)."""
         self._winners.clear()
         self._tomb_filter = self._link_filter = None
 
-    def _resolve_moderation(self, txn: Txn) -> None:
-        if needed(txn.types) and worth_resolving(txn):
-            indexer.enforce(txn, refresh(txn, self.local_user))
-
     def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
         post = decode_post(buf)
         now = self._now() if now is None else now
-        if post.timestamp >= now + WEEK_MS:
-            raise FutureTimestampError(f"timestamp {post.timestamp} is at or beyond now + 7 days")
+        check_horizon(post.timestamp, now)
         return post_hash(buf), post
 
     def subscribe(self, callback: Callable[[Committed], None]) -> Callable[[], None]:
@@ -229,7 +223,6 @@ class Store(Reading, Queries, ModerationQueries):
         """
         return self._listeners.subscribe(callback)
 
-    @guarded
     def ingest(self, buf: bytes, *, now: int | None = None, extra: dict[bytes, bytes] | None = None) -> bytes:
         """Validate and store one post with all its view entries; return its hash.
 
@@ -241,21 +234,20 @@ class Store(Reading, Queries, ModerationQueries):
         buf = arguments.post_bytes(buf)
         h, post = self.validate(buf, now)
         with self._write_lock:
-            txn = self._txn()
-            outcome = indexer.apply(txn, buf, h, post)
+            batch = self._batch()
+            outcome = indexer.apply(batch, buf, h, post)
             for key, value in (extra or {}).items():
                 if not key.startswith(LOCAL):
                     raise StoreError(f"extra keys live under {LOCAL!r}, not {key[:16]!r}")
-                txn.put(key, value)
-            txn.commit(self.sync)
-        self._listeners.notify(txn.committed())
+                batch.put(key, value)
+            self._commit(batch)
+        self._listeners.notify(batch.committed())
         if isinstance(outcome, CableError):
             raise outcome
-        if h in txn.enforced:  # stored, then kept out by the moderation state it changed
-            raise txn.enforced[h]
+        if h in batch.enforced:  # stored, then kept out by the moderation state it changed
+            raise batch.enforced[h]
         return h
 
-    @guarded
     def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
@@ -265,7 +257,6 @@ class Store(Reading, Queries, ModerationQueries):
         with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
             return self._ingest_many(bufs, now)
 
-    @guarded
     def ingest_batches(self, batches: Iterable[Iterable[bytes]], *, now: int | None = None) -> Iterator[list[IngestResult]]:
         """:meth:`ingest_many` of each batch in turn (one WriteBatch each), yielding each batch's results.
 
@@ -307,14 +298,14 @@ class Store(Reading, Queries, ModerationQueries):
                 checked.append((i, buf, None, None, exc))
         results = []
         with self._write_lock:
-            txn = self._txn()
+            batch = self._batch()
             for i, buf, h, post, error in checked:
                 signed = next(signatures) if signatures is not None else True
                 if error is None and not signed:
                     error = SignatureError("Ed25519 signature does not verify")
                 if error is None:
                     try:
-                        outcome = indexer.apply(txn, buf, h, post)
+                        outcome = indexer.apply(batch, buf, h, post)
                     except CableError as exc:
                         outcome = exc
                     if not isinstance(outcome, CableError):
@@ -322,12 +313,11 @@ class Store(Reading, Queries, ModerationQueries):
                         continue
                     error = outcome
                 results.append(IngestResult(i, h, error))
-            txn.commit(self.sync)
-        self._listeners.notify(txn.committed())
+            self._commit(batch)
+        self._listeners.notify(batch.committed())
         # A post stored early in the batch and kept out by a moderation post later in it is not stored.
-        return [IngestResult(r.index, r.hash, txn.enforced[r.hash]) if r.ok and r.hash in txn.enforced else r for r in results]
+        return [IngestResult(r.index, r.hash, batch.enforced[r.hash]) if r.ok and r.hash in batch.enforced else r for r in results]
 
-    @guarded
     def learn_listing(self, channel: str, hashes: Iterable[HashLike]) -> int:
         """Record that a peer listed these posts in ``channel``'s time range; return how many deletes that re-listed.
 
@@ -343,16 +333,15 @@ class Store(Reading, Queries, ModerationQueries):
         if not lo <= len(channel) <= hi:
             raise QueryError(f"a channel name has {lo} to {hi} codepoints, not {len(channel)}")
         with self._write_lock:
-            txn = self._txn()
-            learned = sum(indexer.learn_listing(txn, h, channel) for h in hashes)
+            batch = self._batch()
+            learned = sum(indexer.learn_listing(batch, h, channel) for h in hashes)
             if learned:
-                txn.commit(self.sync)
+                self._commit(batch)
         if learned:
-            self._listeners.notify(txn.committed())
+            self._listeners.notify(batch.committed())
         return learned
 
     # --- local removal --------------------------------------------------
-    @guarded
     def delete(self, h: HashLike) -> bool:
         """Discard a post locally, without a post/delete and without a tombstone.
 
@@ -363,33 +352,31 @@ class Store(Reading, Queries, ModerationQueries):
         """
         h = as_hash(h)
         with self._write_lock:
-            txn = self._txn()
-            blob = txn.get(POSTS + h)
+            batch = self._batch()
+            blob = batch.get(POSTS + h)
             if blob is None:
                 return False
-            indexer.unindex(txn, h, blob, forget_tombstones=False)
-            txn.commit(self.sync)
-        self._listeners.notify(txn.committed())
+            indexer.unindex(batch, h, blob, forget_tombstones=False)
+            self._commit(batch)
+        self._listeners.notify(batch.committed())
         return True
 
-    @guarded
     def purge_author(self, public_key: HashLike) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
         public_key = as_hash(public_key)
         with self._write_lock:
-            txn = self._txn()
+            batch = self._batch()
             prefix = views.author.prefix(public_key)
             hashes = [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
             for h in hashes:
-                blob = txn.get(POSTS + h)
+                blob = batch.get(POSTS + h)
                 if blob is not None:
-                    indexer.unindex(txn, h, blob, forget_tombstones=False)
-            txn.commit(self.sync)
-        self._listeners.notify(txn.committed())
+                    indexer.unindex(batch, h, blob, forget_tombstones=False)
+            self._commit(batch)
+        self._listeners.notify(batch.committed())
         return len(hashes)
 
     # --- verification ---------------------------------------------------
-    @guarded
     def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
         """Recompute every derived view and compare; with ``fix``, repair.
 
@@ -402,10 +389,42 @@ class Store(Reading, Queries, ModerationQueries):
         finally:
             self._forget_caches()  # a repair writes views directly
 
-    @guarded
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
         return guarded_iter(self, self.db.iterator(prefix=prefix))
 
+    # --- what a peer reads and writes (cablestore.store.peer_reads) -------
+    def channel_state_answer(self, channel: str) -> list[bytes]:
+        """The hashes answering a Cable channel state request (:func:`cablestore.store.peer_reads.channel_state_answer`)."""
+        return peer_reads.channel_state_answer(self, channel)
 
-__all__ = ["Store", "IngestResult", "as_hash", "canonical_channel", "channel_key", "WEEK_MS"]
+    def time_range_page(self, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:
+        """Up to ``n`` ``!chat`` keys of a time range, newest first, below ``below`` (:func:`cablestore.store.peer_reads.time_range_page`)."""
+        return peer_reads.time_range_page(self, channel, start, end, below, n)
+
+    def tombstoned(self, hashes: list[bytes]) -> set[bytes]:
+        """The hashes among ``hashes`` with a tombstone (:func:`cablestore.store.peer_reads.tombstoned`)."""
+        return peer_reads.tombstoned(self, hashes)
+
+    def any_member(self, channel: str, public_keys: Iterable[bytes]) -> bool:
+        """One of ``public_keys`` is a member or ex-member of ``channel`` (:func:`cablestore.store.peer_reads.any_member`)."""
+        return peer_reads.any_member(self, channel, public_keys)
+
+    def check_relayed(self, buf: bytes, now: int) -> bytes:
+        """Check a post relayed for a forwarded request; its hash (:func:`cablestore.store.peer_reads.check_relayed`)."""
+        return peer_reads.check_relayed(self, buf, now)
+
+    def has_posts(self) -> bool:
+        """True if the store holds any post."""
+        return peer_reads.has_posts(self)
+
+    def sync_cursor(self, peer: str, channel: str) -> int | None:
+        """The sync cursor of ``channel`` from ``peer`` (ms), or None (:func:`cablestore.store.peer_reads.sync_cursor`)."""
+        return peer_reads.sync_cursor(self, peer, channel)
+
+    def set_sync_cursor(self, peer: str, channel: str, timestamp: int) -> None:
+        """Move the sync cursor forward, under the write lock (:func:`cablestore.store.peer_reads.set_sync_cursor`)."""
+        peer_reads.set_sync_cursor(self, peer, channel, timestamp)
+
+
+__all__ = ["Store", "IngestResult", "wall_clock_ms"]

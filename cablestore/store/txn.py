@@ -1,79 +1,32 @@
 """A write transaction: buffered writes that commit as one LevelDB WriteBatch.
 
 Reads see the transaction's own writes first, so later posts in an
-``ingest_many`` batch see earlier ones.  "Latest" views are not updated post
-by post: posts only mark the groups they touch, and :meth:`Txn.settle`
-recomputes each touched group once from its candidates.  Ingest and delete
-share that one path, so no view logic is written twice.
+``ingest_many`` batch see earlier ones.  A ``Txn`` only buffers: what the
+indexing of a batch knows beyond its writes (the latest groups it touched,
+the posts it added and removed, the moderation it must resolve) is a
+:class:`cablestore.store.indexing.IndexState`, and the order "index, resolve
+the moderation state, write" is driven by :func:`cablestore.store.indexer.commit`.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import defaultdict
 
 from cablestore.compiled import native as _native
 from cablestore.keyspace.keys import next_prefix
-from cablestore.keyspace.records import Indexed, Tombstone
-from cablestore.views import latest_keys, needs_winner, rank
-from cablestore.wire.codec import decode_post
 
-POSTS = b"!post!"
-DELETED = b"!deleted!"
-REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see indexer)
 _MISSING = object()
-ENFORCE_UNREAD = object()  # a txn has not yet looked for moderation rows that keep posts out
-WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
-
-
-class _Found(tuple):
-    """``(rank, hash)`` of a group's latest candidate as found in the DB (not the winner cache)."""
-
-    __slots__ = ()
-
-
-class _Unread:
-    """A group's winner whose post was not read: ``latest`` is empty for it (``views.needs_winner``)."""
-
-    __slots__ = ("hash",)
-
-    def __init__(self, h: bytes) -> None:
-        self.hash = h
 
 
 class Txn:
-    def __init__(self, db, tomb_filter=None, winners=None, finish=None, link_filter=None):
+    def __init__(self, db):
         self.db = db
-        # Called with this txn after the latest groups settle, before the batch
-        # is written, when it touched posts of a type in ``types`` it cares for
-        # (the moderation state: cablestore.store.resolving).
-        self._finish = finish
-        self.types: set[int] = set()  # post types added or removed in this txn
-        self.info_authors: set[bytes] = set()  # authors of post/infos added or removed in this txn
-        self.enforce_memo = ENFORCE_UNREAD  # the moderation rows read by this txn (cablestore.store.enforcing)
-        self.enforced: dict[bytes, object] = {}  # post hash -> why the moderation state removed it at commit
-        self.author_channels: dict[bytes, set[str]] = {}  # author -> channels of their posts indexed or removed in this txn
-        # (view name, group) -> (rank, hash) of the committed latest candidate,
-        # or None for a group without one: a reverse seek saved per cached group.
-        self._winners = winners
-        self._settled: dict[tuple, tuple | None] = {}
-        # Answer "no tombstone names this hash" and "no stored post links to
-        # it" without a seek (see cablestore.store.hashfilter).
-        self._tomb_filter = tomb_filter
-        self._link_filter = link_filter
         # One iterator, re-seeked for every scan: creating one per scan cost
         # more than the scan.  It reads the DB as of now, which is right: the
         # DB does not change until commit.
         self._it = None
         self.writes: dict[bytes, bytes | None] = {}
         self._sorted_writes: list[bytes] = []  # the keys of ``writes``, sorted, while their count is unchanged
-        self.deleted: set[bytes] = set()  # post hashes removed in this txn
-        self.added: dict[bytes, object] = {}  # post hash -> Post stored in this txn
-        self.fresh: set[bytes] = set()  # post hashes the DB did not hold when this txn was offered them
-        self._touched: dict[tuple, object] = {}  # (view name, group) -> view
-        self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
-        self._latest_keys: dict[tuple, set[bytes]] = {}
-        self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
 
     # --- point reads and writes ----------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -90,7 +43,6 @@ class Txn:
     def delete(self, key: bytes) -> None:
         self.writes[key] = None
 
-    # --- tombstones (primary data) -------------------------------------
     # --- scans through the shared iterator ----------------------------
     def _iter(self):
         if self._it is None:
@@ -136,8 +88,8 @@ class Txn:
             out.append((key, value))
         return out
 
-    def last_candidate(self, prefix: bytes) -> bytes | None:
-        """The greatest DB key under ``prefix`` whose post is not deleted in this txn."""
+    def last_candidate(self, prefix: bytes, skip=frozenset()) -> bytes | None:
+        """The greatest DB key under ``prefix`` whose last 32 bytes (a post hash) are not in ``skip``."""
         it = self._iter()
         it.seek(next_prefix(prefix))
         while True:
@@ -147,158 +99,15 @@ class Txn:
                 return None
             if not key.startswith(prefix):
                 return None
-            if key[-32:] not in self.deleted:
+            if key[-32:] not in skip:
                 return key
-
-    # --- tombstones (primary data) -------------------------------------
-    def tombstones(self, target: bytes) -> list[Tombstone]:
-        if self._tomb_filter is not None and target not in self._tombs and not self._tomb_filter.might_have(target):
-            return []
-        prefix = DELETED + target
-        found = {k[len(prefix) :]: v for k, v in self.scan(prefix)}
-        found.update(self._tombs.get(target, {}))
-        return [Tombstone.unpack(target, by, v) for by, v in sorted(found.items()) if v is not None]
-
-    def tombstones_by(self, by: bytes, targets) -> list[Tombstone]:
-        """The tombstones the post/delete ``by`` made for ``targets``."""
-        out = []
-        for target in dict.fromkeys(targets):
-            value = self.get(DELETED + target + by)
-            if value is not None:
-                out.append(Tombstone.unpack(target, by, value))
-        return out
-
-    def put_tombstone(self, tomb: Tombstone) -> None:
-        value = tomb.pack()
-        if self._tomb_filter is not None:
-            self._tomb_filter.add(tomb.target)
-        self._tombs[tomb.target][tomb.by] = value
-        self.put(DELETED + tomb.target + tomb.by, value)
-
-    def forget_tombstone(self, tomb: Tombstone) -> None:
-        self._tombs[tomb.target][tomb.by] = None
-        self.delete(DELETED + tomb.target + tomb.by)
-
-    # --- latest groups --------------------------------------------------
-    def touch(self, view, group: bytes) -> None:
-        self._touched[(view.NAME, group)] = view
-
-    def add_candidates(self, groups, ip: Indexed) -> None:
-        """Make ``ip`` a candidate of each ``(view, group)`` of ``groups`` (and touch the group)."""
-        added, touched, h = self._added, self._touched, ip.hash
-        for view, group in groups:
-            name_group = (view.NAME, group)
-            added[name_group][h] = ip
-            touched[name_group] = view
-
-    def settle(self) -> None:
-        """Rewrite the latest entries of every touched group from its candidates."""
-        touched, self._touched = self._touched, {}
-        self._settle(touched)
-
-    def settle_groups(self, name: str, groups) -> None:
-        """:meth:`settle` just the groups of view ``name`` among ``groups`` that are touched (the others stay touched)."""
-        touched = {}
-        for group in groups:
-            view = self._touched.pop((name, group), None)
-            if view is not None:
-                touched[(name, group)] = view
-        self._settle(touched)
-
-    def _settle(self, touched: dict) -> None:
-        for (name, group), view in touched.items():
-            winner, winner_rank, exact = self._winner(name, group, view)
-            self._settled[(name, group)] = (None if winner is None else (winner_rank, winner.hash)) if exact else _MISSING
-            entries = () if type(winner) is _Unread else view.latest(group, winner)
-            self._write_latest(name, group, view, entries)
-
-    def _stored_winner(self, name, group, view, cached_ok: bool = True) -> tuple | None:
-        """``(rank, hash)`` of the group's latest candidate in the DB, skipping posts deleted in this txn.
-
-        Found in the DB, not the winner cache: a :class:`_Found`, whose post the DB holds.
-        """
-        if self._winners is not None and cached_ok:
-            cached = self._winners.get((name, group), _MISSING)
-            if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
-                return cached
-        prefix = view.candidates(group)
-        if view.NAME == "links" and self._link_filter is not None and not self._link_filter.might_have(group):
-            # Nothing stored links to ``group``: its one candidate in the DB is the
-            # post's own reverse entry, a point read (a seek cost 30-40 µs at 1M posts),
-            # and none for a post new to the DB (``fresh``): no read at all.
-            held = group not in self.deleted and group not in self.fresh
-            key = prefix if held and self.db.get(prefix) is not None else None
-        else:
-            key = self.last_candidate(prefix)
-        return None if key is None else _Found((key[len(prefix) :], key[-32:]))
-
-    def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
-        """``(winner, its rank, exact)``; not exact: a stand-in whose ``latest`` equals the winner's."""
-        best, best_rank = None, b""
-        for ip in self._added.get((name, group), {}).values():
-            if ip.hash in self.deleted:
-                continue
-            ip_rank = rank(view, group, ip)
-            if best is None or ip_rank > best_rank:
-                best, best_rank = ip, ip_rank
-        if best is not None and not needs_winner(view, group, best_rank):
-            # Whatever stored candidate outranks it, ``latest`` is empty: no seek
-            # (a new post's links to older posts).  The group's winner stays unknown.
-            return best, best_rank, False
-        stored = self._stored_winner(name, group, view)
-        if stored is not None and best is not None and stored[0] <= best_rank:
-            # The new candidate wins: the stored winner's bytes are not needed.  (A
-            # stale cached winner, removed under the store, only ranked lower.)
-            return best, best_rank, True
-        if type(stored) is _Found and not needs_winner(view, group, stored[0]):
-            # The stored winner stays, and ``latest`` is empty for it (another post still
-            # links to a deleted post's link target): its bytes are not read.  Only for a
-            # winner just found in the DB: a cached one is checked against the DB below.
-            return _Unread(stored[1]), stored[0], True
-        blob = None if stored is None else self.get(POSTS + stored[1])
-        if stored is not None and blob is None:
-            # The cache named a post the DB no longer holds (written under it:
-            # a repair, a recovery): forget it and read the DB.
-            self._winners.pop((name, group), None)
-            stored = self._stored_winner(name, group, view, cached_ok=False)
-            blob = None if stored is None else self.get(POSTS + stored[1])
-        if stored is not None and blob is not None and (best is None or stored[0] > best_rank):
-            best, best_rank = Indexed.of(blob, decode_post(blob), stored[1]), stored[0]
-        return best, best_rank, True
-
-    def _write_latest(self, name, group, view, entries) -> None:
-        # Blind writes: reading a value to skip rewriting it costs more than the write.
-        writes, kept = self.writes, set()
-        for key, value in entries:
-            writes[key] = value
-            kept.add(key)
-        for stale in (latest_keys(view, group, self), self._latest_keys.get((name, group), ())):
-            for key in stale:
-                if key not in kept:
-                    writes[key] = None  # a delete
-        self._latest_keys[(name, group)] = kept
-
-    def committed(self):
-        """What this txn changed, for listeners (see :mod:`cablestore.store.events`)."""
-        from cablestore.store.events import Committed
-
-        added = tuple((h, p) for h, p in self.added.items() if h not in self.deleted)
-        removed = tuple(h for h in self.deleted if h not in self.added)
-        return Committed(added, removed)
 
     # --- commit ---------------------------------------------------------
     def commit(self, sync: bool = False) -> None:
-        self.settle()
-        if self._finish is not None and self.types:
-            self._finish(self)
-            self.settle()  # what the finishing step removed touched latest groups
+        """Write every buffered write in one WriteBatch."""
         if self._it is not None:
             self._it.close()
             self._it = None
-        if self._link_filter is not None:  # before the linker entries are written
-            for post in self.added.values():
-                for target in post.links:
-                    self._link_filter.add(target)
         if self.writes:
             # In key order: LevelDB inserts a sorted batch into its memtable faster
             # than the sort costs (2.3 µs a post less at 100k posts, docs/performance.md).
@@ -315,11 +124,3 @@ class Txn:
                             wb.delete(key)
                         else:
                             wb.put(key, value)
-        if self._winners is not None:  # only once the batch is written
-            if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
-                self._winners.clear()  # bounded memory; refilled as groups are touched again
-            for group, winner in self._settled.items():
-                if winner is _MISSING:
-                    self._winners.pop(group, None)  # settled without finding out who won
-                else:
-                    self._winners[group] = winner

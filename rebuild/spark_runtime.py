@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -38,11 +39,32 @@ CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark i
 _log = {"path": None, "keep": False}
 
 
-def require_java() -> None:
-    """Refuse early, in one line, when no Java is installed."""
+def java_problem() -> str | None:
+    """Why Spark's JVM cannot start here, found without starting it; None when Java 17 or newer is there.
+
+    Spark runs ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set, else
+    ``java`` from PATH; that one's ``java -version`` (tens of ms) gives the version.
+    """
     java_home = os.environ.get("JAVA_HOME")
-    if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
-        raise RebuildError("Java 17 or newer is required for --engine spark (install a JDK, or use --engine local)")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        return f"JAVA_HOME names no Java ({java_home})" if java_home else "no java on PATH and no JAVA_HOME"
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{java} -version failed ({type(exc).__name__})"
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if m is None:
+        return f"{java} -version names no version"
+    major = int(m.group(2) or 0) if m.group(1) == "1" else int(m.group(1))  # "1.8.0": Java 8
+    return None if major >= 17 else f"{java} is Java {major}"
+
+
+def require_java() -> None:
+    """Refuse early, in one line, when no Java 17 or newer is installed."""
+    problem = java_problem()
+    if problem is not None:
+        raise RebuildError(f"Java 17 or newer is required for engine='spark': {problem} (install a JDK, or use engine='local')")
 
 
 def is_local(master: str) -> bool:
@@ -332,7 +354,7 @@ def job_errors():
         if worker:  # the executors' Python did not start: what it said
             line = f"the executors' Python failed to start: {worker.group(1).strip()[:200]}"
         if worker or "pyspark.daemon" in line or "No module named 'cablestore'" in line or "Cannot run program" in line:
-            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or drop --no-ship-env)"
+            line += f"; do the executors' Python ({_python_exec()}) and cablestore exist there? (PYSPARK_PYTHON, or ship_env=True)"
         raise failure(SparkUnavailableError, f"the Spark job failed: {line}") from None
 
 
