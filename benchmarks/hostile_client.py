@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from cablestore import Store
-from cablestore.peer.answers import channel_state_answer, listed_spellings
 from cablestore.wire import messages as M
 from cablestore.wire.decoding import Decoder
 
@@ -80,11 +79,11 @@ def expectations(path: Path) -> dict:
         texts = [h for h in store.channel_time_range(channel, 0, FAR, 0) if store.get(h) is not None][:8]
         return {
             "channel": channel,
-            "channels": listed_spellings(store, store.channel_list()),  # as posts spell them (issue 24)
+            "channels": store.listed_spellings(store.channel_list()),  # as posts spell them (issue 24)
             "range": [h.hex() for h in hashes],
             "posts": [h.hex() for h in texts],
             "post_bytes": sorted(store.get(h).hex() for h in texts),
-            "state": sorted(h.hex() for h in channel_state_answer(store, channel)),
+            "state": sorted(h.hex() for h in store.channel_state_answer(channel)),
         }
 
 

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from cablestore import Store
 from cablestore.authoring.workload import Workload, read_posts, write_posts
-from cablestore.peer.protocol import Node
-from cablestore.peer.transport import run_sync
+from cablestore.peer import Node, run_sync
 from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 

@@ -156,6 +156,10 @@ class TransportError(CableError):
     """A network connection failed (refused, reset, timed out)."""
 
 
+class HandshakeError(TransportError):
+    """The Cable Handshake failed (wrong cabal key, garbage, too slow) or the channel it set up broke (a MAC, a length); the connection is closed."""
+
+
 class SparkUnavailableError(RebuildError):
     """Spark could not start or run the job (its own output is in the log file named)."""
 

@@ -11,9 +11,11 @@ does all of it).  Steps (all by default):
   requests are open must arrive.
 * ``pull``: ``cablestore serve`` answers a cable-core.js peer that asks for
   the channel list and every channel's history and state.
-* ``moderation``: cablestore writes every kind of moderation post; cable.js
-  0.2.1's own parser decodes each (``moderation.js``) and every field, the
-  hash and cable.js's re-encoding are compared.
+* ``moderation``: cablestore writes every kind of moderation post and
+  accept-role opt-outs; cable.js 0.2.1's own parser decodes each
+  (``moderation.js``) and every field, the hash and cable.js's re-encoding
+  are compared; then cable.js writes an opt-out and a post/info of a user the
+  local user blocked with ``drop = 1``, and a cablestore store takes them.
 * ``moderation-state``: cable-core.js authors moderation posts and answers
   moderation state requests (message type 8); the answers are listed beside
   cablestore's for the same posts.
@@ -24,12 +26,18 @@ does all of it).  Steps (all by default):
   tcp-network.js; its channels, messages, topics and members are compared
   with the store's, and the messages it posts must reach the served store
   and a second ``cablestore sync`` from that serve.
+* ``handshake`` (only when named; needs CABLE_HANDSHAKE_TS, a built
+  cable-handshake.ts 1.0.0 checkout, instead of CABLE_CORE_JS): the Cable
+  Handshake of ``cablestore.wire.handshake`` against cable-handshake.ts's
+  (``handshake.mjs``), both directions, both prologues, a wrong key,
+  fragmented messages and end of stream (``handshake_steps.py``).
 
 Each direction prints, per channel and query, whether both peers answer the
 same, and what differs (with the post types involved).  Exit status 1 when a
 moderation post decodes differently from what is expected (cable.js refuses
 a reason of more than 128 bytes, see the README) or cable-core.js does not
-store every post whose reason fits, 0 otherwise.
+store every post whose reason fits, or a ``handshake`` case goes otherwise than
+expected, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from handshake_steps import handshake_step, print_handshake
 from moderation_steps import codec_step, deliver_step, state_step, sync_step
 
 from cablestore import POST_TYPE_NAMES, Store, decode_post
@@ -295,7 +304,9 @@ STEPS = {
     "moderation-deliver": lambda tmp: deliver_step(tmp, _node),
     "moderation-sync": lambda tmp: sync_step(tmp, _node),
     "client": client_direction,
+    "handshake": handshake_step,
 }
+DEFAULT_STEPS = [s for s in STEPS if s != "handshake"]  # the handshake step needs another checkout: run it by name
 
 
 def _print_moderation(result: dict) -> None:
@@ -308,6 +319,11 @@ def _print_moderation(result: dict) -> None:
         else:
             what = f"refused: {row['error']}"
         print(f"  {'ok ' if row['as_expected'] else 'UNEXPECTED '}{row['case']}: {what}")
+    w = result["cable_js_writes"]
+    print("== cable.js 0.2.1 writes an opt-out and a dropping-blocked user's post/info, cablestore stores them")
+    print(f"  opt-out: accept-role decoded as {w['opt_out_accept_role_decoded']}, stored: {w['opt_out_stored']}; "
+          f"the decliner a normal user: {w['decliner_is_a_normal_user']}; their role not answered: {w['decliners_role_not_answered']}")
+    print(f"  blocked user's post/info: {w['blocked_users_info']}; their name known: {w['blocked_users_name_known']!r}")
 
 
 def _print_state(result: dict) -> None:
@@ -333,16 +349,21 @@ def _print_deliver(result: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the whole report as JSON")
-    ap.add_argument("steps", nargs="*", choices=[*STEPS, []], metavar="STEP", help=f"steps to run ({', '.join(STEPS)}; default: all)")
+    ap.add_argument("steps", nargs="*", choices=[*STEPS, []], metavar="STEP", help=f"steps to run ({', '.join(STEPS)}; default: all but handshake)")
     args = ap.parse_args(argv)
-    if not os.environ.get("CABLE_CORE_JS"):
+    steps = args.steps or DEFAULT_STEPS
+    if any(s != "handshake" for s in steps) and not os.environ.get("CABLE_CORE_JS"):
         print("set CABLE_CORE_JS to a cable-core.js 0.2.1 checkout with its dependencies installed", file=sys.stderr)
         return 2
+    if "handshake" in steps and not os.environ.get("CABLE_HANDSHAKE_TS"):
+        print("set CABLE_HANDSHAKE_TS to a cable-handshake.ts 1.0.0 checkout, built (see interop/README.md)", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
-        report = {step: STEPS[step](Path(tmp)) for step in (args.steps or STEPS)}
+        report = {step: STEPS[step](Path(tmp)) for step in steps}
     failed = "moderation" in report and report["moderation"]["as_expected"] != report["moderation"]["cases"]
     fits = report.get("moderation-deliver", {}).get("reasons within 128 bytes")
     failed = failed or bool(fits and (fits["cable_core_exit"] != 0 or fits["stored_by_cable_core"] != fits["offered"]))
+    failed = failed or ("handshake" in report and report["handshake"]["as_expected"] != report["handshake"]["total"])
     if args.json:
         print(json.dumps(report, indent=1, ensure_ascii=False, default=sorted))
         return int(failed)
@@ -355,6 +376,9 @@ def main(argv=None) -> int:
             continue
         if direction == "moderation-deliver":
             _print_deliver(result)
+            continue
+        if direction == "handshake":
+            print_handshake(result)
             continue
         if direction == "client":
             print("== cable-client.js 0.1.1 connects to cablestore serve")

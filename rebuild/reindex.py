@@ -49,7 +49,7 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
-from cablestore.store.resolving import moderation_posts
+from cablestore.store.resolving import moderation_posts, stored_seed
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
@@ -143,9 +143,10 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
 def _write_resolved(db, writer: BatchWriter) -> int:
     """The resolved moderation entries, from the moderation posts just indexed (what a store's ingest writes)."""
     posts = moderation_posts(lambda prefix: list(db.iterator(prefix=prefix)), lambda h: db.get(POSTS + h))
-    if not posts:
+    seed = stored_seed(db.get)
+    if not posts and not seed.roles:
         return 0
-    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts)))
+    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts, seed)))
     writer.flush()
     return written
 

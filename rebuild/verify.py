@@ -127,15 +127,15 @@ def run_engine(
             return local.run(source, parts, check_signatures, progress, verify_workers, local_user=local_user)
         finally:
             source.close()
-    from . import spark
+    from . import spark_engine
 
-    session = spark.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
+    session = spark_engine.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
     if snapshot:
-        return spark.run(snapshot, check_signatures, spark=session, progress=progress)
+        return spark_engine.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
         stage = None if progress is None else progress.stage("export posts and tombstones for Spark", primary_count(db, progress))
         export(db, tmp, partitions, stage)
-        return spark.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
+        return spark_engine.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
 
 
 def verify(

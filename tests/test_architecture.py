@@ -103,26 +103,6 @@ def _db_allowed() -> set[str]:
     return set(re.findall(r"^\|\s*`([a-z_.]+)`\s*\|", text, re.M))
 
 
-# Known violations of the peer layer, fixed on the peer's own branch (issue 32,
-# "the peer, h11-style"): its modules still read ``store.db`` and import each
-# other in a circle through deferred and TYPE_CHECKING imports.  The tests
-# below tolerate exactly these modules, and
-# test_the_pending_peer_allowances_are_still_needed fails as soon as one of
-# them stops violating: whoever merges the peer's branch empties this set.
-PEER_PENDING_MERGE = frozenset(
-    {
-        "cablestore.peer.answering",
-        "cablestore.peer.answers",
-        "cablestore.peer.live",
-        "cablestore.peer.node",
-        "cablestore.peer.protocol",
-        "cablestore.peer.requesting",
-        "cablestore.peer.sync",
-        "cablestore.peer.table",
-    }
-)
-
-
 def _layer_of(module: str, layers: dict[str, int]) -> tuple[str, int]:
     best = max((p for p in layers if module == p or module.startswith(p + ".")), key=len)
     return best, layers[best]
@@ -199,7 +179,7 @@ def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
 
 
 def test_no_import_circle_deferred_and_type_only_imports_included():
-    circles = [c for c in _circles(_import_graph(_modules())) if not set(c) <= PEER_PENDING_MERGE]
+    circles = _circles(_import_graph(_modules()))
     assert circles == []
 
 
@@ -209,7 +189,7 @@ def test_no_module_above_the_store_touches_leveldb():
     assert allowed, 'no "Direct LevelDB access" table in docs/architecture.md'
     bad = {}
     for name, path in _modules().items():
-        if name.startswith("cablestore.store.") or name == "cablestore.store" or name in allowed or name in PEER_PENDING_MERGE:
+        if name.startswith("cablestore.store.") or name == "cablestore.store" or name in allowed:
             continue
         if lines := _db_uses(path):
             bad[name] = lines
@@ -219,13 +199,6 @@ def test_no_module_above_the_store_touches_leveldb():
 def test_the_declared_leveldb_users_still_use_it():
     modules = _modules()
     assert {m for m in _db_allowed() if not _db_uses(modules[m])} == set()
-
-
-def test_the_pending_peer_allowances_are_still_needed():
-    """Each module of PEER_PENDING_MERGE still reads ``.db`` or sits in a circle: once none does, the set is emptied."""
-    modules = _modules()
-    in_circles = {m for c in _circles(_import_graph(modules)) for m in c}
-    assert {m for m in PEER_PENDING_MERGE if not _db_uses(modules[m]) and m not in in_circles} == set()
 
 
 def test_the_checker_sees_a_violation(tmp_path):
@@ -272,7 +245,7 @@ def test_library_errors_name_no_command_line_flag():
     bad = [
         f"{name}:{line}: {text!r}"
         for name, path in _modules().items()
-        if not name.startswith("cablestore.cli") and name not in PEER_PENDING_MERGE
+        if not name.startswith("cablestore.cli")
         for line, text in _library_error_strings(path)
         if flag.search(text)
     ]

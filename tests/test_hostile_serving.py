@@ -13,10 +13,8 @@ import pytest
 from benchmarks.hostile_serve import Sockets
 from cablestore import Keypair, Store, make_post, post_hash
 from cablestore.authoring.workload import generate
-from cablestore.peer.answers import channel_state_answer, listed_spellings
-from cablestore.peer.limits import MIB, PeerLimits
-from cablestore.peer.protocol import Connection, Node
-from cablestore.peer.transport import PeerServer
+from cablestore.peer import Connection, Node, PeerLimits, PeerServer
+from cablestore.peer.limits import MIB
 from cablestore.wire import messages as M
 from cablestore.wire.codec import encode_varint
 
@@ -38,11 +36,11 @@ def served(tmp_path_factory):
         whole = store.channel_time_range(channel, 0, FAR, 0)
         texts = [h for h in whole if store.get(h) is not None]
         expected = {
-            "channels": tuple(listed_spellings(store, store.channel_list())),  # as posts spell them (issue 24)
+            "channels": tuple(store.listed_spellings(store.channel_list())),  # as posts spell them (issue 24)
             "range": store.channel_time_range(channel, 0, FAR, 50),
             "whole": whole,
             "posts": sorted(store.get(h) for h in texts[:8]),
-            "state": sorted(channel_state_answer(store, channel)),
+            "state": sorted(store.channel_state_answer(channel)),
         }
     return path, channel, texts, expected
 

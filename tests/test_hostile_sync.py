@@ -12,8 +12,7 @@ import pytest
 
 from benchmarks.hostile_sync import HostileServer
 from cablestore import Store
-from cablestore.peer.limits import PeerLimits
-from cablestore.peer.transport import run_sync
+from cablestore.peer import PeerLimits, run_sync
 
 PY = sys.executable
 

@@ -9,9 +9,8 @@ import pytest
 from cablestore import DELETE, JOIN, TEXT, TOPIC, post_hash
 from cablestore.authoring.workload import generate
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
-from cablestore.peer.limits import PeerLimits
-from cablestore.peer.protocol import Concluded, Node, Refused
-from cablestore.peer.sync import Sync, cursor_key, read_cursor
+from cablestore.peer import Concluded, Node, PeerLimits, Refused, Sync
+from cablestore.store.peer_reads import cursor_key
 from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 
@@ -80,7 +79,7 @@ def test_channel_state_list_and_moderation(chat):
     assert ask(conn, M.ChannelStateRequest(RID, "general", 0)) == [M.HashResponse(RID, tuple(s.channel_state("general"))), M.HashResponse(RID)]
     assert ask(conn, M.ChannelListRequest(b"rid2", 1, 1)) == [M.ChannelListResponse(b"rid2", ("other",))]
     assert ask(conn, M.ModerationStateRequest(b"rid3", ("general",), 0, 0)) == [M.HashResponse(b"rid3")]  # none: concluded
-    assert not conn.node.requests
+    assert not conn.state.requests
 
 
 def test_live_time_range_pushes_until_cancelled(chat):
@@ -95,7 +94,7 @@ def test_live_time_range_pushes_until_cancelled(chat):
     assert responses(conn.data_to_send()) == [M.HashResponse(RID, (new,)), M.HashResponse(RID, (delete,))]
     assert ask(conn, M.CancelRequest(b"can1", cancel_id=RID)) == []
     s.ingest(post(bob, TEXT, T0 + 300, channel="general", text="after cancel"))
-    assert conn.data_to_send() == b"" and not conn.node.requests
+    assert conn.data_to_send() == b"" and not conn.state.requests
 
 
 def test_live_time_range_concludes_at_its_limit(chat):
@@ -106,7 +105,7 @@ def test_live_time_range_concludes_at_its_limit(chat):
     s.ingest_many([post(bob, TEXT, T0 + 401 + i, channel="general", text=f"b{i}") for i in range(3)])
     out = responses(conn.data_to_send())
     assert [len(m.hashes) for m in out] == [1, 1, 0] and out[0].hashes == (first,)
-    assert not conn.node.requests
+    assert not conn.state.requests
 
 
 def test_live_state_pushes_changes_and_the_next_latest_after_a_delete(chat):
@@ -127,15 +126,13 @@ def test_a_post_info_rereads_only_the_live_states_of_its_authors_channels(chat, 
     """Regression: every post/info (or delete) committed re-read the state of every channel with a live
     state request (1,024 a peer allowed, ~35 µs each), so a peer holding many made each commit cost 140 ms."""
     from cablestore import INFO
-    from cablestore.peer import live
-
     s, hashes, alice, bob = chat
-    read = []
-    real = live.channel_state_answer
-    monkeypatch.setattr(live, "channel_state_answer", lambda store, channel: read.append(channel) or real(store, channel))
     conn = Node(s).connect()
     for i, channel in enumerate(["general", "other"] + [f"empty{i}" for i in range(30)]):
         ask(conn, M.ChannelStateRequest(b"st%02d" % i, channel, 1))
+    read = []
+    real = s.channel_state_answer
+    monkeypatch.setattr(s, "channel_state_answer", lambda channel: read.append(channel) or real(channel))
     info = post(alice, INFO, T0 + 200, info=[("name", "alice")])
     s.ingest(info)
     assert read == ["general"]  # alice is a member of general only
@@ -184,7 +181,7 @@ def test_sync_pulls_everything_and_a_second_sync_uses_the_cursor(chat, stores):
     pump((a, b), polls=[sync])
     assert sync.done and sync.summary()["complete"]
     assert answers(empty) == answers(s)
-    cursor = read_cursor(empty, "peer-a", "general")
+    cursor = empty.sync_cursor("peer-a", "general")
     assert cursor == T0 + 14 - 3_600_000
     assert empty.db.get(cursor_key("peer-a", "general")) == cursor.to_bytes(8, "big")
     s.ingest(post(bob, TEXT, T0 + 700, channel="general", text="new"))
@@ -278,7 +275,7 @@ def test_no_answer_at_all_times_out_without_looping(chat, stores):
     node.tick(WALL + 4_999)
     assert not job.done
     node.tick(WALL + 5_000)
-    assert job.done and not job.complete and not node.requests and not node._inflight
+    assert job.done and not job.complete and not node.requests and not node.state.in_flight_count
     assert [e.reason for e in conn.next_events() if isinstance(e, Concluded)] == ["timeout"]
     assert conn.data_to_send() == b""
 
@@ -386,7 +383,7 @@ def test_one_sync_per_channel_at_a_time(chat, stores):
 def test_a_sync_holding_a_channel_forever_delays_another_sync_of_it_only_a_while(chat, stores):
     """Regression: a hostile peer that keeps its sync of a channel alive (trickling posts) kept every other
     peer's sync of that channel waiting until its progress timeout, so nothing of theirs ever arrived."""
-    from cablestore.peer.sync import CHANNEL_WAIT
+    from cablestore.peer.limits import CHANNEL_WAIT
 
     s, hashes, *_ = chat
     mine = stores("mine")
@@ -419,7 +416,7 @@ def test_a_hash_another_peer_has_in_flight_is_waited_for_then_fetched_not_called
     sync = Sync(b2, "two", channels=["general"])
     pump((a2, b2), polls=[sync])
     assert not sync.done and not any(h in mine for h in hashes[2:7])  # waiting, not complete
-    from cablestore.peer.requesting import DEFER_MS
+    from cablestore.peer.limits import DEFER_MS
 
     later = WALL + DEFER_MS
     node.tick(later - 1)
@@ -459,7 +456,7 @@ def test_a_hash_waited_on_counts_once_against_the_pending_bound(chat, stores):
 
 def test_a_store_failing_while_deferred_hashes_settle_fails_their_jobs_and_leaks_nothing(chat, stores):
     """Regression (review): a store error escaped Node.tick (ending serve's ticker) and left counts behind."""
-    from cablestore.peer.requesting import DEFER_MS
+    from cablestore.peer.limits import DEFER_MS
 
     s, hashes, mine, node, (a2, b2) = _in_flight_on_a_silent_peer(chat, stores)
     first, second = b2.request_posts(hashes[2:4], now=WALL), b2.request_posts(hashes[4:7], now=WALL)
@@ -472,7 +469,7 @@ def test_a_store_failing_while_deferred_hashes_settle_fails_their_jobs_and_leaks
 
 def test_a_sync_given_up_asks_for_none_of_the_hashes_it_waited_on(chat, stores):
     """Regression (review): an abandoned sync's deferred hashes were still asked for, for nobody."""
-    from cablestore.peer.requesting import DEFER_MS
+    from cablestore.peer.limits import DEFER_MS
 
     s, hashes, mine, node, (a2, b2) = _in_flight_on_a_silent_peer(chat, stores)
     sync = Sync(b2, "two", channels=["general"])
@@ -502,7 +499,7 @@ def test_a_hash_in_flight_elsewhere_that_arrives_there_ends_the_wait_without_a_s
 
 def test_a_channel_list_longer_than_a_decoder_takes_is_answered_in_pages(stores):
     """Regression: a store with more than 4,096 channels answered a list its own decoder refuses."""
-    from cablestore.peer.table import CHANNELS_PER_RESPONSE
+    from cablestore.peer.limits import CHANNELS_PER_RESPONSE
 
     alice = keypair("alice")
     s = stores("many")
@@ -517,9 +514,9 @@ def test_a_channel_list_longer_than_a_decoder_takes_is_answered_in_pages(stores)
 def test_a_channel_list_is_spelled_a_few_channels_a_turn(stores, monkeypatch):
     """Regression: a channel list answer read every channel's posts in one unit of work (~40 µs a channel,
     150 ms at 4,096), so one cheap request delayed every other connection's answers that long."""
-    from cablestore.peer import answering
+    from cablestore.peer import limits
 
-    monkeypatch.setattr(answering, "SPELLINGS_PER_TURN", 2)
+    monkeypatch.setattr(limits, "SPELLINGS_PER_TURN", 2)
     alice = keypair("alice")
     s = stores("five")
     s.ingest_many([post(alice, JOIN, T0 + i, channel=f"C{i}") for i in range(5)])
@@ -545,30 +542,28 @@ def _sync_joined_channels(stores, n: int):
 
 
 def test_sync_pages_through_the_channel_list(stores, monkeypatch):
-    from cablestore.peer import answering
-    from cablestore.peer import sync as sync_mod
+    from cablestore.peer import limits
 
-    monkeypatch.setattr(answering, "CHANNELS_PER_RESPONSE", 3)
-    monkeypatch.setattr(sync_mod, "CHANNELS_PER_RESPONSE", 3)
+    monkeypatch.setattr(limits, "CHANNELS_PER_RESPONSE", 3)
     s, mine, sync = _sync_joined_channels(stores, 7)
     assert sync.done and sync.summary()["complete"] and sync.summary()["channels_listed"] == 7
     assert mine.channel_list() == s.channel_list() == [f"c{i}" for i in range(7)]
 
 
 def test_sync_gives_up_on_a_channel_list_without_end(stores, monkeypatch):
-    from cablestore.peer import sync as sync_mod
+    from cablestore.peer import limits
 
-    monkeypatch.setattr(sync_mod, "CHANNELS_PER_RESPONSE", 2)
-    monkeypatch.setattr(sync_mod, "MAX_LISTED_CHANNELS", 6)
+    monkeypatch.setattr(limits, "CHANNELS_PER_RESPONSE", 2)
+    monkeypatch.setattr(limits, "MAX_LISTED_CHANNELS", 6)
     _, _, sync = _sync_joined_channels(stores, 10)
     assert sync.done and not sync.summary()["complete"] and "more than 6 channels" in sync.summary()["reason"]
 
 
 def test_a_live_sync_keeps_a_bounded_number_of_channels_live(stores, monkeypatch):
     """A peer that lists many channels (pages of them, now) cannot make a live sync hold two requests for each."""
-    from cablestore.peer import sync as sync_mod
+    from cablestore.peer import limits
 
-    monkeypatch.setattr(sync_mod, "MAX_LIVE_CHANNELS", 2)
+    monkeypatch.setattr(limits, "MAX_LIVE_CHANNELS", 2)
     alice = keypair("alice")
     s, mine = stores("five"), stores("mine")
     s.ingest_many([post(alice, JOIN, T0 + i, channel=f"c{i}") for i in range(5)])
@@ -581,7 +576,7 @@ def test_a_live_sync_keeps_a_bounded_number_of_channels_live(stores, monkeypatch
 
 
 def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(stores):
-    from cablestore.peer.protocol import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
+    from cablestore.peer.limits import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT
 
     node = Node(stores("mine"), timeout=5_000)
     conn = node.connect()
@@ -594,7 +589,7 @@ def test_post_requests_beyond_the_window_wait_and_none_times_out_in_our_buffer(s
     node.tick(WALL + 5_000)  # the first four time out, the fifth was sent later
     assert len(node.requests) == 1 and fifth.req_id in node.requests
     node.tick(WALL + 9_000)
-    assert job.done and not job.complete and not node._inflight
+    assert job.done and not job.complete and not node.state.in_flight_count
 
 
 # --- answering in slices ------------------------------------------------------------------

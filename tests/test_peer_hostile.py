@@ -17,7 +17,7 @@ from cablestore.errors import (
     UnknownRequestError,
     UnsolicitedPostError,
 )
-from cablestore.peer.protocol import Node, Refused
+from cablestore.peer import Node, Refused
 from cablestore.wire import messages as M
 from cablestore.wire.codec import encode_varint
 
@@ -71,12 +71,12 @@ def test_hostile_input_is_dropped_with_a_specific_error(peer, name, caplog):
     assert list(store.items()) == before
     assert conn.closed is closes
     if closes:
-        assert conn.error is not None and not conn.node.requests
+        assert conn.error is not None and not conn.state.requests
         return
     conn.receive_data(M.encode(M.ChannelListRequest(b"LIST", 0, 0)), WALL)
     assert responses(conn.data_to_send()) == [M.ChannelListResponse(b"LIST", ("general",))]
     if name in MALFORMED_ANSWERS:  # a body that does not decode, naming our request: that request fails at once, with the reason
-        assert job.done and not job.complete and job.reason.startswith("malformed answer: ") and not conn.node.requests
+        assert job.done and not job.complete and job.reason.startswith("malformed answer: ") and not conn.state.requests
         return
     conn.receive_data(M.encode(M.PostResponse(req_id, (wanted,))), WALL)
     assert post_hash(wanted) in store  # the request it sabotaged still works

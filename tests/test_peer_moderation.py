@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cablestore import Store, post_hash
-from cablestore.peer.protocol import Node
-from cablestore.peer.sync import Sync
+from cablestore.peer import Node, Sync
 from cablestore.wire import messages as M
 
 from .moderation_helpers import ALEPH, BERT, CASHEW, EVE, MOD, URSULA, XU, act, cabal, role, text
@@ -41,7 +40,7 @@ def test_moderation_state_request_is_answered_then_concluded(moderated):
     out = ask(conn, M.ModerationStateRequest(RID, ("dev",), 0, 0))
     assert out[-1] == M.HashResponse(RID)  # future = 0: concluded
     assert hashes_of(out) == moderated.moderation_state(["dev"])
-    assert len(hashes_of(out)) > 5 and not conn.node.requests
+    assert len(hashes_of(out)) > 5 and not conn.state.requests
 
 
 def test_oldest_and_channels_limit_the_answer_but_never_the_blocks(moderated):
@@ -59,7 +58,7 @@ def test_a_live_moderation_state_request_pushes_new_moderation_posts_until_cance
     assert hashes_of(responses(conn.data_to_send())) == [new]
     assert ask(conn, M.CancelRequest(b"c001", cancel_id=RID)) == []
     moderated.ingest(act(ALEPH, 1, T0 + 102, [XU.public_key], "dev")[0])
-    assert conn.data_to_send() == b"" and not conn.node.requests
+    assert conn.data_to_send() == b"" and not conn.state.requests
 
 
 def test_local_only_posts_and_unnotified_blocks_never_leave(moderated):

@@ -15,8 +15,7 @@ import pytest
 from cablestore import TEXT, Store
 from cablestore.authoring.workload import generate, write_posts
 from cablestore.errors import TransportError
-from cablestore.peer.protocol import Node
-from cablestore.peer.transport import PeerServer, run_sync
+from cablestore.peer import Node, PeerServer, run_sync
 
 from .conftest import keypair, post, stop
 from .peer_helpers import WALL, answers

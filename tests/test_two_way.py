@@ -5,9 +5,7 @@ spelling the posts use, and ``serve`` pulls from whoever connects (issues 21 and
 from __future__ import annotations
 
 from cablestore import JOIN, TEXT, TOPIC, Store, post_hash
-from cablestore.peer.answers import channel_state_answer, listed_spellings
-from cablestore.peer.protocol import Node
-from cablestore.peer.sync import Sync
+from cablestore.peer import Node, Sync
 from cablestore.wire.codec import decode_post
 
 from .conftest import keypair, post
@@ -89,21 +87,23 @@ def test_channel_state_answer_ends_on_the_latest_topic(stores):
         post(b, TOPIC, T0 + 3, channel="general", topic="new"),
     ):
         s.ingest(p)
-    answer = channel_state_answer(s, "general")
+    answer = s.channel_state_answer("general")
     topics = [decode_post(s.get(h)).topic for h in answer if decode_post(s.get(h)).post_type == TOPIC]
     assert sorted(topics) == ["new", "old"]  # the superseded topic still makes alice a member
     assert apply_in_arrival_order(s, answer) == "new" == s.topic("general")
 
 
-def test_channel_list_uses_the_spelling_of_the_newest_post(stores):
+def test_channel_list_uses_the_spelling_of_the_earliest_post(stores):
     s = stores("s")
     a = keypair("alice")
     s.ingest(post(a, JOIN, T0, channel="dev-talk"))
-    s.ingest(post(a, TEXT, T0 + 5, channel="Dev-Talk", text="newest"))
+    s.ingest(post(a, TEXT, T0 + 5, channel="Dev-Talk", text="first text"))
     s.ingest(post(a, JOIN, T0, channel="plain"))
-    assert listed_spellings(s, ["dev-talk", "plain"]) == ["Dev-Talk", "plain"]
+    assert s.listed_spellings(["dev-talk", "plain"]) == ["Dev-Talk", "plain"]  # a text or topic before joins
     s.ingest(post(a, TOPIC, T0 + 9, channel="DEV-talk", topic="t"))
-    assert listed_spellings(s, ["dev-talk"]) == ["DEV-talk"]
+    assert s.listed_spellings(["dev-talk"]) == ["Dev-Talk"]  # a later spelling does not take over
+    s.ingest(post(a, TOPIC, T0 + 1, channel="dev-TALK", topic="t"))
+    assert s.listed_spellings(["dev-talk"]) == ["dev-TALK"]  # an earlier one does
     assert s.channel_list() == ["dev-talk", "plain"]  # the store's keys stay casefolded
 
 
@@ -112,7 +112,7 @@ def test_channel_list_uses_the_spelling_of_the_newest_post(stores):
 async def _serving(store, **kw):
     import asyncio
 
-    from cablestore.peer.transport import run_server
+    from cablestore.peer import run_server
 
     ready, stop = asyncio.Event(), asyncio.Event()
     port = []
@@ -281,7 +281,7 @@ def test_a_peer_comparing_names_exactly_syncs_a_mixed_case_channel_from_serve_co
             await asyncio.wait_for(task, 20)
 
     listed, got = asyncio.run(scenario())
-    assert listed == ("dev-talk",)  # the newest post (bob's) spells it so
+    assert listed == ("Dev-Talk",)  # the earliest text or topic (alice's topic) spells it so
     assert set(got) == {post_hash(p) for p in posts}  # every post, under the one name listed
 
 

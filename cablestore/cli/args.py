@@ -73,6 +73,7 @@ _CLI_WORDS = (
     ("required for engine='spark'", "required for --engine spark"),
     ("(install a JDK, or use engine='local')", "(install a JDK, or use --engine local)"),
     ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
+    ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
 )
 _CLI_PATTERNS = (  # a moderation action given nothing to act on (cablestore.authoring.moderating)
     (

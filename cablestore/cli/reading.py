@@ -25,6 +25,7 @@ def _cmd_show(args) -> int:
         require_channel(store, args.channel)
         messages = store.messages(args.channel, limit=args.limit, include_hidden=args.all)[::-1]  # oldest first, as a chat window reads
         topic, members, total = store.topic(args.channel), len(store.members(args.channel)), len(store.channel_time_range(args.channel))
+        shown_as = store.user_labels({m.author for m in messages})  # a name two users share gets key digits
     if args.json:
         print_json({"channel": args.channel, "topic": topic, "members": members, "messages_total": total,
                     "messages": [m.to_dict() for m in messages]})
@@ -32,7 +33,7 @@ def _cmd_show(args) -> int:
     shown = f"the last {len(messages)}" if len(messages) < total else f"all {total}"
     print(printable(f"#{args.channel}: {'topic ' + repr(topic) if topic else '(no topic)'}, {members} members, "
                     f"{total} messages ({shown}, oldest first, times in UTC)"))
-    names = [printable(m.who) for m in messages]
+    names = [printable(shown_as[m.author]) for m in messages]
     width = max(map(_columns, names), default=0)
     for m, who in zip(messages, names, strict=True):
         print(f"{m.time:%Y-%m-%d %H:%M:%S}  {who}{' ' * (width - _columns(who))}  {printable(format_message(m))}")
@@ -58,7 +59,7 @@ def _cmd_channels(args) -> int:
     if args.json:
         print_json({"store": str(args.store), "channels": [c.to_dict() for c in channels]})
         return 0
-    names = [printable(f"#{c.name}") for c in channels]
+    names = [printable(f"#{c.spelling or c.name}") for c in channels]  # as the channel's posts spell it
     width = max(map(_columns, names), default=0)
     for c, name in zip(channels, names, strict=True):
         topic = printable(f"topic {c.topic!r}") if c.topic else "(no topic)"

@@ -1,6 +1,42 @@
-"""A Cable peer: the sans-I/O protocol (:mod:`cablestore.peer.protocol`:
-bytes in, bytes out), pulling what a remote peer has
-(:mod:`cablestore.peer.sync`), and the asyncio TCP transport
-(:mod:`cablestore.peer.transport`: :func:`cablestore.peer.transport.run_server`,
-:func:`cablestore.peer.transport.sync_path`).
+"""A Cable peer.
+
+* sans I/O (in the manner of h11): a :class:`Node` owns the state its
+  connections share (:mod:`cablestore.peer.state`) and makes one
+  :class:`Connection` per remote peer (:mod:`cablestore.peer.protocol`:
+  bytes in, bytes out, events); a connection serves requests
+  (:mod:`cablestore.peer.serving`, :mod:`cablestore.peer.forwarding`) and
+  makes its own (:mod:`cablestore.peer.requesting`);
+* :class:`Sync` pulls what a remote peer has (:mod:`cablestore.peer.sync`);
+* the asyncio TCP transport: :func:`run_server` (``cablestore serve``),
+  :func:`run_sync` and :func:`sync_path` (``cablestore sync``);
+* every limit, settable or fixed: :mod:`cablestore.peer.limits`
+  (:class:`PeerLimits` holds the settable ones).
 """
+
+from cablestore.peer.limits import DEFAULT_POLICY, LIMITS, PeerLimits
+from cablestore.peer.live import STATE_TYPES
+from cablestore.peer.node import Node
+from cablestore.peer.protocol import Connection
+from cablestore.peer.state import PeerState
+from cablestore.peer.sync import Sync
+from cablestore.peer.table import Concluded, Job, Refused
+from cablestore.peer.transport import PeerServer, parse_address, run_server, run_sync, sync_path
+
+__all__ = [
+    "Node",
+    "Connection",
+    "PeerState",
+    "PeerLimits",
+    "DEFAULT_POLICY",
+    "LIMITS",
+    "Job",
+    "Concluded",
+    "Refused",
+    "STATE_TYPES",
+    "Sync",
+    "PeerServer",
+    "run_server",
+    "run_sync",
+    "sync_path",
+    "parse_address",
+]

@@ -36,14 +36,9 @@ from pathlib import Path
 from typing import TextIO
 
 from cablestore.errors import TransportError
+from cablestore.peer.limits import CHUNK, MAX_LINE, MAX_REQUEST, MAX_RUNNING, REQUEST_SECONDS, SEND_SECONDS
 
 SOCKET_NAME = "cablestore.sock"
-MAX_REQUEST = 64 << 10
-MAX_LINE = 1 << 20  # a reply line read by the client, at most
-CHUNK = 16 << 10
-MAX_RUNNING = 8
-REQUEST_SECONDS = 5.0
-SEND_SECONDS = 60.0
 _PATH_MAX = 100  # sun_path holds 108 bytes; longer paths are reached through /proc/self/fd
 
 Runner = Callable[[list, str], int]

@@ -16,11 +16,10 @@ one of our requests that is malformed fails that request at once.
 from __future__ import annotations
 
 from cablestore.errors import CableError, DecodeError, FramingError
+from cablestore.peer.limits import COMPACT_AT
 from cablestore.wire.codec import read_varint
 from cablestore.wire.decoding import decode_payload, frame_header
 from cablestore.wire.messages import CIRCUIT_SIZE, AnyMessage, Framing, Limits
-
-COMPACT_AT = 64 << 10  # drop consumed bytes once this many accumulate
 
 
 class BadMessage:
@@ -44,6 +43,7 @@ class Inbox:
         self._ends: list[int] = []  # ends of whole messages not taken (a queue, read from _head)
         self._head = 0
         self.partial_since: int | None = None
+        self.progress_at: int | None = None  # when the last byte of the partial message arrived
         self.broken: FramingError | None = None
 
     @property
@@ -79,14 +79,31 @@ class Inbox:
             self._buf = bytearray()
             self._pos = self._scan = self._head = 0
             self._ends = []
-            self.partial_since = None
+            self.partial_since = self.progress_at = None
             return
         self._scan = scan
         if scan < len(buf):
             if self.partial_since is None:
                 self.partial_since = now
+            self.progress_at = now
         else:
-            self.partial_since = None
+            self.partial_since = self.progress_at = None
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of the message still arriving."""
+        return len(self._buf) - self._scan
+
+    def too_slow(self, now: int, frame_timeout: int, min_rate: int) -> str | None:
+        """Why the message still arriving counts as a hostile trickle at ``now``, or None while it makes progress."""
+        if self.partial_since is None:
+            return None
+        if now - self.progress_at > frame_timeout:
+            return f"no byte of a message for {now - self.progress_at} ms (limit frame_timeout, {frame_timeout} ms)"
+        took = now - self.partial_since
+        if took > frame_timeout and self.partial_bytes * 1000 < min_rate * took:
+            return f"a message arriving at {self.partial_bytes * 1000 // took} bytes/s after {took} ms (limit MIN_MESSAGE_RATE, {min_rate} bytes/s)"
+        return None
 
     def _header(self, buf: bytearray, pos: int) -> int | None:
         """The end of the message starting at ``pos``, or None while its ``msg_len`` is incomplete."""
@@ -136,5 +153,5 @@ class Inbox:
         self._buf = bytearray()
         self._pos = self._scan = self._head = 0
         self._ends = []
-        self.partial_since = None
+        self.partial_since = self.progress_at = None
 

@@ -1,9 +1,12 @@
-"""The resource policy of a peer: what one remote peer, and all of them
+"""Every limit of a peer, in one place, each settable or fixed (:data:`LIMITS`; docs/operations.md's
+table is :func:`limits_table`, checked by a test).
+
+The resource policy of a peer: what one remote peer, and all of them
 together, may hold of this process (modelled on libp2p's resource manager:
 a *system* scope and a *peer* scope, each with limits on memory, streams and
 connections; and on nginx's ``limit_conn`` and HTTP/2 flow control).
 
-:class:`PeerLimits` holds the numbers, all settable (``cablestore serve
+:class:`PeerLimits` holds the settable numbers (``cablestore serve
 --max-connections``, ``--memory-mb``, ...).  What each limit does when it is
 reached:
 
@@ -26,9 +29,12 @@ reached:
   refused forward is still answered from the local store.  Finite requests
   are never refused: they are work, answered in turn.
 * **time**: a connection that sends nothing and has nothing open for
-  ``idle_timeout`` ms, that takes longer than ``frame_timeout`` ms to
-  deliver one message, or that reads none of its pending output for
-  ``stall_timeout`` ms is closed.
+  ``idle_timeout`` ms, that sends no byte of a message it has begun for
+  ``frame_timeout`` ms or, past ``frame_timeout`` ms, delivers it slower
+  than ``MIN_MESSAGE_RATE`` bytes a second on average, or that reads none of
+  its pending output for ``stall_timeout`` ms is closed.  A peer that makes
+  progress (bytes arriving at a rate no honest peer falls under, even on a
+  loaded machine) is never closed for time.
 * **work**: connections take turns (round robin); a turn is at most
   ``slice_units`` units (one message handled, or one page of a long answer),
   so a burst from one connection delays another's answer by at most one
@@ -54,11 +60,15 @@ STORE_CACHE_MB = 32
 # output, one read, one unit of answer, the transport's write buffer and
 # the objects of the connection itself.
 CONNECTION_BYTES = 320 * KIB
+# The slowest a message may arrive once it has taken ``frame_timeout`` ms: an
+# honest peer sends tens of KB a second even on a loaded machine; a trickle
+# below this holds a connection and its buffer for nothing.
+MIN_MESSAGE_RATE = 256  # bytes a second
 
 
 @dataclass(frozen=True)
 class PeerLimits:
-    """The limits of one peer (a :class:`cablestore.peer.protocol.Node`); times in ms.
+    """The settable limits of one peer (a :class:`cablestore.peer.Node`); times in ms.
 
     The defaults protect a small machine: 256 connections in 256 MB.
     """
@@ -109,3 +119,153 @@ class PeerLimits:
 
 
 DEFAULT_POLICY = PeerLimits()
+
+
+# --- fixed limits: sizes the protocol and the machine dictate, not an operator -------------
+# Answers (cablestore.peer.serving)
+HASHES_PER_RESPONSE = 4096  # hashes in one hash response
+CHANNELS_PER_RESPONSE = 4096  # a channel list answer's page: the most a decoder takes in one message (Limits.max_channels)
+SPELLINGS_PER_TURN = 128  # channels of a channel list answer spelled in one turn of the connection
+POST_RESPONSE_BYTES = 256 << 10  # posts in one post response, at most
+POST_PAGE_BYTES = 64 << 10  # posts read for one unit of work on a post request
+RELAYED_HASHES = 65_536  # distinct hashes relayed for one forwarded request at most
+EVENTS_KEPT = 1024  # events of a connection not collected are dropped oldest first (their counts stay in ``stats``)
+SEEN_REQ_IDS = 16_384  # recent req_ids remembered to discard echoes and loops (Node's ``seen``)
+COMPACT_AT = 64 << 10  # a connection's input drops the bytes it consumed once this many accumulate
+# Requests (cablestore.peer.requesting)
+HASHES_PER_POST_REQUEST = 1024
+POST_REQUESTS_IN_FLIGHT = 4  # per connection; more wait in a queue, so none times out unanswered in our buffer
+# How long a hash another request has in flight is waited for before it is asked for here too:
+# well within a sync's progress timeout (30 s), and long enough for a post request to be answered.
+DEFER_MS = 10_000
+# Live pushes (cablestore.peer.live): authors of post/infos and deletes in one commit up to which the live
+# state channels they are (ex-)members of are looked up (a point read per channel and author, ~1.5 µs);
+# with more, every live state channel is re-read (~35 µs each), as a removal always does.
+MEMBER_LOOKUPS = 16
+# Sync (cablestore.peer.sync)
+MAX_LISTED_CHANNELS = 16 * CHANNELS_PER_RESPONSE  # a sync takes at most this many channels from one peer's list
+# Channels a live sync keeps live requests open for (two each): as many as one channel list page, so
+# a peer listing 65,536 channels cannot make this peer hold 131,072 requests for it.
+MAX_LIVE_CHANNELS = CHANNELS_PER_RESPONSE
+DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
+DEFAULT_PROGRESS_TIMEOUT = 30_000  # the default of ``sync --progress-timeout``
+PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
+CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
+# Sockets (cablestore.peer.sockets)
+WRITE_CHUNK = 64 << 10  # handed to a socket at once; also its write buffer's high-water mark
+PUMP_SECONDS = 0.005  # work between two looks at the sockets
+BACKLOG = 512  # connections the kernel queues before they are accepted
+# The control socket of a served store (cablestore.peer.control)
+MAX_REQUEST = 64 << 10  # a command's request (argv and cwd), at most
+MAX_LINE = 1 << 20  # a reply line read by the client, at most
+CHUNK = 16 << 10  # read from the control socket at once
+MAX_RUNNING = 8  # commands run at once
+REQUEST_SECONDS = 5.0  # to send a whole request
+SEND_SECONDS = 60.0  # to take a reply
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: its name, its default, whether an operator sets it (and how), and what it bounds."""
+
+    name: str
+    default: object
+    settable: str  # how an operator sets it ("" : fixed)
+    bounds: str
+
+
+_CLI = {
+    "max_connections": "serve --max-connections",
+    "memory_mb": "serve/sync --memory-mb",
+    "live_per_peer": "serve --max-live",
+    "idle_timeout": "serve --idle-timeout",
+    "frame_timeout": "serve --slow-timeout",
+    "stall_timeout": "serve --slow-timeout",
+    "request_timeout": "serve --request-timeout",
+}
+_SETTABLE_BOUNDS = {
+    "max_connections": "connections at once (accepted beyond it: closed)",
+    "memory_mb": "the process's memory budget (MB); the pool is what the base and every connection's share leave",
+    "live_per_peer": "live requests of one peer",
+    "live_reserved": "live requests a peer may hold whatever the others hold",
+    "live_total": "live requests of all peers",
+    "forwards_per_peer": "forwarded requests of one peer",
+    "forwards_reserved": "forwarded requests a peer may hold whatever the others hold",
+    "forwards_total": "forwarded requests of all peers",
+    "forward_fanout": "connections one request is forwarded to",
+    "active_per_peer": "long answers of one connection in progress at once",
+    "slice_units": "units of work in one turn of a connection",
+    "idle_timeout": "ms a peer may send nothing with nothing open",
+    "frame_timeout": "ms a message begun may go without a byte (and after which it must average MIN_MESSAGE_RATE)",
+    "stall_timeout": "ms a peer may read none of its answers",
+    "request_timeout": "ms before a finite request (ours, or one forwarded) is given up",
+    "input_reserved": "input bytes a connection buffers outside the pool",
+    "output_reserved": "output bytes a connection buffers outside the pool",
+    "output_high": "output bytes past which a connection is not worked for",
+    "output_max": "unread output bytes past which a live push closes the connection",
+    "read_chunk": "bytes read from a socket at once",
+    "hashes_per_page": "hashes of a time range answered in one unit of work",
+    "posts_per_page": "posts of a post request answered in one unit of work",
+    "pending_hashes": "hashes waited on at once (0: half the pool at 512 bytes each)",
+}
+# Module constants an operator sets anyway, as the default of an argument.
+_SET_OTHERWISE = {
+    "DEFAULT_PROGRESS_TIMEOUT": "sync --progress-timeout (s), Sync(progress_timeout=)",
+    "DEFAULT_MARGIN": "Sync(margin=)",
+    "PARALLEL_CHANNELS": "Sync(parallel=)",
+    "SEEN_REQ_IDS": "Node(seen=)",
+}
+_FIXED = (
+    ("BASE_BYTES", "bytes of the memory budget kept for the interpreter and the store"),
+    ("MIN_MESSAGE_RATE", "bytes a second a message must average once it has taken frame_timeout ms"),
+    ("CONNECTION_BYTES", "bytes of the memory budget each allowed connection holds outside the pool"),
+    ("STORE_CACHE_MB", "MB of LevelDB block cache a peer process (serve, sync) opens its store with"),
+    ("HASHES_PER_RESPONSE", "hashes in one hash response"),
+    ("CHANNELS_PER_RESPONSE", "channels in one channel list response (a decoder's limit)"),
+    ("SPELLINGS_PER_TURN", "channels of a channel list answer spelled in one turn"),
+    ("POST_RESPONSE_BYTES", "bytes of posts in one post response"),
+    ("POST_PAGE_BYTES", "bytes of posts read in one unit of work"),
+    ("RELAYED_HASHES", "distinct hashes relayed for one forwarded request"),
+    ("EVENTS_KEPT", "events a connection keeps uncollected"),
+    ("SEEN_REQ_IDS", "recent req_ids remembered to drop echoes and loops"),
+    ("COMPACT_AT", "consumed input bytes a connection keeps before dropping them"),
+    ("HASHES_PER_POST_REQUEST", "hashes in one post request of ours"),
+    ("POST_REQUESTS_IN_FLIGHT", "post requests of ours unanswered on one connection"),
+    ("DEFER_MS", "ms a hash in flight elsewhere is waited for before it is asked for again"),
+    ("MEMBER_LOOKUPS", "authors in one commit whose channels a live push looks up (more: every live state channel is re-read)"),
+    ("MAX_LISTED_CHANNELS", "channels a sync takes from one peer's list"),
+    ("MAX_LIVE_CHANNELS", "channels a live sync keeps live requests open for"),
+    ("DEFAULT_MARGIN", "ms the sync cursor is set back from the newest synced post"),
+    ("DEFAULT_PROGRESS_TIMEOUT", "ms a sync waits for an answer or a post"),
+    ("PARALLEL_CHANNELS", "channels a sync asks for at once"),
+    ("CHANNEL_WAIT", "ms a sync waits for another sync of the same channel"),
+    ("WRITE_CHUNK", "bytes handed to a socket at once"),
+    ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),
+    ("BACKLOG", "connections the kernel queues before they are accepted"),
+    ("MAX_REQUEST", "bytes of one control-socket request"),
+    ("MAX_LINE", "bytes of one control-socket reply line"),
+    ("CHUNK", "bytes read from the control socket at once"),
+    ("MAX_RUNNING", "control-socket commands run at once"),
+    ("REQUEST_SECONDS", "seconds to send a whole control-socket request"),
+    ("SEND_SECONDS", "seconds to take a control-socket reply"),
+)
+
+
+def _catalog() -> tuple[Limit, ...]:
+    settable = tuple(
+        Limit(f.name, getattr(DEFAULT_POLICY, f.name), f"PeerLimits.{f.name}" + (f", {_CLI[f.name]}" if f.name in _CLI else ""), _SETTABLE_BOUNDS[f.name])
+        for f in fields(PeerLimits)
+    )
+    return settable + tuple(Limit(name, globals()[name], _SET_OTHERWISE.get(name, ""), bounds) for name, bounds in _FIXED)
+
+
+#: Every limit of a peer: the settable ones (:class:`PeerLimits`) first, then the fixed ones.
+LIMITS = _catalog()
+
+
+def limits_table() -> str:
+    """The limits as the Markdown table in docs/operations.md (a test checks the doc shows exactly this)."""
+    rows = ["| limit | default | set by | bounds |", "|---|---|---|---|"]
+    for limit in LIMITS:
+        rows.append(f"| `{limit.name}` | {limit.default:_} | {limit.settable or 'fixed'} | {limit.bounds} |")
+    return "\n".join(rows) + "\n"

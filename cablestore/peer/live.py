@@ -1,7 +1,8 @@
 """Live requests: a time range with ``time_end = 0`` and a channel state with
 ``future = 1`` stay open, and every commit to the store (a remote peer, a
-local author, ``ingest_many``) pushes what matches them.  A mixin of
-:class:`cablestore.peer.protocol.Node`.
+local author, ``ingest_many``) pushes what matches them.  A
+:class:`cablestore.peer.node.Node` subscribes :meth:`LivePushes.on_commit`
+to its store.
 
 Live requests are indexed by channel, so a commit costs work for the
 channels it touches, not for every live request in the table; a channel's
@@ -12,38 +13,46 @@ is closed rather than buffered without bound.
 
 from __future__ import annotations
 
-from cablestore.keyspace.keys import canonical_channel, escape, mono
+from typing import TYPE_CHECKING
+
+from cablestore.keyspace.keys import canonical_channel, mono
 from cablestore.moderation import RELEVANT_TYPES
-from cablestore.peer.answering import MODERATION_LIVE
-from cablestore.peer.answers import channel_state_answer
-from cablestore.peer.table import Inbound
+from cablestore.peer import limits
+from cablestore.peer.state import PeerState
+from cablestore.peer.table import MODERATION_LIVE, Inbound
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC
 from cablestore.wire.messages import TimeRangeRequest
 
+if TYPE_CHECKING:
+    from cablestore.store.events import Committed
+
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
-# Authors of post/infos and deletes in one commit up to which the live state channels they are
-# (ex-)members of are looked up (a point read per channel and author, ~1.5 µs); with more, every
-# live state channel is re-read (~35 µs each), as a removal always does.
-MEMBER_LOOKUPS = 16
 
 
 class LivePushes:
-    """Pushes commits to the live requests in the table (see :class:`cablestore.peer.protocol.Node`)."""
+    """Pushes commits to the live requests of a peer's state."""
 
-    def _on_commit(self, change) -> None:
-        with self.lock:
-            if not self._live_index:
+    def __init__(self, state: PeerState) -> None:
+        self.state = state
+        self.store = state.store
+
+    def on_commit(self, change: Committed) -> None:
+        """The store committed ``change`` (a :class:`cablestore.store.events.Committed`): push what matches."""
+        peer = self.state
+        with peer.lock:
+            live = peer.live_channels()
+            if not live:
                 return
             chat, state, every_state, authors = self._touched_channels(change)
-            if every_state or len(authors) > MEMBER_LOOKUPS:
-                state |= set(self._live_index)
+            if every_state or len(authors) > limits.MEMBER_LOOKUPS:
+                state |= set(live)
             elif authors:
                 state |= self._member_channels(authors)
             pushed = self._push_moderation(change)
             for channel in set(chat) | state:
                 if channel == MODERATION_LIVE:
                     continue
-                entries = [e for e in self._live_index.get(channel, ()) if e.live]
+                entries = peer.live_entries(channel)
                 answer = None
                 for entry in entries:
                     if isinstance(entry.request, TimeRangeRequest):
@@ -52,18 +61,18 @@ class LivePushes:
                         hashes = self._matching_chat(entry, change, chat[channel])
                     else:
                         if answer is None:
-                            answer = channel_state_answer(self.store, channel)
+                            answer = self.store.channel_state_answer(channel)
                         hashes = [h for h in answer if h not in entry.state]
                         entry.state = set(answer)
-                    if hashes and not entry.origin.closed and entry.origin._room_for_push(40 * len(hashes) + 16):
-                        entry.origin._push(entry, hashes)
+                    if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
+                        entry.origin.push(entry, hashes)
                         pushed = True
-        if pushed and self.on_output is not None:
-            self.on_output()
+        if pushed and peer.on_output is not None:
+            peer.on_output()
 
     def _push_moderation(self, change) -> bool:
         """Push to live moderation state requests what a commit of moderation posts added to their answer."""
-        entries = [e for e in self._live_index.get(MODERATION_LIVE, ()) if e.live]
+        entries = self.state.live_entries(MODERATION_LIVE)
         if not entries or not (change.removed or any(p.post_type in RELEVANT_TYPES for _, p in change.added)):
             return False
         pushed = False
@@ -71,22 +80,19 @@ class LivePushes:
             answer = self.store.moderation_state(entry.request.channels, entry.request.oldest)
             hashes = [h for h in answer if h not in entry.state]
             entry.state = set(answer)
-            if hashes and not entry.origin.closed and entry.origin._room_for_push(40 * len(hashes) + 16):
-                entry.origin._push(entry, hashes)
+            if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
+                entry.origin.push(entry, hashes)
                 pushed = True
         return pushed
 
     def _member_channels(self, authors: set[bytes]) -> set[str]:
         """The channels with live state requests where one of ``authors`` is a member or ex-member
         (their latest post/info is in the answer: a post/info or a delete of theirs may change it)."""
-        from cablestore.views import channel as channel_view
-
-        get, membership, out = self.store.db.get, channel_view.latest_prefix, set()
-        for channel, entries in self._live_index.items():  # (canonical names, as the view keys them)
-            if channel == MODERATION_LIVE or all(isinstance(e.request, TimeRangeRequest) for e in entries):
+        out = set()
+        for channel in self.state.live_channels():  # (canonical names, as the views key them)
+            if channel == MODERATION_LIVE or all(isinstance(e.request, TimeRangeRequest) for e in self.state.live_entries(channel)):
                 continue
-            group = b"m" + escape(channel)  # the channel view's member group, less the member's key
-            if any(get(membership(group + pk)) is not None for pk in authors):
+            if self.store.any_member(channel, authors):
                 out.add(channel)
         return out
 

@@ -1,9 +1,11 @@
 """A sans-I/O Cable peer: bytes in, bytes out, no sockets (in the manner of h11).
 
-A :class:`Node` holds the store, the request table shared by all remote
-peers and the resource policy (:class:`cablestore.peer.limits.PeerLimits`);
-:meth:`Node.connect` makes one :class:`Connection` per remote peer.  Time is
-always passed in (milliseconds), so tests drive it.
+A :class:`cablestore.peer.Node` holds the state shared by all remote peers
+(:class:`cablestore.peer.state.PeerState`: the store, the request table, the
+resource policy, :class:`cablestore.peer.limits.PeerLimits`);
+:meth:`Node.connect` makes one :class:`Connection` per remote peer, handing
+it that state and nothing above it.  Time is always passed in
+(milliseconds), so tests drive it.
 
 Two ways to drive it:
 
@@ -41,55 +43,39 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from typing import TYPE_CHECKING
 
 from cablestore.errors import CableError, SlowPeerError, UnknownRequestError
-from cablestore.peer.answering import Answering
-from cablestore.peer.answers import channel_state_answer
+from cablestore.peer import limits
+from cablestore.peer.forwarding import Forwarding
 from cablestore.peer.inbox import BadMessage, Inbox
-from cablestore.peer.limits import PeerLimits
-from cablestore.peer.live import STATE_TYPES
-from cablestore.peer.node import Node
+from cablestore.peer.limits import EVENTS_KEPT
 from cablestore.peer.requesting import Requesting
-from cablestore.peer.table import (
-    HASHES_PER_POST_REQUEST,
-    HASHES_PER_RESPONSE,
-    POST_REQUESTS_IN_FLIGHT,
-    POST_RESPONSE_BYTES,
-    Concluded,
-    Inbound,
-    Job,
-    Outbound,
-    Refused,
-)
+from cablestore.peer.serving import Serving
+from cablestore.peer.state import PeerState
+from cablestore.peer.table import Inbound, Outbound, Refused
 from cablestore.wire.messages import encode
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("cablestore.peer")
 
-__all__ = [
-    "Node", "Connection", "Job", "Concluded", "Refused", "channel_state_answer", "STATE_TYPES", "PeerLimits",
-    "HASHES_PER_RESPONSE", "POST_RESPONSE_BYTES", "HASHES_PER_POST_REQUEST", "POST_REQUESTS_IN_FLIGHT",
-]
 
-EVENTS_KEPT = 1024  # events not collected are dropped oldest first (their counts stay in ``stats``)
+class Connection(Requesting, Serving, Forwarding):
+    """One remote peer, sans I/O: feed bytes in, take bytes out, read events.
 
+    ``state``: what it shares with the peer's other connections (it holds no
+    reference to the :class:`cablestore.peer.Node` that made it).
+    """
 
-class Connection(Requesting, Answering):
-    """One remote peer, sans I/O: feed bytes in, take bytes out, read events."""
-
-    def __init__(self, node: Node, name: str, serial: int = 0, now: int = 0, accepted: bool = False):
-        self.node = node
+    def __init__(self, state: PeerState, name: str, serial: int = 0, now: int = 0, accepted: bool = False):
+        self.state = state
         self.name = name
         self.serial = serial
         self.accepted = accepted
-        self.inbox = Inbox(node.framing, node.limits)
+        self.inbox = Inbox(state.framing, state.limits)
         self._out = bytearray()
         self._events: deque = deque(maxlen=EVENTS_KEPT)
         self.closed = False
         self.close_reason: str | None = None
+        self.close_detail: str | None = None  # who closed it and why, in words (a limit: which, and its value)
         self.error: CableError | None = None
         self._queue: deque = deque()  # (hashes, job, ttl) post requests not sent yet
         self._deferred: list = []  # (hash, job, ttl, channel, deadline): listed while in flight elsewhere
@@ -110,15 +96,15 @@ class Connection(Requesting, Answering):
     # --- I/O surface ----------------------------------------------------------------
     def receive_data(self, data: bytes, now: int) -> list:
         """Handle bytes read from the remote peer and all the work they lead to; return the events they caused."""
-        with self.node.lock:
+        with self.state.lock:
             self.feed(data, now)
             while not self.closed and self._work(now, 1 << 30, force=True):
                 pass
             return self.next_events()
 
     def feed(self, data: bytes, now: int) -> None:
-        """Buffer bytes read from the remote peer; :meth:`Node.run` handles them in turn."""
-        with self.node.lock:
+        """Buffer bytes read from the remote peer; ``Node.run`` handles them in turn."""
+        with self.state.lock:
             if self.closed or not data:
                 return
             self.last_received = now
@@ -127,30 +113,30 @@ class Connection(Requesting, Answering):
             if self.inbox.broken is not None:
                 self._fail_framing(self.inbox.broken)
                 return
-            self.node._account(self.inbox.size - before)
+            self.state.account(self.inbox.size - before)
             self._schedule()
 
     def read_allowance(self) -> int:
         """How many bytes may be read from the remote peer now (0: stop reading until this grows)."""
         if self.closed:
             return 0
-        node, policy, inbox = self.node, self.node.policy, self.inbox
+        peer, policy, inbox = self.state, self.state.policy, self.inbox
         if inbox.ready_bytes >= policy.input_reserved:
             return 0  # whole messages wait: handle them before reading more
-        room = node.limits.max_message + 16 - inbox.size
-        if node.pool_left <= 0:
+        room = peer.limits.max_message + 16 - inbox.size
+        if peer.pool_left <= 0:
             room = policy.input_reserved - inbox.size
         return max(0, min(policy.read_chunk, room))
 
     def data_to_send(self, max_bytes: int | None = None) -> bytes:
         """Bytes to write to the remote peer (at most ``max_bytes``; the rest stays for later)."""
-        with self.node.lock:
+        with self.state.lock:
             n = len(self._out) if max_bytes is None else min(max_bytes, len(self._out))
             if not n:
                 return b""
             out = bytes(self._out[:n])
             del self._out[:n]
-            self.node._account(-n)
+            self.state.account(-n)
             self._stall_since = None
             self._schedule()
             return out
@@ -162,33 +148,32 @@ class Connection(Requesting, Answering):
 
     def set_writable(self, writable: bool) -> None:
         """The transport says whether the socket takes more (False: its buffer is full)."""
-        with self.node.lock:
+        with self.state.lock:
             self.writable = writable
             if writable:
                 self._stall_since = None
 
     def next_events(self) -> list:
         """Events since the last call (conclusions of our requests, refusals); at most the last 1,024."""
-        with self.node.lock:
+        with self.state.lock:
             events = list(self._events)
             self._events.clear()
             return events
 
     def close(self, reason: str = "closed") -> None:
         """The connection is gone: conclude everything that involved it."""
-        with self.node.lock:
+        with self.state.lock:
             if self.closed:
                 return
             self.closed = True
             self.close_reason = reason
-            node = self.node
-            node.closed_by[reason] += 1
-            node._account(-(self.inbox.size + len(self._out)))
+            peer = self.state
+            peer.account(-(self.inbox.size + len(self._out)))
             self.inbox.clear()
             self._out = bytearray()
             self._answers.clear()
             self._drop_queue()
-            self._drop_deferred("closed: the connection closed before these posts came")
+            self.drop_deferred("closed: the connection closed before these posts came")
             for entry in list(self.outbound.values()):
                 self._conclude_outbound(entry, "closed")
             for entry in list(self.inbound.values()):
@@ -197,43 +182,48 @@ class Connection(Requesting, Answering):
                 entry.pending.discard(self)
                 entry.origin._finish_inbound(entry)
             self.awaiting.clear()
-            node.connections.pop(self, None)
-            node._dirty.pop(self, None)
-            node._touched.pop(self, None)
-            if node.on_close is not None:
-                node.on_close(self)
+            peer.closed(self, reason)
 
     def pending(self, tag: object = None) -> int:
         """Finite requests of ours still alive on this connection (with ``tag``, only that sync's)."""
-        with self.node.lock:
+        with self.state.lock:
             return sum(1 for e in self.outbound.values() if not e.live and (tag is None or e.job.tag == tag))
 
     # --- work -----------------------------------------------------------------------
     def _output_ok(self) -> bool:
-        n, policy = len(self._out), self.node.policy
-        return n < policy.output_reserved or (n < policy.output_high and self.node.pool_left > 0)
+        n, policy = len(self._out), self.state.policy
+        return n < policy.output_reserved or (n < policy.output_high and self.state.pool_left > 0)
 
     @property
     def runnable(self) -> bool:
         """True if this connection has work that may run now (its output is not backed up)."""
         if self.closed or not self._output_ok():
             return False
-        return bool(self._answers) or (self.inbox.ready > 0 and len(self._answers) < self.node.policy.active_per_peer)
+        return bool(self._answers) or (self.inbox.ready > 0 and len(self._answers) < self.state.policy.active_per_peer)
+
+    def take_turn(self, now: int, units: int) -> int:
+        """Its turn in the round robin (``Node.run``): up to ``units`` units of work; how many were done."""
+        self._scheduled = False
+        if self.closed:
+            return 0
+        used = self._work(now, units)
+        self._schedule()
+        return used
 
     def _schedule(self) -> None:
         if not self._scheduled and self.runnable:
             self._scheduled = True
-            self.node._ready.append(self)
+            self.state.schedule(self)
 
     def _work(self, now: int, units: int, force: bool = False) -> int:
         """Do up to ``units`` units of work; return how many were done."""
-        used, active = 0, self.node.policy.active_per_peer
+        used, active = 0, self.state.policy.active_per_peer
         shrank = False
         while used < units and not self.closed and (force or self._output_ok()):
             if self.inbox.ready and len(self._answers) < active:
                 before = self.inbox.size
                 item = self.inbox.take()
-                self.node._account(self.inbox.size - before)
+                self.state.account(self.inbox.size - before)
                 shrank = True
                 self._handle_item(item, now)
             elif self._answers:
@@ -242,7 +232,7 @@ class Connection(Requesting, Answering):
                 break
             used += 1
         if shrank and not self.closed:
-            self.node._touched[self] = None
+            self.state.mark_touched(self)
         return used
 
     def _handle_item(self, item, now: int) -> None:
@@ -260,25 +250,39 @@ class Connection(Requesting, Answering):
         except CableError as exc:
             self._refuse(exc)
 
-    def _check_time(self, now: int) -> None:
-        policy = self.node.policy
+    def check_time(self, now: int) -> None:
+        """Close it if it is slow, stalled or idle at ``now`` (``Node.tick``)."""
+        policy = self.state.policy
         reason = None
-        if self.inbox.partial_since is not None and now - self.inbox.partial_since > policy.frame_timeout:
-            reason = f"slow: one message took over {policy.frame_timeout} ms to arrive"
+        trickle = self.inbox.too_slow(now, policy.frame_timeout, limits.MIN_MESSAGE_RATE)
+        if trickle is not None:
+            reason = f"slow: {trickle}"
         elif self._out or not self.writable:
             if self._stall_since is None:
                 self._stall_since = now
             elif now - self._stall_since > policy.stall_timeout:
-                reason = f"stalled: read none of its answers for {policy.stall_timeout} ms"
+                reason = f"stalled: read none of its answers for {now - self._stall_since} ms (limit stall_timeout, {policy.stall_timeout} ms)"
         elif (
             self.accepted
             and now - self.last_received > policy.idle_timeout
             and not (self.inbound or self.outbound or self.awaiting or self._answers or self._queue or self._deferred or self.inbox.size)
         ):
-            reason = f"idle for {policy.idle_timeout} ms"
+            reason = f"idle: sent nothing with nothing open for {now - self.last_received} ms (limit idle_timeout, {policy.idle_timeout} ms)"
         if reason is not None:
             self._refuse(SlowPeerError(reason))
-            self.close(reason.split(":")[0].split(" ")[0])
+            self.close_detail = f"this side closed it: the peer was {reason}"
+            self.close(reason.split(":")[0])
+
+    def expire(self, entry: Inbound | Outbound, now: int) -> None:
+        """``entry``, a finite request of this connection's, is older than the timeout (``Node.tick``)."""
+        if isinstance(entry, Outbound):
+            self._conclude_outbound(entry, "timeout")
+            self._send_queued(now)
+        elif entry.pending:
+            for conn in list(entry.pending):
+                conn.awaiting.discard(entry)
+            entry.pending.clear()
+            self._finish_inbound(entry)
 
     def _fail_framing(self, error: CableError) -> None:
         self._refuse(error)
@@ -290,11 +294,9 @@ class Connection(Requesting, Answering):
         if m.is_request:
             self._handle_request(m, now)
             return
-        node = self.node
-        entry = node.requests.get(m.req_id)
-        if entry is None and node._quiet.get(m.req_id) is self:
-            if m.concludes:
-                del node._quiet[m.req_id]
+        peer = self.state
+        entry = peer.requests.get(m.req_id)
+        if entry is None and peer.closing_expected(m.req_id, self, m.concludes):
             return
         if isinstance(entry, Outbound) and entry.conn is self:
             self._handle_answer(entry, m, now)
@@ -308,21 +310,21 @@ class Connection(Requesting, Answering):
         error.__traceback__ = error.__context__ = error.__cause__ = None
         self.stats["dropped"] += 1
         self.errors[type(error).__name__] += 1
-        self.node.stats["messages_dropped"] += 1
+        self.state.stats["messages_dropped"] += 1
         log.info("%s: dropped: %s: %s", self.name, type(error).__name__, error)
         self._events.append(Refused(error))
 
     def _send(self, m) -> None:
-        data = encode(m, self.node.framing)
+        data = encode(m, self.state.framing)
         self._out += data
-        self.node._account(len(data))
-        self.node._dirty[self] = None
+        self.state.account(len(data))
+        self.state.mark_dirty(self)
         self.stats["sent"] += 1
 
-    def _room_for_push(self, n: int) -> bool:
+    def room_for_push(self, n: int) -> bool:
         """Output that cannot wait (a live push): False, and the connection closed, if it would pass its share."""
-        policy, size = self.node.policy, len(self._out) + n
-        if size <= policy.output_reserved or (size <= policy.output_max and self.node.pool_left > 0):
+        policy, size = self.state.policy, len(self._out) + n
+        if size <= policy.output_reserved or (size <= policy.output_max and self.state.pool_left > 0):
             return True
         self._refuse(SlowPeerError(f"{len(self._out)} bytes of answers unread; a live push would pass the limit"))
         self.close("overflow")

@@ -24,9 +24,10 @@ hour older than the first's newest.  Sans-I/O: the transport calls
 
 from __future__ import annotations
 
-from cablestore.peer.answers import listed_spellings
-from cablestore.peer.protocol import Connection, Node
-from cablestore.peer.sync import DEFAULT_PROGRESS_TIMEOUT, Sync
+from cablestore.peer.limits import DEFAULT_PROGRESS_TIMEOUT
+from cablestore.peer.node import Node
+from cablestore.peer.protocol import Connection
+from cablestore.peer.sync import Sync
 from cablestore.wire.messages import ChannelStateRequest, TimeRangeRequest
 
 
@@ -50,7 +51,7 @@ class Puller:
         with self.node.lock:
             store = self.node.store
             # Our channels are read once the peer answered its channel list: a peer that never answers costs one request.
-            sync = Sync(conn, cursor_name(conn.name), also=lambda: listed_spellings(store, store.channel_list()), live=True,
+            sync = Sync(conn, cursor_name(conn.name), also=lambda: store.listed_spellings(store.channel_list()), live=True,
                         progress_timeout=self.progress_timeout)
             self.syncs[conn] = sync
             self.node.stats["pulls"] += 1

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cablestore.errors import CableError, UnknownRequestError, UnsolicitedPostError
-from cablestore.peer.table import HASHES_PER_POST_REQUEST, POST_REQUESTS_IN_FLIGHT, Concluded, Job, Outbound
+from cablestore.peer import limits
+from cablestore.peer.table import Concluded, Job, Outbound
 from cablestore.wire.codec import post_hash
 from cablestore.wire.messages import (
     CancelRequest,
@@ -27,31 +28,6 @@ from cablestore.wire.messages import (
     PostResponse,
     TimeRangeRequest,
 )
-
-
-def _with_tombstones(store, hashes: list[bytes]) -> set[bytes]:
-    """The hashes among ``hashes`` that have a tombstone (candidates for ``Store.is_deleted``), found with one iterator.
-
-    Most hashes a peer lists have none; one seek each is much cheaper than
-    ``is_deleted``'s snapshot and iterator per hash (a 65,536-hash response).
-    """
-    from cablestore.keyspace.keys import DELETED
-
-    found: set[bytes] = set()
-    if not hashes:
-        return found
-    with store.db.iterator(include_value=False) as it:
-        for h in hashes:
-            it.seek(DELETED + h)
-            key = next(it, None)
-            if key is not None and key.startswith(DELETED + h):
-                found.add(h)
-    return found
-
-
-# How long a hash another request has in flight is waited for before it is asked for here too:
-# well within a sync's progress timeout (30 s), and long enough for a post request to be answered.
-DEFER_MS = 10_000
 
 
 class Requesting:
@@ -77,29 +53,29 @@ class Requesting:
     def request_posts(self, hashes: Iterable[bytes], *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
         """Ask for posts by hash (only those not held, not deleted, not already asked for)."""
         job = job or Job()
-        with self.node.lock:
+        with self.state.lock:
             self._request_missing(list(hashes), job, now, ttl)
             job.concluded = True  # no request of its own: done when its post requests are
         return job
 
     def cancel(self, req_id: bytes) -> None:
         """Cancel a request we made (live ones mostly); nothing answers a cancel."""
-        with self.node.lock:
+        with self.state.lock:
             entry = self.outbound.get(req_id)
             if entry is not None:
-                self._send(CancelRequest(self.node.new_req_id(), cancel_id=req_id))
+                self._send(CancelRequest(self.state.new_req_id(), cancel_id=req_id))
                 self._conclude_outbound(entry, "cancelled")
 
     def _request(self, make, now: int, job: Job | None, live: bool = False) -> Job:
         job = job or Job()
-        with self.node.lock:
-            request = make(self.node.new_req_id())
+        with self.state.lock:
+            request = make(self.state.new_req_id())
             self._track(request, now, job, live)
         return job
 
     def _track(self, request, now: int, job: Job, live: bool = False, wanted=(), counted: bool = False) -> None:
         entry = Outbound(request.req_id, self, request, now, job, live, set(wanted))
-        self.node.requests[request.req_id] = entry
+        self.state.requests[request.req_id] = entry
         self.outbound[request.req_id] = entry
         if not counted:
             job.outstanding += 1
@@ -110,40 +86,33 @@ class Requesting:
         """Ask for the hashes not held, deleted or in flight; ``channel``: the time range that listed them.
 
         A hash another request has in flight is deferred, not dropped: the job
-        waits for it (see :meth:`_settle_deferred`).  ``force``: ask for the
+        waits for it (see :meth:`settle_deferred`).  ``force``: ask for the
         hashes in flight too.  Returns False if not all of them fit under the
         pending-hash bound (the job is failed).
         """
-        node = self.node
-        store, inflight, listed = node.store, node._inflight, node._listed
+        peer = self.state
+        store, in_flight = peer.store, peer.in_flight
         fresh, waits = [], []
         for h in dict.fromkeys(hashes):
-            if h in inflight and not force:
+            if in_flight(h) and not force:
                 waits.append(h)
                 if channel is not None:
-                    known = listed.get(h)
-                    if known is None:
-                        listed[h] = channel
-                    elif isinstance(known, str):
-                        if known != channel:
-                            listed[h] = {known, channel}
-                    else:
-                        known.add(channel)
+                    peer.note_listed(h, channel, also=True)
             else:
                 fresh.append(h)
         held, unheld = [], []
         for h, buf in zip(fresh, store.get_many(fresh), strict=True):
             (held if buf is not None else unheld).append(h)
-        tombstoned = _with_tombstones(store, unheld)
+        tombstoned = store.tombstoned(unheld)
         missing = [
             h for h in unheld
             if (h not in tombstoned or not store.is_deleted(h)) and not store.is_dropped(h)  # a dropped post is not requested (§4.4.6)
         ]
-        fits, bound = True, node.policy.max_pending_hashes()
+        fits, bound = True, peer.policy.max_pending_hashes()
         # Hashes waited on: the ones in flight already count (``inflight``); a wait is a
-        # reference to one of them, bounded on its own (``node.deferred``).
-        new = [h for h in missing if h not in inflight]  # (only ``force`` asks again for some in flight)
-        room, wait_room = bound - len(inflight), bound - node.deferred
+        # reference to one of them, bounded on its own (``peer.deferred``).
+        new = [h for h in missing if not in_flight(h)]  # (only ``force`` asks again for some in flight)
+        room, wait_room = bound - peer.in_flight_count, bound - peer.deferred
         if len(new) > room or len(waits) > wait_room:
             fits = False
             job.fail(f"overflow: the peer listed more than {bound} posts to fetch at once")
@@ -152,26 +121,27 @@ class Requesting:
                 missing = [h for h in missing if h not in dropped]
             waits = waits[: max(0, wait_room)]
         if waits:
-            deadline = now + min(node.timeout, DEFER_MS)  # within the sync's progress timeout (30 s by default)
+            deadline = now + min(peer.timeout, limits.DEFER_MS)  # within the sync's progress timeout (30 s by default)
             self._deferred.extend((h, job, ttl, channel, deadline) for h in waits)
             job.outstanding += len(waits)
-            node.deferred += len(waits)
+            peer.deferred += len(waits)
         if channel is not None:
             # A delete of posts this store never held is listed where the peer listed it.
             if held:
                 store.learn_listing(channel, held)
             for h in missing:
-                listed.setdefault(h, channel)  # (asked again, ``force``: it keeps the channels it was listed in)
-        for i in range(0, len(missing), HASHES_PER_POST_REQUEST):
-            chunk = tuple(missing[i : i + HASHES_PER_POST_REQUEST])
-            inflight.update(chunk)
+                peer.note_listed(h, channel, also=False)  # (asked again, ``force``: it keeps the channels it was listed in)
+        per = limits.HASHES_PER_POST_REQUEST
+        for i in range(0, len(missing), per):
+            chunk = tuple(missing[i : i + per])
+            peer.add_in_flight(chunk)
             job.posts_requested += len(chunk)
             job.outstanding += 1
             self._queue.append((chunk, job, ttl))
         self._send_queued(now)
         return fits
 
-    def _settle_deferred(self, now: int) -> None:
+    def settle_deferred(self, now: int) -> None:
         """The deferred hashes (listed while another request had them in flight): each waits
         until that request delivered it or ended, or ``DEFER_MS`` (or the request timeout, if shorter); then the store has
         it, or it is asked for on this connection.  So a peer that lists a hash and never
@@ -179,24 +149,23 @@ class Requesting:
         otherwise end "complete" without the post.  Called on every tick and sync poll."""
         if not self._deferred:
             return
-        node, keep, due = self.node, [], {}
-        inflight = node._inflight
+        peer, keep, due = self.state, [], {}
         for item in self._deferred:
             h, job, ttl, channel, deadline = item
-            if h in inflight and now < deadline:
+            if peer.in_flight(h) and now < deadline:
                 keep.append(item)
             else:
                 due.setdefault((id(job), ttl, channel), (job, []))[1].append(h)
         self._deferred = keep
         for (_, ttl, channel), (job, hashes) in due.items():
             job.outstanding -= len(hashes)
-            node.deferred -= len(hashes)
+            peer.deferred -= len(hashes)
             try:
                 self._request_missing(hashes, job, now, ttl, channel, force=True)
             except CableError as exc:  # the store (closed, damaged): this job fails, the others go on
                 job.fail(f"store: {type(exc).__name__}: {exc}")
 
-    def _drop_deferred(self, reason: str, tag: object = None) -> None:
+    def drop_deferred(self, reason: str, tag: object = None) -> None:
         """Forget the deferred hashes (of the jobs tagged ``tag`` only, if given), failing their jobs
         with ``reason``: the connection closed, or the sync waiting for them was given up."""
         keep = []
@@ -206,31 +175,31 @@ class Requesting:
                 keep.append(item)
                 continue
             job.outstanding -= 1
-            self.node.deferred -= 1
+            self.state.deferred -= 1
             job.fail(reason)
         self._deferred = keep
 
     def _send_queued(self, now: int) -> None:
         """Send queued post requests while fewer than POST_REQUESTS_IN_FLIGHT are unanswered."""
-        while self._queue and self._posts_in_flight < POST_REQUESTS_IN_FLIGHT and not self.closed:
+        while self._queue and self._posts_in_flight < limits.POST_REQUESTS_IN_FLIGHT and not self.closed:
             chunk, job, ttl = self._queue.popleft()
             self._posts_in_flight += 1
-            self._track(PostRequest(self.node.new_req_id(), chunk, ttl=ttl), now, job, wanted=chunk, counted=True)
+            self._track(PostRequest(self.state.new_req_id(), chunk, ttl=ttl), now, job, wanted=chunk, counted=True)
 
     def _drop_queue(self) -> None:
         while self._queue:
             chunk, job, _ = self._queue.popleft()
-            self.node._forget(chunk)
+            self.state.forget(chunk)
             job.outstanding -= 1
             job.fail("closed: the connection closed before these posts were asked for")
 
     def _conclude_outbound(self, entry: Outbound, reason: str) -> None:
-        node = self.node
-        if node.requests.get(entry.req_id) is not entry:
+        peer = self.state
+        if peer.requests.get(entry.req_id) is not entry:
             return
-        del node.requests[entry.req_id]
+        del peer.requests[entry.req_id]
         self.outbound.pop(entry.req_id, None)
-        node._forget(entry.wanted)
+        peer.forget(entry.wanted)
         job = entry.job
         job.outstanding -= 1
         if reason != "answered":
@@ -247,7 +216,7 @@ class Requesting:
 
     def _what(self, reason: str) -> str:
         return {
-            "timeout": f"got no answer within {self.node.timeout} ms",
+            "timeout": f"got no answer within {self.state.timeout} ms",
             "closed": "was open when the connection closed",
             "cancelled": "was cancelled",
             "overflow": "listed more posts than this peer waits on at once",
@@ -263,7 +232,7 @@ class Requesting:
                 job.hashes_seen += len(m.hashes)
                 channel = request.channel if isinstance(request, TimeRangeRequest) else None
                 if not self._request_missing(list(m.hashes), job, now, request.ttl, channel):  # fetch along the same route
-                    self._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+                    self._send(CancelRequest(self.state.new_req_id(), cancel_id=entry.req_id))
                     self._conclude_outbound(entry, "overflow")
             else:
                 self._conclude_outbound(entry, "answered")
@@ -279,7 +248,7 @@ class Requesting:
             if m.concludes or not entry.wanted:
                 self._conclude_outbound(entry, "answered")
                 if not m.concludes:
-                    self._expect_closing(entry.req_id)
+                    self.state.expect_closing(entry.req_id, self)
                 self._send_queued(now)
         elif isinstance(m, ChannelListResponse) and isinstance(request, ChannelListRequest):
             job.channels = m.channels
@@ -291,23 +260,16 @@ class Requesting:
             self._send_queued(now)
             raise error
 
-    def _expect_closing(self, req_id: bytes) -> None:
-        quiet = self.node._quiet
-        quiet[req_id] = self
-        while len(quiet) > self.node.policy.live_total:
-            quiet.popitem(last=False)
-
     def _ingest(self, entry: Outbound, posts) -> None:
         solicited, listed = [], {}
-        node = self.node
+        peer = self.state
         for buf in posts:
             h = post_hash(buf)
             if h in entry.wanted:
                 entry.wanted.discard(h)
-                channels = node._listed.get(h, ())
-                for channel in (channels,) if isinstance(channels, str) else channels:
+                for channel in peer.listed_in(h):
                     listed.setdefault(channel, []).append(h)
-                node._forget((h,))
+                peer.forget((h,))
                 solicited.append(buf)
             else:
                 self.stats["unsolicited"] += 1
@@ -315,7 +277,7 @@ class Requesting:
         entry.job.posts_received += len(solicited)
         if not solicited:
             return
-        for result in node.store.ingest_many(solicited):
+        for result in peer.store.ingest_many(solicited):
             if result.ok:
                 self.stats["ingested"] += 1
             else:
@@ -323,4 +285,4 @@ class Requesting:
                 entry.job.fail(f"refused: a post did not pass the store's checks: {type(result.error).__name__}: {result.error}")
                 self._refuse(result.error)
         for channel, hashes in listed.items():
-            node.store.learn_listing(channel, hashes)
+            peer.store.learn_listing(channel, hashes)

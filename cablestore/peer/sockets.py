@@ -11,18 +11,13 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from cablestore.errors import TooManyConnectionsError, TransportError
-from cablestore.peer.protocol import Connection, Node
-
-if TYPE_CHECKING:
-    pass
+from cablestore.peer.limits import PUMP_SECONDS, WRITE_CHUNK
+from cablestore.peer.node import Node
+from cablestore.peer.protocol import Connection
 
 log = logging.getLogger("cablestore.peer.transport")  # one logger for the TCP side
-WRITE_CHUNK = 64 << 10  # handed to a socket at once; also its write buffer's high-water mark
-PUMP_SECONDS = 0.005  # work between two looks at the sockets
-BACKLOG = 512
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (Linux)
 ABORTED = {"slow", "stalled", "idle", "overflow", "framing", "left"}  # reasons a socket is reset, its unsent bytes dropped
 
@@ -94,6 +89,9 @@ class _Link(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         if self.conn is not None and not self.conn.closed:
+            self.conn.close_detail = (
+                f"the connection was lost ({exc})" if exc else "the peer closed it (it may have judged this side slow or over a limit: its log says which)"
+            )
             self.conn.close("lost" if exc else "closed")
         if self.wire is not None:
             self.wire.links.pop(self.conn, None)

@@ -6,11 +6,11 @@ calls :meth:`Sync.poll`.  It keeps a cursor per remote peer and channel under
 ``!local!sync!`` (see KEYSPACE.md): the timestamp of the newest post of the
 last complete history fetch, less ``margin`` ms for clock skew, so a repeated
 sync asks only for ``[cursor, ...)``.  A channel is synced by one
-:class:`Sync` of a node at a time (``Node.syncing``); others wait for it, up
+:class:`Sync` of a node at a time (``PeerState.syncing``); others wait for it, up
 to ``CHANNEL_WAIT`` ms (a hostile peer can hold its sync open for as long as
 it trickles posts), then fetch it beside it: a hash the other sync has in
 flight is then waited for, not asked for twice, for a while
-(``Requesting._settle_deferred``).
+(``Connection.settle_deferred``).
 
 A sync never calls a failure complete: it ends with a ``reason`` when the
 peer closes, breaks the framing, answers with the wrong message type or
@@ -21,45 +21,14 @@ nothing useful (an answer, a post) for ``progress_timeout`` ms; its
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
-from cablestore.keyspace.keys import canonical_channel, channel_key
-from cablestore.peer.protocol import Connection, Job
-from cablestore.peer.table import CHANNELS_PER_RESPONSE, MAX_LISTED_CHANNELS
+from cablestore.keyspace.keys import WEEK_MS, canonical_channel
+from cablestore.peer import limits
+from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
+from cablestore.peer.protocol import Connection
+from cablestore.peer.table import Job
 from cablestore.wire.codec import decode_post
-
-if TYPE_CHECKING:
-    from cablestore.store.store import Store
-
-CURSOR = b"!local!sync!"
-WEEK_MS = 7 * 24 * 60 * 60 * 1000
-DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
-DEFAULT_PROGRESS_TIMEOUT = 30_000
-PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
-CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
-# Channels a live sync keeps live requests open for (two each): as many as one channel list page, so
-# a peer listing 65,536 channels cannot make this peer hold 131,072 requests for it.
-MAX_LIVE_CHANNELS = CHANNELS_PER_RESPONSE
-
-
-def cursor_key(peer: str, channel: str) -> bytes:
-    """``!local!sync!<peer><ch>``: ``<peer>`` is the BLAKE2b-256 of the remote peer's name."""
-    return CURSOR + hashlib.blake2b(peer.encode("utf-8"), digest_size=32).digest() + channel_key(channel)
-
-
-def read_cursor(store: Store, peer: str, channel: str) -> int | None:
-    """The stored cursor (ms), or None if this channel was never synced from ``peer``."""
-    value = store.db.get(cursor_key(peer, channel))
-    return None if value is None else int.from_bytes(value, "big")
-
-
-def write_cursor(store: Store, peer: str, channel: str, timestamp: int) -> None:
-    """Store the cursor; it never moves backwards."""
-    old = read_cursor(store, peer, channel)
-    if old is None or timestamp > old:
-        store.db.put(cursor_key(peer, channel), max(0, timestamp).to_bytes(8, "big"), sync=store.sync)
 
 
 class _Channel:
@@ -123,7 +92,7 @@ class Sync:
         parallel: int = PARALLEL_CHANNELS,
     ) -> None:
         self.conn = conn
-        self.node = conn.node
+        self.state = conn.state  # what the connections of its node share (the lock, the store, the channels syncing)
         self.peer = peer
         self.live = live
         self.window = window
@@ -153,28 +122,28 @@ class Sync:
     # --- driving ------------------------------------------------------------------
     def poll(self, now: int) -> None:
         """Advance: start what can start, finish what concluded, give up when nothing useful came for too long."""
-        with self.node.lock:
+        with self.state.lock:
             if self.reason is not None:
                 return
             if not self.started:
                 self.started = True
                 self._progress_at = now
-                self.listing = self.conn.request_channel_list(0, CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
+                self.listing = self.conn.request_channel_list(0, limits.CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
             if not self.conn.closed:
-                self.conn._settle_deferred(now)
+                self.conn.settle_deferred(now)
             if self.conn.closed:
                 if self.conn.error is not None or not self.finite_done:
                     self.abandon(self._closed_reason())
                 return
             if self.listing is not None and self.listing.done and not self._listed:
-                full = self.listing.complete and len(self.listing.channels) >= CHANNELS_PER_RESPONSE
-                if full and len(self._pages) + len(self.listing.channels) < MAX_LISTED_CHANNELS:
+                full = self.listing.complete and len(self.listing.channels) >= limits.CHANNELS_PER_RESPONSE
+                if full and len(self._pages) + len(self.listing.channels) < limits.MAX_LISTED_CHANNELS:
                     # A full page: the peer may list more (a cablestore peer answers 4,096 at a time).
                     self._pages += self.listing.channels
-                    self.listing = self.conn.request_channel_list(len(self._pages), CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
+                    self.listing = self.conn.request_channel_list(len(self._pages), limits.CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
                     return
                 if full and self.wanted is None:
-                    self.abandon(f"channel list: the peer lists more than {MAX_LISTED_CHANNELS} channels")
+                    self.abandon(f"channel list: the peer lists more than {limits.MAX_LISTED_CHANNELS} channels")
                     return
                 if not self.listing.complete and self.wanted is None:
                     self.abandon(f"channel list: {self.listing.reason}")
@@ -254,13 +223,13 @@ class Sync:
         if ch.finished:
             return
         if not ch.asked:
-            if ch.name in self.node.syncing:
+            if ch.name in self.state.syncing:
                 if ch.waiting_since is None:
                     ch.waiting_since = now
-                if now - ch.waiting_since < min(CHANNEL_WAIT, self.progress_timeout // 2):
+                if now - ch.waiting_since < min(limits.CHANNEL_WAIT, self.progress_timeout // 2):
                     return  # another sync holds this channel: wait for it, a while
-            self.node.syncing[ch.name] = self.node.syncing.get(ch.name, 0) + 1
-            start, end = self.window or (read_cursor(self.node.store, self.peer, ch.name) or 0, now + WEEK_MS)
+            self.state.syncing[ch.name] = self.state.syncing.get(ch.name, 0) + 1
+            start, end = self.window or (self.state.store.sync_cursor(self.peer, ch.name) or 0, now + WEEK_MS)
             ch.jobs = {
                 spelling: (
                     self.conn.request_time_range(spelling, start, end, 0, now=now, job=Job(tag=self)),
@@ -275,12 +244,12 @@ class Sync:
         self._release(ch.name)
         if ch.complete and self.window is None:
             # One cursor for the channel: the oldest of its spellings' newest posts, so none is skipped next time.
-            newest = [self.node.store.get(h.newest) for h, _ in ch.jobs.values() if h.newest is not None]
+            newest = [self.state.store.get(h.newest) for h, _ in ch.jobs.values() if h.newest is not None]
             stamps = [decode_post(buf).timestamp for buf in newest if buf is not None]
             if stamps:
-                write_cursor(self.node.store, self.peer, ch.name, min(stamps) - self.margin)
+                self.state.store.set_sync_cursor(self.peer, ch.name, min(stamps) - self.margin)
         if self.live and not self.conn.closed:
-            if self._live_channels >= MAX_LIVE_CHANNELS:
+            if self._live_channels >= limits.MAX_LIVE_CHANNELS:
                 self.not_live.append(ch.name)
                 return
             self._live_channels += 1
@@ -289,7 +258,7 @@ class Sync:
                 ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
 
     def _release(self, name: str) -> None:
-        holders = self.node.syncing
+        holders = self.state.syncing
         if holders.get(name, 0) > 1:
             holders[name] -= 1
         else:
@@ -306,11 +275,12 @@ class Sync:
         error = self.conn.error
         if error is not None:
             return f"the peer broke the framing: {type(error).__name__}: {error}"
-        return f"the connection closed ({self.conn.close_reason})"
+        detail = self.conn.close_detail or f"it closed ({self.conn.close_reason})"
+        return f"the connection closed: {detail}; a rerun resumes from the cursor"
 
     def abandon(self, reason: str = "abandoned") -> None:
         """Give up: cancel what is open, release the channels this sync holds; ``reason`` is kept."""
-        with self.node.lock:
+        with self.state.lock:
             if self.reason is None:
                 self.reason = reason
             for ch in self.channels.values():
@@ -320,7 +290,7 @@ class Sync:
             if not self.conn.closed:
                 for entry in [e for e in self.conn.outbound.values() if e.job.tag is self]:
                     self.conn.cancel(entry.req_id)
-                self.conn._drop_deferred("cancelled: the sync was given up", tag=self)
+                self.conn.drop_deferred("cancelled: the sync was given up", tag=self)
 
     # --- results ------------------------------------------------------------------
     @property

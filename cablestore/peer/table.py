@@ -1,26 +1,16 @@
-"""The request table of a peer: what it was asked (:class:`Inbound`), what it
-asked (:class:`Outbound`), the :class:`Job` a sync tracks, the events a
-connection reports, and the sizes every answer keeps to."""
+"""The rows of a peer's request table: what it was asked (:class:`Inbound`), what it
+asked (:class:`Outbound`), the :class:`Job` a sync tracks, and the events a
+connection reports (:class:`Concluded`, :class:`Refused`).  Plain data: the
+connection a row belongs to is held, never imported."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from cablestore.errors import CableError
 
-if TYPE_CHECKING:
-    from cablestore.peer.protocol import Connection
-
-HASHES_PER_RESPONSE = 4096
-CHANNELS_PER_RESPONSE = 4096  # a channel list answer's page: the most a decoder takes in one message (Limits.max_channels)
-MAX_LISTED_CHANNELS = 16 * CHANNELS_PER_RESPONSE  # a sync takes at most this many channels from one peer's list
-SPELLINGS_PER_TURN = 128  # channels of a channel list answer spelled in one turn of the connection
-POST_RESPONSE_BYTES = 256 << 10
-POST_PAGE_BYTES = 64 << 10  # posts read for one unit of work on a post request
-HASHES_PER_POST_REQUEST = 1024
-POST_REQUESTS_IN_FLIGHT = 4  # per connection; more wait in a queue, so none times out unanswered in our buffer
-RELAYED_HASHES = 65_536  # distinct hashes relayed for one forwarded request at most
+MODERATION_LIVE = ("moderation state",)  # where live moderation state requests are indexed: not a channel name
 
 
 @dataclass(frozen=True)
@@ -84,7 +74,7 @@ class Inbound:
     """A request a remote peer sent us: answered locally and maybe forwarded."""
 
     req_id: bytes
-    origin: Connection
+    origin: Any  # the Connection it came from
     request: object
     started: int
     live: bool = False
@@ -107,7 +97,7 @@ class Outbound:
     """A request this peer sent on ``conn``."""
 
     req_id: bytes
-    conn: Connection
+    conn: Any  # the Connection it was sent on
     request: object
     started: int
     job: Job

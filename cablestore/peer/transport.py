@@ -2,7 +2,7 @@
 
 :class:`PeerServer` listens and keeps one :class:`cablestore.peer.protocol.Connection`
 per accepted socket; :meth:`PeerServer.dial` dials out.  All share one
-:class:`cablestore.peer.protocol.Node`, so requests are forwarded between
+:class:`cablestore.peer.Node`, so requests are forwarded between
 its connections and live pushes reach every socket.  :func:`run_server`
 and :func:`sync_path` are what ``cablestore serve`` / ``cablestore sync`` run.
 
@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import TransportError
-from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
-from cablestore.peer.protocol import Connection, Node
+from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, DEFAULT_PROGRESS_TIMEOUT, STORE_CACHE_MB, PeerLimits
+from cablestore.peer.node import Node
+from cablestore.peer.protocol import Connection
 from cablestore.peer.pulling import Puller
-from cablestore.peer.sockets import BACKLOG, Wire, _Link, now_ms, parse_address
-from cablestore.peer.sync import DEFAULT_PROGRESS_TIMEOUT, Sync
+from cablestore.peer.sockets import Wire, _Link, now_ms, parse_address
+from cablestore.peer.sync import Sync
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -104,7 +105,7 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
         raise
     with store:
         summary = await run_sync(store, address, link=link, **kw)
-        empty = created and not summary.get("complete") and next(store.items(b"!post!"), None) is None
+        empty = created and not summary.get("complete") and not store.has_posts()
     if empty:  # a sync that failed into a store it made and wrote no post to leaves nothing behind
         shutil.rmtree(path, ignore_errors=True)
     return summary

@@ -26,6 +26,7 @@ from cablestore.keyspace.keys import (
     unescape,
 )
 from cablestore.keyspace.records import Tombstone
+from cablestore.store import spelling
 from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.link_queries import LinkQueries
 from cablestore.views import author, chat, state, user
@@ -106,10 +107,7 @@ class Queries(LinkQueries):
 
     def _chat_range(self, reader: Any, channel: str, start: int = 0, end: int = 0) -> Any:
         """An iterator over a channel's ``!chat`` keys in ``[start, end)``, newest first (close it)."""
-        start, end = _count(start, "start"), _count(end, "end")
-        prefix = chat.channel_prefix(channel)
-        lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
-        hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+        lo, hi = chat_bounds(channel, _count(start, "start"), _count(end, "end"))
         return reader.iterator(start=lo, stop=hi, reverse=True, include_value=False)
 
     # --- channel state ------------------------------------------------------
@@ -162,6 +160,13 @@ class Queries(LinkQueries):
         with self.db.snapshot() as snap:
             names = channel_names(snap)
         return names[offset : offset + limit if limit else None]
+
+    def listed_spellings(self, channels: Iterable[str]) -> list[str]:
+        """The spelling each of ``channels`` (any spelling) is written and listed under: as its earliest
+        post/text or post/topic spells it (:mod:`cablestore.store.spelling`); unknown channels as given."""
+        if isinstance(channels, (str, bytes)):
+            raise QueryError("channels is a list of channel names, not one string")
+        return spelling.listed_spellings(self, channels)
 
     # --- users and authors ----------------------------------------------------
     def name(self, public_key: HashLike) -> str | None:
@@ -227,6 +232,14 @@ def _tombstones(reader, h: bytes) -> list[Tombstone]:
 
 # One iterator, re-seeked, answers a whole channel state request: creating an
 # iterator per member cost more than the seeks.
+def chat_bounds(channel: str, start: int, end: int) -> tuple[bytes, bytes]:
+    """The ``(lowest, above highest)`` ``!chat`` keys of a channel's time range ``[start, end)`` (``end = 0``: no bound)."""
+    prefix = chat.channel_prefix(channel)
+    lo = prefix + min(start, U64_MAX).to_bytes(TS_SIZE, "big")
+    hi = next_prefix(prefix) if end == 0 or end > U64_MAX else prefix + end.to_bytes(TS_SIZE, "big")
+    return lo, hi
+
+
 def last_under(it: Any, prefix: bytes) -> Any:
     """What ``it`` (a LevelDB iterator, re-seeked) yields for the greatest key under ``prefix``, or None.
 

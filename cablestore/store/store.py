@@ -31,7 +31,7 @@ from cablestore.errors import (
     StoreError,
 )
 from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
-from cablestore.store import arguments, indexer, opening
+from cablestore.store import arguments, indexer, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.hashfilter import link_filter, tombstone_filter
@@ -41,6 +41,7 @@ from cablestore.store.moderation_queries import ModerationQueries, adopt_local_u
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.txn import Txn
+from cablestore.store.users import UserQueries
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
@@ -71,7 +72,7 @@ class IngestResult:
 
 
 @guard_public_methods
-class Store(Reading, Queries, ModerationQueries):
+class Store(Reading, Queries, ModerationQueries, UserQueries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
@@ -415,6 +416,39 @@ class Store(Reading, Queries, ModerationQueries):
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
         return guarded_iter(self, self.db.iterator(prefix=prefix))
+
+    # --- what a peer reads and writes (cablestore.store.peer_reads) -------
+    def channel_state_answer(self, channel: str) -> list[bytes]:
+        """The hashes answering a Cable channel state request (:func:`cablestore.store.peer_reads.channel_state_answer`)."""
+        return peer_reads.channel_state_answer(self, channel)
+
+    def time_range_page(self, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:
+        """Up to ``n`` ``!chat`` keys of a time range, newest first, below ``below`` (:func:`cablestore.store.peer_reads.time_range_page`)."""
+        return peer_reads.time_range_page(self, channel, start, end, below, n)
+
+    def tombstoned(self, hashes: list[bytes]) -> set[bytes]:
+        """The hashes among ``hashes`` with a tombstone (:func:`cablestore.store.peer_reads.tombstoned`)."""
+        return peer_reads.tombstoned(self, hashes)
+
+    def any_member(self, channel: str, public_keys: Iterable[bytes]) -> bool:
+        """One of ``public_keys`` is a member or ex-member of ``channel`` (:func:`cablestore.store.peer_reads.any_member`)."""
+        return peer_reads.any_member(self, channel, public_keys)
+
+    def check_relayed(self, buf: bytes, now: int) -> bytes:
+        """Check a post relayed for a forwarded request; its hash (:func:`cablestore.store.peer_reads.check_relayed`)."""
+        return peer_reads.check_relayed(self, buf, now)
+
+    def has_posts(self) -> bool:
+        """True if the store holds any post."""
+        return peer_reads.has_posts(self)
+
+    def sync_cursor(self, peer: str, channel: str) -> int | None:
+        """The sync cursor of ``channel`` from ``peer`` (ms), or None (:func:`cablestore.store.peer_reads.sync_cursor`)."""
+        return peer_reads.sync_cursor(self, peer, channel)
+
+    def set_sync_cursor(self, peer: str, channel: str, timestamp: int) -> None:
+        """Move the sync cursor forward, under the write lock (:func:`cablestore.store.peer_reads.set_sync_cursor`)."""
+        peer_reads.set_sync_cursor(self, peer, channel, timestamp)
 
 
 __all__ = ["Store", "IngestResult", "wall_clock_ms"]

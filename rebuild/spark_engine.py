@@ -22,7 +22,7 @@ The job, on a snapshot of P partitions:
    best candidate of each "latest" group (never a view entry), whose
    winners' entries are folded in the partitions the shuffle makes.
 
-Session, executors' Python and failures: ``rebuild/sparksession.py``.
+Session, executors' Python and failures: ``rebuild/spark_runtime.py``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ from cablestore.errors import RebuildError
 from cablestore.moderation import RELEVANT_TYPES
 from cablestore.wire.codec import post_type_of
 
+from .exporter import manifest_facts, manifest_seed
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
 from .recompute import enforcement_rows, newer, partition_of
 from .result import EngineResult
-from .sparksession import job_errors, quiet_gateway, session
+from .spark_runtime import job_errors, quiet_gateway, session
 
 _FOLD = "\0fold"  # shuffle key of a file's fold, beside the (view, group) keys of candidates
 
@@ -172,7 +173,7 @@ def _kept_out_rows(spark, uri: str, manifest: dict, routing: dict, local_user, c
     on_target: dict = {}
     for blob in routing.values():
         on_target.update(pickle.loads(blob)[0])
-    found = enforcement_rows(local_user, candidates, on_target, check_signatures)
+    found = enforcement_rows(local_user, candidates, on_target, check_signatures, manifest_facts(manifest), manifest_seed(manifest))
     return None if found is None else spark.sparkContext.broadcast(found)
 
 
@@ -219,7 +220,7 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     live = Fold(parts, wanted)
     for kind, fold in collected:
         (rec if kind == "rec" else live).merge(fold)
-    rec.add_resolved(local_user)
+    rec.add_resolved(local_user, manifest_facts(manifest) if local_user is not None else (), manifest_seed(manifest))
     return rec, live
 
 

@@ -1,9 +1,10 @@
-"""Answering a remote peer's requests (spec 1.0-draft8 §5.2, as deployed by
+"""Serving a remote peer's requests (spec 1.0-draft8 §5.2, as deployed by
 cable.js 0.2.1): post requests, channel time ranges, channel state, channel
-lists, moderation state, cancels, and forwarding what has ``ttl > 0``.  A
-mixin of :class:`cablestore.peer.protocol.Connection`.
+lists, moderation state and cancels, from the store (forwarding what has
+``ttl > 0`` is :mod:`cablestore.peer.forwarding`).  A mixin of
+:class:`cablestore.peer.protocol.Connection`.
 
-Each request kind has one answer method, named in :attr:`Answering.ANSWERS`.
+Each request kind has one answer method, named in :attr:`Serving.ANSWERS`.
 It runs when the request arrives and either answers at once (returns None)
 or returns an iterator whose every step sends one more page of the answer:
 the connection advances it one step per unit of work, in its turn, so a
@@ -25,19 +26,11 @@ channel list (a channel list needs no table entry, so it is never refused).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from cablestore.errors import (
-    CableError,
-    DuplicateRequestError,
-    RequestTableFullError,
-    UnknownRequestError,
-    UnsolicitedPostError,
-)
+from cablestore.errors import DuplicateRequestError, RequestTableFullError, UnknownRequestError
 from cablestore.keyspace.keys import canonical_channel
-from cablestore.peer.answers import channel_state_answer, check_relayed, listed_spellings, time_range_bounds, time_range_page
-from cablestore.peer.table import CHANNELS_PER_RESPONSE, HASHES_PER_RESPONSE, POST_PAGE_BYTES, POST_RESPONSE_BYTES, RELAYED_HASHES, SPELLINGS_PER_TURN, Inbound
+from cablestore.peer import limits
+from cablestore.peer.table import MODERATION_LIVE, Inbound
 from cablestore.wire.messages import (
     CancelRequest,
     ChannelListRequest,
@@ -50,14 +43,9 @@ from cablestore.wire.messages import (
     TimeRangeRequest,
 )
 
-if TYPE_CHECKING:
-    pass
 
-MODERATION_LIVE = ("moderation state",)  # where live moderation state requests are indexed: not a channel name
-
-
-class Answering:
-    """The answering half of a connection (see :class:`cablestore.peer.protocol.Connection`)."""
+class Serving:
+    """The serving half of a connection (see :class:`cablestore.peer.protocol.Connection`)."""
 
     #: The answer method of each request kind.
     ANSWERS = {
@@ -67,13 +55,11 @@ class Answering:
         ChannelListRequest: "_answer_channel_list",
         ModerationStateRequest: "_answer_moderation_state",
     }
-    #: Request kinds that are never forwarded: only one channel list response may be sent.
-    LOCAL_ONLY = (ChannelListRequest, ModerationStateRequest)
 
     def _handle_request(self, m, now: int) -> None:
-        node = self.node
+        peer = self.state
         self.stats["requests"] += 1
-        first = node._remember(m.req_id, self.serial)
+        first = peer.remember(m.req_id, self.serial)
         if first is not None:
             self._duplicate(m, first, now)
             return
@@ -81,10 +67,10 @@ class Answering:
             self._handle_cancel(m)
             return
         entry = Inbound(m.req_id, self, m, now)
-        node.requests[m.req_id] = entry
+        peer.requests[m.req_id] = entry
         self.inbound[m.req_id] = entry
         more = getattr(self, self.ANSWERS[type(m)])(entry, m, now)
-        if node.requests.get(m.req_id) is not entry:
+        if peer.requests.get(m.req_id) is not entry:
             return  # refused or concluded already
         if more is not None:
             self._answers.append((entry, more))
@@ -97,7 +83,7 @@ class Answering:
         peer sent first (a forwarded request arriving by a second route): answered with its concluding
         response, so its sender need not wait for a timeout (a channel list with the true list)."""
         if first not in (0, self.serial) and not isinstance(m, CancelRequest):
-            self.node.stats["duplicates_concluded"] += 1
+            self.state.stats["duplicates_concluded"] += 1
             if isinstance(m, ChannelListRequest):
                 self._send(ChannelListResponse(m.req_id, tuple(self._listed_channels(m))))
             else:
@@ -113,11 +99,11 @@ class Answering:
         return self._post_pages(entry, tuple(dict.fromkeys(m.hashes)))
 
     def _post_pages(self, entry: Inbound, hashes: tuple[bytes, ...]) -> Iterator:
-        store, per = self.node.store, self.node.policy.posts_per_page
+        store, per = self.state.store, self.state.policy.posts_per_page
         i = 0
         while i < len(hashes):
             posts, size = [], 0
-            while i < len(hashes) and size < POST_PAGE_BYTES and len(posts) < per:
+            while i < len(hashes) and size < limits.POST_PAGE_BYTES and len(posts) < per:
                 chunk = hashes[i : i + 16]
                 i += len(chunk)
                 for h, buf in zip(chunk, store.shareable(chunk), strict=True):  # never a local-only post
@@ -132,7 +118,7 @@ class Answering:
 
     def _answer_time_range(self, entry: Inbound, m: TimeRangeRequest, now: int) -> Iterator | None:
         entry.channel = canonical_channel(m.channel)
-        if self.node.store.channel_dropped(m.channel):
+        if self.state.store.channel_dropped(m.channel):
             return None  # a dropped channel is answered with nothing (moderation.md §5.1.3.7)
         if m.time_end == 0 and not self._take_live(entry):
             return None
@@ -141,15 +127,15 @@ class Answering:
         return self._time_range_pages(entry, m)
 
     def _time_range_pages(self, entry: Inbound, m: TimeRangeRequest) -> Iterator:
-        lo, below = time_range_bounds(m.channel, m.time_start, m.time_end)
-        per = self.node.policy.hashes_per_page
+        store, below = self.state.store, None
+        per = self.state.policy.hashes_per_page
         while True:
             n = per if entry.remaining is None else min(per, entry.remaining)
-            keys = time_range_page(self.node.store, lo, below, n) if n > 0 else []
+            keys = store.time_range_page(m.channel, m.time_start, m.time_end, below, n) if n > 0 else []
             more = n > 0 and len(keys) == n
             # A live push during the pages sends only what the pages will not reach (newer than the cursor).
             entry.cursor = keys[-1][-40:] if more else None
-            self._push(entry, [k[-32:] for k in keys])
+            self.push(entry, [k[-32:] for k in keys])
             if not more or entry.remaining == 0:
                 return
             below = keys[-1]
@@ -157,14 +143,14 @@ class Answering:
 
     def _answer_state(self, entry: Inbound, m: ChannelStateRequest, now: int) -> Iterator | None:
         entry.channel = canonical_channel(m.channel)
-        if self.node.store.channel_dropped(m.channel):
+        if self.state.store.channel_dropped(m.channel):
             return None
         if m.future == 1 and not self._take_live(entry):
             return None
-        hashes = channel_state_answer(self.node.store, m.channel)
+        hashes = self.state.store.channel_state_answer(m.channel)
         entry.state = set(hashes)
         self._maybe_forward(entry, m)
-        self._push(entry, hashes)
+        self.push(entry, hashes)
         return None
 
     def _answer_channel_list(self, entry: Inbound, m: ChannelListRequest, now: int) -> Iterator | None:
@@ -186,34 +172,35 @@ class Answering:
 
     def _spelled_parts(self, m: ChannelListRequest) -> Iterator[list[str]]:
         """The channel list answered: the store's channels, each in the spelling its posts use
-        (:func:`listed_spelling`), ``SPELLINGS_PER_TURN`` at a time (each costs reads: ~40 µs), so
+        (``Store.listed_spellings``), ``SPELLINGS_PER_TURN`` at a time (each costs reads: ~40 µs), so
         a long list delays other connections' answers by a turn at most.
 
         At most ``CHANNELS_PER_RESPONSE`` (what a decoder takes in one message,
         ours included): a store with more answers a page, and the peer asks
         on from ``offset`` (as :class:`cablestore.peer.sync.Sync` does).
         """
-        store = self.node.store
-        limit = m.limit if 0 < m.limit < CHANNELS_PER_RESPONSE else CHANNELS_PER_RESPONSE
+        store = self.state.store
+        page, per_turn = limits.CHANNELS_PER_RESPONSE, limits.SPELLINGS_PER_TURN
+        limit = m.limit if 0 < m.limit < page else page
         names = store.channel_list(m.offset, limit)
-        for i in range(0, len(names), SPELLINGS_PER_TURN):
-            yield listed_spellings(store, names[i : i + SPELLINGS_PER_TURN])
+        for i in range(0, len(names), per_turn):
+            yield store.listed_spellings(names[i : i + per_turn])
 
     def _answer_moderation_state(self, entry: Inbound, m: ModerationStateRequest, now: int) -> Iterator | None:
         """moderation.md §5.2.1.1: what ``Store.moderation_state`` lists; ``future = 1`` stays live."""
         entry.channel = MODERATION_LIVE
         if m.future == 1 and not self._take_live(entry):
             return None
-        hashes = self.node.store.moderation_state(m.channels, m.oldest)
+        hashes = self.state.store.moderation_state(m.channels, m.oldest)
         entry.state = set(hashes)
-        self._push(entry, hashes)
+        self.push(entry, hashes)
         return None
 
     # --- long answers -----------------------------------------------------------------
     def _step_answer(self, again: bool = True) -> None:
         """Advance the oldest long answer in progress by one page (``again=False``: the newest, its first page)."""
         entry, pages = self._answers.popleft() if again else self._answers.pop()
-        if self.node.requests.get(entry.req_id) is not entry:
+        if self.state.requests.get(entry.req_id) is not entry:
             return  # cancelled, or the connection closed
         try:
             next(pages)
@@ -233,7 +220,7 @@ class Answering:
     def _send_posts(self, req_id: bytes, posts: list[bytes]) -> None:
         chunk, size = [], 0
         for buf in posts:
-            if chunk and size + len(buf) > POST_RESPONSE_BYTES:
+            if chunk and size + len(buf) > limits.POST_RESPONSE_BYTES:
                 self._send(PostResponse(req_id, tuple(chunk)))
                 chunk, size = [], 0
             chunk.append(buf)
@@ -241,13 +228,14 @@ class Answering:
         if chunk:
             self._send(PostResponse(req_id, tuple(chunk)))
 
-    def _push(self, entry: Inbound, hashes) -> None:
+    def push(self, entry: Inbound, hashes: list[bytes]) -> None:
         """Send hashes for ``entry`` within its limit; reaching the limit concludes it."""
         if entry.remaining is not None:
             hashes = hashes[: entry.remaining]
             entry.remaining -= len(hashes)
-        for i in range(0, len(hashes), HASHES_PER_RESPONSE):
-            self._send(HashResponse(entry.req_id, tuple(hashes[i : i + HASHES_PER_RESPONSE])))
+        per = limits.HASHES_PER_RESPONSE
+        for i in range(0, len(hashes), per):
+            self._send(HashResponse(entry.req_id, tuple(hashes[i : i + per])))
         if entry.remaining == 0:
             entry.live = False
             self._stop_forwards(entry)
@@ -257,123 +245,38 @@ class Answering:
     # --- limits -----------------------------------------------------------------------
     def _take_live(self, entry: Inbound) -> bool:
         """Give ``entry`` a live slot, or refuse it (concluded at once, counted) if this peer is over its share."""
-        node, policy = self.node, self.node.policy
-        if self.live >= policy.live_per_peer or (self.live >= policy.live_reserved and node.live_count >= policy.live_total):
-            self._refuse_request(entry, f"{self.live} live requests from {self.name}, {node.live_count} in all")
+        peer, policy = self.state, self.state.policy
+        if self.live >= policy.live_per_peer or (self.live >= policy.live_reserved and peer.live_count >= policy.live_total):
+            self._refuse_request(entry, f"{self.live} live requests from {self.name}, {peer.live_count} in all")
             return False
         entry.live = entry.holds_live = True
         self.live += 1
-        node.live_count += 1
-        node._live_index.setdefault(entry.channel, {})[entry] = None
-        return True
-
-    def _take_forward(self, entry: Inbound) -> bool:
-        node, policy = self.node, self.node.policy
-        if self.forwards >= policy.forwards_per_peer or (self.forwards >= policy.forwards_reserved and node.forward_count >= policy.forwards_total):
-            node.stats["forwards_refused"] += 1
-            return False
-        entry.holds_forward = True
-        self.forwards += 1
-        node.forward_count += 1
+        peer.live_count += 1
+        peer.index_live(entry)
         return True
 
     def _release(self, entry: Inbound) -> None:
         if entry.holds_live:
             entry.holds_live = False
             entry.origin.live -= 1
-            self.node.live_count -= 1
-            index = self.node._live_index
-            if entry.channel in index:
-                index[entry.channel].pop(entry, None)
-                if not index[entry.channel]:
-                    del index[entry.channel]
+            self.state.live_count -= 1
+            self.state.unindex_live(entry)
         if entry.holds_forward:
             entry.holds_forward = False
             entry.origin.forwards -= 1
-            self.node.forward_count -= 1
+            self.state.forward_count -= 1
 
     def _refuse_request(self, entry: Inbound, why: str) -> None:
         self._remove_inbound(entry)
         self._send(self._concluding(entry.request))  # so the requester does not wait for a timeout
         self.stats["requests_refused"] += 1
-        self.node.stats["requests_refused"] += 1
+        self.state.stats["requests_refused"] += 1
         self._refuse(RequestTableFullError(why))
-
-    # --- forwarding ---------------------------------------------------------------------
-    def _maybe_forward(self, entry: Inbound, m) -> None:
-        if m.ttl <= 0 or isinstance(m, self.LOCAL_ONLY) or entry.remaining == 0 or not self._take_forward(entry):
-            return
-        forwarded = replace(m, ttl=m.ttl - 1)
-        fanout = self.node.policy.forward_fanout
-        if not isinstance(m, PostRequest):
-            entry.relayed = set()
-        for conn in self.node.connections:
-            if len(entry.forwarded) >= fanout:
-                break
-            if conn is not self and not conn.closed and conn._output_ok():
-                conn._send(forwarded)
-                entry.forwarded.add(conn)
-                entry.pending.add(conn)
-                conn.awaiting.add(entry)
-
-    def _relay(self, entry: Inbound, m, now: int) -> None:
-        """A response from a peer we forwarded ``entry`` to: checked, then passed back to where it came from."""
-        origin, request = entry.origin, entry.request
-        if isinstance(m, HashResponse) and not isinstance(request, PostRequest):
-            fresh = [h for h in dict.fromkeys(m.hashes) if h not in entry.relayed]
-            if fresh and (len(entry.relayed) + len(fresh) > RELAYED_HASHES or not origin._output_ok()):
-                self.node.stats["relays_cut"] += 1
-                self._cancel_forward(entry, self)
-                return
-            entry.relayed.update(fresh)
-            if fresh:
-                origin._push(entry, fresh)
-        elif isinstance(m, PostResponse) and isinstance(request, PostRequest):
-            good = []
-            for buf in m.posts:
-                try:
-                    h = check_relayed(buf, now)
-                    if h not in entry.relay_wanted:
-                        raise UnsolicitedPostError(f"relayed post {h.hex()} was not asked for (or was relayed already)")
-                except CableError as exc:
-                    self.node.stats["relayed_refused"] += 1
-                    self._refuse(exc)
-                    continue
-                entry.relay_wanted.discard(h)
-                good.append(buf)
-            if good:
-                if origin._output_ok():
-                    origin._send_posts(entry.req_id, good)
-                else:
-                    self.node.stats["relays_cut"] += 1
-                    self._cancel_forward(entry, self)
-                    return
-        elif not isinstance(m, (HashResponse, PostResponse)) or not m.concludes:
-            raise UnknownRequestError(f"{type(m).__name__} does not answer a forwarded {type(request).__name__}")
-        if m.concludes:
-            entry.pending.discard(self)
-            self.awaiting.discard(entry)
-            origin._finish_inbound(entry)
-
-    def _cancel_forward(self, entry: Inbound, conn) -> None:
-        """Stop waiting on ``conn`` for ``entry`` (it floods, or the requester cannot take more)."""
-        if conn in entry.pending and not conn.closed:
-            conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
-        entry.pending.discard(conn)
-        conn.awaiting.discard(entry)
-        entry.origin._finish_inbound(entry)
-
-    def _stop_forwards(self, entry: Inbound) -> None:
-        for conn in list(entry.pending):
-            if not conn.closed:
-                conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
-            conn.awaiting.discard(entry)
-        entry.pending.clear()
 
     # --- concluding ------------------------------------------------------------------
     def _finish_inbound(self, entry: Inbound) -> None:
         """Conclude ``entry`` once our answer and every forward are done (live ones stay)."""
-        if self.node.requests.get(entry.req_id) is not entry:
+        if self.state.requests.get(entry.req_id) is not entry:
             return
         if entry.live or entry.pending or not entry.local_done:
             return
@@ -382,8 +285,8 @@ class Answering:
             self._send(self._concluding(entry.request))
 
     def _remove_inbound(self, entry: Inbound) -> None:
-        if self.node.requests.get(entry.req_id) is entry:
-            del self.node.requests[entry.req_id]
+        if self.state.requests.get(entry.req_id) is entry:
+            del self.state.requests[entry.req_id]
         entry.origin.inbound.pop(entry.req_id, None)
         self._release(entry)
 
@@ -392,11 +295,11 @@ class Answering:
         for conn in entry.forwarded:
             conn.awaiting.discard(entry)
             if cancel_forwards and not conn.closed and conn in entry.pending:
-                conn._send(CancelRequest(self.node.new_req_id(), cancel_id=entry.req_id))
+                conn._send(CancelRequest(self.state.new_req_id(), cancel_id=entry.req_id))
         entry.pending.clear()
 
     def _handle_cancel(self, m: CancelRequest) -> None:
-        entry = self.node.requests.get(m.cancel_id)
+        entry = self.state.requests.get(m.cancel_id)
         if not isinstance(entry, Inbound) or entry.origin is not self:
             raise UnknownRequestError(f"cancel of unknown req_id {m.cancel_id.hex()}")
         pending = set(entry.pending)
