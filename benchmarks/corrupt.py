@@ -1,6 +1,14 @@
 """Corruption harness: damage a closed store's files, then open, check, repair, recover.
 
     python -m benchmarks.corrupt --trials 500
+    python -m benchmarks.corrupt --salvage --posts 100000
+
+The salvage run (:func:`run_salvage`, in ``benchmarks/salvage_run.py``)
+truncates each table at many points, every 4 KiB boundary of the table
+holding the most posts included, and flips bytes in blocks, the log and
+the MANIFEST, then runs ``recover``: every post whose bytes survive intact
+in some file must be in the recovered store, no post that was never offered
+may appear, and ``check`` must be consistent.
 
 Each trial copies a template store (posts in .ldb tables and in the .log),
 damages one of its table, log or MANIFEST files (random bit flips, zeroed
@@ -161,7 +169,14 @@ def main(argv=None) -> int:
     parser.add_argument("--posts", type=int, default=600)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--salvage", action="store_true", help="the salvage run: truncations and flips of every file, then recover")
+    parser.add_argument("--step", type=int, default=4096, help="salvage run: the truncation sweep's step in bytes")
+    parser.add_argument("--points", type=int, default=4, help="salvage run: the places each table is cut (5,000 bytes off its end, then evenly spaced)")
     args = parser.parse_args(argv)
+    if args.salvage:
+        from benchmarks.salvage_run import run_salvage
+
+        return 1 if run_salvage(args.posts, args.seed, args.dir, step=args.step, points=args.points)["failure_count"] else 0
     return 1 if run(args.trials, args.posts, args.seed, args.dir)["failure_count"] else 0
 
 

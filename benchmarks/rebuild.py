@@ -80,7 +80,7 @@ def disk_bytes(path: Path) -> int:
 def run_size(out: Path, n: int, seed: int, masters: list[str], partitions: int, skip_local: bool = False) -> dict:
     from cablestore import Store
     from cablestore.rebuild import check, export
-    from cablestore.rebuild import spark as engine
+    from cablestore.rebuild import spark_engine as engine
 
     store = build_store(out, n, seed)
     result: dict = {"posts": n, "partitions": partitions}

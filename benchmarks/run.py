@@ -180,7 +180,7 @@ def rebuild_times(store: Store, spark: bool) -> dict:
     assert check(store, engine="local").consistent
     out["local_s"] = time.perf_counter() - start
     if spark:
-        from cablestore.rebuild.spark import session
+        from cablestore.rebuild.spark_engine import session
 
         for master in ("local[1]", "local[2]"):
             s = session(master)

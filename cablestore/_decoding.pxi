@@ -143,6 +143,8 @@ def decode_post(buf):
                 cps = PyUnicode_GET_LENGTH(value)
                 if cps < 1 or cps > 32:
                     return _decode_py(buf)
+            elif key == "accept-role":
+                return _decode_py(buf)  # its value is a varint, checked (and refused) by the pure decoder
             pairs.append((key, value))
         info = tuple(pairs)
     elif post_type == TOPIC:

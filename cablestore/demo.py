@@ -59,9 +59,9 @@ def choose_engine(engine: str) -> tuple[str, str | None]:
     """The engine the demo verifies with, and the one line that says why it is not Spark (or None).
 
     Decided before any work: Java's presence and version are read without
-    starting a JVM (``cablestore.rebuild.sparksession.java_problem``).
+    starting a JVM (``cablestore.rebuild.spark_runtime.java_problem``).
     """
-    from cablestore.rebuild.sparksession import java_problem, require_java
+    from cablestore.rebuild.spark_runtime import java_problem, require_java
 
     if engine not in ("auto", "spark", "local"):
         raise RebuildError(f"unknown engine {engine!r} (auto, spark or local)")

@@ -214,6 +214,10 @@ class DiskFullError(StoreIOError):
     """A write failed for lack of space (or a file size limit)."""
 
 
+class ReadOnlyStoreError(StoreError):
+    """A write to a store opened with ``readonly=True`` (``Store(path, readonly=True)``, the read-only commands); nothing was written."""
+
+
 # --- moderation (cablestore.moderation, cablestore.store.moderation_queries) ---
 
 

@@ -1,4 +1,8 @@
-"""A small progress display for long commands: on a terminal only, never with --quiet."""
+"""A small progress display for long commands: on a terminal only, never with --quiet.
+
+A stage draws its count (against a total, as a bar, when one is known) and
+its rate since the stage began: ``check: [#####.....] 51200/102400 8,412/s``.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,19 @@ from typing import TextIO
 
 
 class Progress:
-    """Redraws ``label: n/total`` on stderr at most ten times a second."""
+    """Redraws ``label: n/total rate/s`` on stderr at most ten times a second."""
 
     def __init__(self, quiet: bool = False, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.enabled = not quiet and getattr(self.stream, "isatty", lambda: False)()
         self.label, self.total, self.count, self._drawn = "", None, 0, 0.0
+        self._started = time.monotonic()
 
     def stage(self, label: str, total: int | None = None) -> Progress:
         """End the current line and start a stage counting to ``total`` (None: a plain counter)."""
         self._finish_line()
         self.label, self.total, self.count = label, total, 0
+        self._started = time.monotonic()
         self._draw(force=True)
         return self
 
@@ -42,7 +48,9 @@ class Progress:
             bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total}"
         else:
             bar = f"{self.count}" if self.count else "..."
-        self.stream.write(f"\r\033[K{self.label}: {bar}")
+        elapsed = now - self._started
+        rate = f" {self.count / elapsed:,.0f}/s" if self.count and elapsed > 0 else ""
+        self.stream.write(f"\r\033[K{self.label}: {bar}{rate}")
         self.stream.flush()
 
     def _finish_line(self) -> None:

@@ -4,7 +4,7 @@
 //
 //   CABLE_JS=/path/to/cable.js node interop/moderation.js < lines
 //
-// Each input line is `POST_HEX [SECRET_KEY_HEX]`.  Each output line is one
+// Each input line is `POST_HEX [SECRET_KEY_HEX]` (or `create-info ...`, below).  Each output line is one
 // JSON object, in input order:
 //   {"ok": true, "hash": ..., "post": {fields as cable.js parsePost returns
 //    them, buffers as hex}, "reencoded": HEX | null, "reencode_error": ...}
@@ -35,12 +35,27 @@ function reencode (p, secretKey) {
       return cable.BLOCK_POST.create(pk, secretKey, p.links, p.timestamp, p.recipients, p.drop, p.notify, p.reason, p.privacy)
     case constants.UNBLOCK_POST:
       return cable.UNBLOCK_POST.create(pk, secretKey, p.links, p.timestamp, p.recipients, p.undrop, p.reason, p.privacy)
+    case constants.INFO_POST: // accept-role opt-outs: cable.js takes accept-role as an integer
+      return cable.INFO_POST.create(pk, secretKey, p.links, p.timestamp, [...p.info.entries()])
     default:
       throw new Error(`not a moderation post type: ${p.postType}`)
   }
 }
 
+// `create-info SECRET_KEY_HEX TIMESTAMP KVARR_JSON`: cable.js writes a post/info (no links), e.g.
+// [["accept-role", 0]]; the output line is {"ok": true, "buf": HEX} or {"ok": false, "error": ...}.
+function createInfo (skHex, timestamp, kvarr) {
+  const sk = Buffer.from(skHex, "hex")
+  try {
+    return { ok: true, buf: hex(cable.INFO_POST.create(sk.subarray(32), sk, [], Number(timestamp), JSON.parse(kvarr))) }
+  } catch (e) { return { ok: false, error: String(e && e.message || e) } }
+}
+
 function one (line) {
+  if (line.startsWith("create-info ")) {
+    const [, skHex, timestamp, ...rest] = line.trim().split(" ")
+    return createInfo(skHex, timestamp, rest.join(" "))
+  }
   const [postHex, skHex] = line.trim().split(/\s+/)
   const buf = Buffer.from(postHex, "hex")
   let post
@@ -52,7 +67,7 @@ function one (line) {
     return { ok: false, error: String(e && e.message || e) }
   }
   const out = { ok: true, hash: hex(crypto.hash(buf)), post: {}, reencoded: null }
-  for (const [k, v] of Object.entries(post)) out.post[k] = hex(v)
+  for (const [k, v] of Object.entries(post)) out.post[k] = v instanceof Map ? [...v.entries()] : hex(v)
   if (skHex) {
     try { out.reencoded = hex(reencode(post, Buffer.from(skHex, "hex"))) } catch (e) { out.reencode_error = String(e && e.message || e) }
   }

@@ -26,15 +26,18 @@ import threading
 import time
 from pathlib import Path
 
-from cablestore import Keypair, Store, decode_post, post_hash
+from cablestore import Keypair, Store, decode_post, make_post, post_hash
 from cablestore.authoring.author import Author
 from cablestore.wire.codec import (
+    ACCEPT_ROLE,
+    ACCEPT_ROLE_VALUES,
     ADMIN,
     BLOCK,
     DROP_CHANNEL,
     DROP_POST,
     HIDE_POST,
     HIDE_USER,
+    INFO,
     MOD,
     MODERATION,
     ROLE,
@@ -55,7 +58,9 @@ FIELDS = {
     "public_key": "publicKey", "signature": "signature", "links": "links", "post_type": "postType",
     "timestamp": "timestamp", "reason": "reason", "privacy": "privacy", "channel": "channel",
     "recipients": "recipients", "role": "role", "action": "action", "drop": "drop", "notify": "notify", "undrop": "undrop",
+    "info": "info",
 }
+TYPE_NAMES = {INFO: "post/info", ROLE: "post/role", MODERATION: "post/moderation", BLOCK: "post/block", UNBLOCK: "post/unblock"}
 
 
 def cable_js_root() -> str:
@@ -87,6 +92,11 @@ def write_cases(path: Path) -> list[dict]:
         mine = author.text("dev", "a post to hide")
         bobs = bob_author.text("dev", "a post to drop")
 
+        def long(post_type: int, **body) -> bytes:
+            """A post whose reason is over 128 bytes (at most 128 codepoints, as the spec allows): ``Author``
+            writes none (deployed peers refuse them), so it is signed and stored directly."""
+            return store.ingest(make_post(me, post_type, next(clock), privacy=0, **body)[0])
+
         def case(name: str, write) -> None:
             h = write(author)
             cases.append({"name": name, "buf": store.get(h), "secret": me_sk})
@@ -99,7 +109,7 @@ def write_cases(path: Path) -> list[dict]:
         case("role, multi-byte channel name", lambda a: a.role(carol, MOD, channel="ünïcode-☕"))
         case("role, reason 128 ASCII", lambda a: a.role(alice, MOD, reason="a" * 128))
         case("role, reason 64 × ü (128 bytes)", lambda a: a.role(alice, MOD, reason="ü" * 64))
-        case("role, reason 128 × ü (256 bytes)", lambda a: a.role(alice, MOD, reason="ü" * 128))
+        case("role, reason 128 × ü (256 bytes)", lambda a: long(ROLE, channel="", recipients=[alice], role=MOD, reason="ü" * 128))
         # post/moderation: every action 0-7
         case("action 0 hide user, channel, 2 users", lambda a: a.moderate(HIDE_USER, [alice, carol], channel="dev", reason="spam"))
         case("action 0 hide user, cabal, 16 users", lambda a: a.moderate(HIDE_USER, many, reason="raid"))
@@ -112,17 +122,21 @@ def write_cases(path: Path) -> list[dict]:
         case("action 7 undrop channel, no recipients", lambda a: a.moderate(UNDROP_CHANNEL, channel="junk"))
         case("action 0 hide user, privacy=1", lambda a: a.moderate(HIDE_USER, [carol], channel="dev", private=True))
         case("action 2 hide post, reason 32 × 😀 (128 bytes)", lambda a: a.moderate(HIDE_POST, [mine], reason="😀" * 32))
-        case("action 6 drop channel, reason 128 × ☕ (384 bytes)", lambda a: a.moderate(DROP_CHANNEL, channel="junk", reason="☕" * 128))
-        case("action 0 hide user, reason 128 × 😀 (512 bytes)", lambda a: a.moderate(HIDE_USER, [alice], reason="😀" * 128))
+        case("action 6 drop channel, reason 128 × ☕ (384 bytes)", lambda a: long(MODERATION, channel="junk", recipients=[], action=DROP_CHANNEL, reason="☕" * 128))
+        case("action 0 hide user, reason 128 × 😀 (512 bytes)", lambda a: long(MODERATION, channel="", recipients=[alice], action=HIDE_USER, reason="😀" * 128))
         # post/block and post/unblock: every flag
         case("block, drop=1 notify=1", lambda a: a.block([alice], drop=True, notify=True, reason="abuse"))
         case("block, drop=0 notify=0, multi-byte reason", lambda a: a.block([bob.public_key], reason="Belästigung"))
         case("block 3 users, drop=1 notify=0, privacy=1", lambda a: a.block([alice, bob.public_key, carol], drop=True, private=True))
-        case("block, reason 128 × 日 (384 bytes)", lambda a: a.block([carol], reason="日" * 128))
+        case("block, reason 128 × 日 (384 bytes)", lambda a: long(BLOCK, recipients=[carol], drop=0, notify=0, reason="日" * 128))
         case("unblock, undrop=1", lambda a: a.unblock([alice], undrop=True))
         case("unblock, undrop=0", lambda a: a.unblock([bob.public_key], reason="sorted out"))
         case("unblock 2 users, privacy=1", lambda a: a.unblock([alice, carol], undrop=True, private=True))
-        case("unblock, reason 65 × ü (130 bytes)", lambda a: a.unblock([carol], reason="ü" * 65))
+        case("unblock, reason 65 × ü (130 bytes)", lambda a: long(UNBLOCK, recipients=[carol], undrop=0, reason="ü" * 65))
+        # post/info with accept-role (wire.md §6.2.4: a varint, 0 or 1), as cablestore writes an opt-out
+        case("post/info accept-role 0", lambda a: a.info([("accept-role", 0)]))
+        case("post/info name and accept-role 1", lambda a: a.info([("name", "local ☕"), ("accept-role", 1)]))
+        case("post/info accept-role 0, the name kept", lambda a: a.accept_role(0))
     return cases
 
 
@@ -133,7 +147,9 @@ def _ours(buf: bytes) -> dict:
         value = getattr(post, field)
         if value is None:
             continue
-        if isinstance(value, bytes):
+        if field == "info":
+            value = [[k, ACCEPT_ROLE_VALUES.get(v, v) if k == ACCEPT_ROLE else v] for k, v in value]
+        elif isinstance(value, bytes):
             value = value.hex()
         elif isinstance(value, tuple):
             value = [v.hex() for v in value]
@@ -153,11 +169,11 @@ def compare_case(case: dict, answer: dict) -> dict:
     """One row: what cable.js did with the post and whether it agrees with cablestore."""
     buf = case["buf"]
     ours = _ours(buf)
-    reason_bytes = len(ours["reason"].encode("utf-8"))
+    reason_bytes = len(ours.get("reason", "").encode("utf-8"))
     row = {
         "case": case["name"],
-        "type": {ROLE: "post/role", MODERATION: "post/moderation", BLOCK: "post/block", UNBLOCK: "post/unblock"}[ours["post_type"]],
-        "reason_codepoints": len(ours["reason"]),
+        "type": TYPE_NAMES[ours["post_type"]],
+        "reason_codepoints": len(ours.get("reason", "")),
         "reason_bytes": reason_bytes,
         "cable_js_expected": "decodes" if reason_bytes <= REASON_BYTES else "refuses",
     }
@@ -189,7 +205,46 @@ def codec_step(tmp: Path) -> dict:
     if done.returncode != 0 or len(answers) != len(cases):
         raise SystemExit(f"moderation.js failed ({done.returncode}): {done.stderr[:500]}")
     rows = [compare_case(c, a) for c, a in zip(cases, answers, strict=True)]
-    return {"cases": len(rows), "as_expected": sum(r["as_expected"] for r in rows), "rows": rows}
+    return {"cases": len(rows), "as_expected": sum(r["as_expected"] for r in rows), "rows": rows, "cable_js_writes": cable_js_writes(tmp)}
+
+
+def cable_js_writes(tmp: Path) -> dict:
+    """cable.js 0.2.1 writes an opt-out and a blocked user's post/info; a cablestore store of the local user takes them.
+
+    The local user (cablestore's ``Author``) makes ``decliner`` a mod and blocks ``blocked`` with
+    ``drop = 1``; cable.js's ``INFO_POST.create`` then writes ``decliner``'s post/info with
+    ``accept-role = 0`` and ``blocked``'s post/info with a name.  moderation.md §4.2.4: the decliner is a
+    normal user and their role is never answered; §4.6: a dropping block's recipient's posts are
+    discarded, their post/info too.
+    """
+    me, _ = _keypair("local user")
+    decliner, decliner_sk = _keypair("decliner")
+    blocked, blocked_sk = _keypair("blocked")
+    lines = (
+        f"create-info {decliner_sk.hex()} 1700000002001 {json.dumps([['name', 'decliner'], ['accept-role', 0]])}\n"
+        f"create-info {blocked_sk.hex()} 1700000002002 {json.dumps([['name', 'blocked']])}\n"
+    )
+    env = dict(os.environ, CABLE_JS=cable_js_root())
+    done = subprocess.run(["node", str(HERE / "moderation.js")], input=lines, capture_output=True, text=True, timeout=60, env=env)
+    made = [json.loads(line) for line in done.stdout.splitlines()]
+    if done.returncode != 0 or len(made) != 2 or not all(m["ok"] for m in made):
+        raise SystemExit(f"moderation.js create-info failed ({done.returncode}): {done.stdout[:300]} {done.stderr[:300]}")
+    opt_out, blocked_info = (bytes.fromhex(m["buf"]) for m in made)
+    clock = iter(range(1_700_000_001_000, 1_700_000_001_100))
+    with Store(tmp / "cable-js-writes", local_user=me.public_key) as store:
+        author = Author(store, me, now=lambda: next(clock))
+        role = author.role(decliner.public_key, MOD, reason="helps")
+        author.block([blocked.public_key], drop=True, notify=True)
+        results = store.ingest_many([opt_out, blocked_info])
+        return {
+            "opt_out_accept_role_decoded": decode_post(opt_out).accept_role,
+            "opt_out_stored": results[0].ok,
+            "decliner_is_a_normal_user": decliner.public_key not in store.roles(),
+            "decliners_role_not_answered": role not in store.moderation_state([], 0),
+            "blocked_users_info": "stored" if results[1].ok and store.get(post_hash(blocked_info)) is not None
+            else f"refused: {type(results[1].error).__name__}" if results[1].error is not None else "not kept",
+            "blocked_users_name_known": store.name(blocked.public_key),
+        }
 
 
 # --- cable-core.js answers a moderation state request -------------------------
@@ -227,7 +282,7 @@ class _Client:
 
 def _describe(buf: bytes, names: dict) -> dict:
     post = decode_post(buf)
-    out = {"type": {ROLE: "post/role", MODERATION: "post/moderation", BLOCK: "post/block", UNBLOCK: "post/unblock"}.get(post.post_type, post.post_type)}
+    out = {"type": TYPE_NAMES.get(post.post_type, post.post_type)}
     for field in ("channel", "role", "action", "drop", "notify", "undrop", "privacy", "reason", "timestamp"):
         if getattr(post, field) is not None:
             out[field] = getattr(post, field)

@@ -11,9 +11,11 @@ does all of it).  Steps (all by default):
   requests are open must arrive.
 * ``pull``: ``cablestore serve`` answers a cable-core.js peer that asks for
   the channel list and every channel's history and state.
-* ``moderation``: cablestore writes every kind of moderation post; cable.js
-  0.2.1's own parser decodes each (``moderation.js``) and every field, the
-  hash and cable.js's re-encoding are compared.
+* ``moderation``: cablestore writes every kind of moderation post and
+  accept-role opt-outs; cable.js 0.2.1's own parser decodes each
+  (``moderation.js``) and every field, the hash and cable.js's re-encoding
+  are compared; then cable.js writes an opt-out and a post/info of a user the
+  local user blocked with ``drop = 1``, and a cablestore store takes them.
 * ``moderation-state``: cable-core.js authors moderation posts and answers
   moderation state requests (message type 8); the answers are listed beside
   cablestore's for the same posts.
@@ -317,6 +319,11 @@ def _print_moderation(result: dict) -> None:
         else:
             what = f"refused: {row['error']}"
         print(f"  {'ok ' if row['as_expected'] else 'UNEXPECTED '}{row['case']}: {what}")
+    w = result["cable_js_writes"]
+    print("== cable.js 0.2.1 writes an opt-out and a dropping-blocked user's post/info, cablestore stores them")
+    print(f"  opt-out: accept-role decoded as {w['opt_out_accept_role_decoded']}, stored: {w['opt_out_stored']}; "
+          f"the decliner a normal user: {w['decliner_is_a_normal_user']}; their role not answered: {w['decliners_role_not_answered']}")
+    print(f"  blocked user's post/info: {w['blocked_users_info']}; their name known: {w['blocked_users_name_known']!r}")
 
 
 def _print_state(result: dict) -> None:

@@ -39,6 +39,8 @@ def rebuild(
 ) -> Report:
     """Verify (or repair) the store at ``store_path``, or verify a snapshot (a directory or URI).
 
+    A store path is opened read-only to verify (nothing in it is written), writable to repair.
+
     ``master``, ``spark_log`` (where Spark's own output goes) and
     ``ship_env`` (pack this Python environment for the executors of a master
     that is not local; False: they bring their own) apply to the Spark
@@ -67,7 +69,7 @@ def rebuild(
             raise RebuildError("give a store path (repair needs one), or snapshot=DIR to verify a snapshot")
         return verify(snapshot=snapshot, **kw)
     held = isinstance(store_path, Store)  # a store held open (by `serve`, for a control client): left open
-    with contextlib.nullcontext(store_path) if held else Store(store_path, create=False) as store, store.in_flight():
+    with contextlib.nullcontext(store_path) if held else Store(store_path, create=False, readonly=not repair) as store, store.in_flight():
         if snapshot is not None:
             if repair:
                 raise RebuildError("repair=True works on a store path, not on a snapshot")

@@ -31,7 +31,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cablestore.errors import RebuildError
+from cablestore.keyspace import facts
 from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, META, POSTS
+from cablestore.moderation import Seed, format_seed, parse_seed
+from cablestore.store.resolving import held_facts, stored_seed
 
 from . import decoded as decoded_table
 from .parquet import FORMAT, MANIFEST, SCHEMAS, file_name, filesystem, renames_directories
@@ -280,6 +283,9 @@ def export(
         local_user = snap.get(LOCAL_USER_KEY)
         if local_user is not None:  # whose moderation state the live views hold
             manifest["local_user"] = local_user.hex()
+            manifest["facts"] = export_facts(snap)  # what the state needs of posts a block removed (few)
+            seed = stored_seed(snap.get)
+            manifest["seed"] = {"roles": format_seed(seed.roles).hex() if seed.roles else "", "kept": b"".join(sorted(seed.kept)).hex()}
         with fs.open_output_stream(f"{staging}/{MANIFEST}") as out:
             out.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
         if staging != root:
@@ -310,3 +316,24 @@ def _remove(fs, staging: str) -> None:
         fs.delete_dir(staging)
     except (pa.ArrowException, OSError):
         pass
+
+
+def manifest_facts(manifest: dict) -> list:
+    """``(hash, fact)`` of the facts an export recorded in its manifest (``[[hash hex, record hex], ...]``)."""
+    out = []
+    for h, record in manifest.get("facts", ()):
+        h = bytes.fromhex(h)
+        out.append((h, facts.unpack(h, bytes.fromhex(record))))
+    return out
+
+
+def export_facts(snap) -> list:
+    """What :func:`manifest_facts` reads back: the store's held facts, for an export's manifest."""
+    return [[h.hex(), facts.pack(h, fact).hex()] for h, fact in held_facts(lambda prefix: list(snap.iterator(prefix=prefix)))]
+
+
+def manifest_seed(manifest: dict) -> Seed:
+    """The moderation seed an export recorded (none: an empty :class:`Seed`)."""
+    found = manifest.get("seed") or {}
+    roles, kept = bytes.fromhex(found.get("roles", "")), bytes.fromhex(found.get("kept", ""))
+    return Seed(parse_seed(roles) if roles else {}, frozenset(kept[i : i + 32] for i in range(0, len(kept) - 31, 32)))

@@ -102,9 +102,9 @@ class Fold:
         for (view_name, group), cand in best.items():
             self.add_entries(render(view_name, group, cand))
 
-    def add_resolved(self, local_user: bytes | None) -> None:
-        """Fold in the resolved moderation entries, from every partition's moderation posts (after merging)."""
-        self.add_entries(resolved_entries(local_user, self.moderation))
+    def add_resolved(self, local_user: bytes | None, facts=(), seed=None) -> None:
+        """Fold in the resolved moderation entries, from every partition's moderation posts (after merging) and the store's facts."""
+        self.add_entries(resolved_entries(local_user, self.moderation, facts, seed))
 
     def merge(self, other: Fold) -> Fold:
         for b, (s, n) in other.digests.items():

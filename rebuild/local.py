@@ -24,11 +24,12 @@ def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=froze
     makers = {t.by for t in tombs}
     by_blobs = {h: blob for h, blob in source.posts() if h in makers} if makers else {}
     on_target, made_by = check_tombstones(tombs, by_blobs, rec)
+    facts, seed = (source.facts(), source.seed()) if local_user is not None else ((), None)
     if local_user is not None:  # a first, light pass: the moderation posts, to know what the state keeps out
-        rec.rows = enforcement_rows(local_user, source.posts(), on_target, check_signatures)
+        rec.rows = enforcement_rows(local_user, source.posts(), on_target, check_signatures, facts, seed)
     fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress, pool)
     rec.add_latest(rec.best)
-    rec.add_resolved(local_user)
+    rec.add_resolved(local_user, facts, seed)
     live = Fold(parts, wanted)
     live.add_entries(source.live())
     return rec, live

@@ -15,14 +15,14 @@ import blake3
 from cablestore import views
 from cablestore.errors import CableError, CorruptRecordError
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, LOCAL, META, POSTS, QUARANTINE, REFUSED
+from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.store.enforcing import refusal
 from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
 
-PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED)
+PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED, FACTS)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
@@ -152,7 +152,7 @@ def recompute_post(h: bytes, blob: bytes, post, made):
     return entries, candidates
 
 
-def enforcement_rows(local_user: bytes | None, posts, on_target, check_signatures: bool) -> dict | None:
+def enforcement_rows(local_user: bytes | None, posts, on_target, check_signatures: bool, facts=(), seed=None) -> dict | None:
     """The resolved rows that keep posts out, from the sound moderation posts among ``(hash, blob)`` posts.
 
     None when nothing can be kept out (no local user, or no moderation post).
@@ -164,7 +164,7 @@ def enforcement_rows(local_user: bytes | None, posts, on_target, check_signature
     sound = [(h, b) for h, b in posts if post_type_of(b) in RELEVANT_TYPES and classify(h, b, on_target.get(h, ()), check_signatures)[1] is not None]
     if not sound:
         return None
-    return dict(resolved_entries(local_user, sound))
+    return dict(resolved_entries(local_user, sound, facts, seed))
 
 
 def kept_out(h: bytes, post, rows: dict) -> Fault | None:
@@ -173,9 +173,15 @@ def kept_out(h: bytes, post, rows: dict) -> Fault | None:
     return None if why is None else Fault(h, "kept_out", f"{type(why).__name__}: {why}", POSTS + h)
 
 
-def resolved_entries(local_user: bytes | None, posts) -> list[tuple[bytes, bytes]]:
-    """The resolved moderation entries of ``(hash, blob)`` posts: what ``cablestore.store.resolving`` writes."""
-    return views.resolved_entries(resolve(local_user, [(h, decode_post(blob)) for h, blob in posts]))
+def resolved_entries(local_user: bytes | None, posts, facts=(), seed=None) -> list[tuple[bytes, bytes]]:
+    """The resolved moderation entries of ``(hash, blob)`` posts and ``(hash, fact)`` facts: what ``cablestore.store.resolving`` writes.
+
+    ``facts``: ``cablestore.store.resolving.held_facts`` of the store, the
+    moderation fields of posts a block removed (primary data, like tombstones).
+    ``seed``: the store's moderation seed (``cablestore.store.resolving.stored_seed``).
+    """
+    posts = [(h, decode_post(blob)) for h, blob in posts]
+    return views.resolved_entries(resolve(local_user, posts + list(facts), seed))
 
 
 def newer(a, b):

@@ -49,7 +49,7 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
-from cablestore.store.resolving import moderation_posts
+from cablestore.store.resolving import moderation_posts, stored_seed
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
@@ -98,6 +98,7 @@ class ReindexReport:
 
 def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
     """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
+    store._writable()  # a store opened read-only: ReadOnlyStoreError
     with store._write_lock:
         try:
             return reindex_db(store.db, progress, sync)
@@ -142,9 +143,10 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
 def _write_resolved(db, writer: BatchWriter) -> int:
     """The resolved moderation entries, from the moderation posts just indexed (what a store's ingest writes)."""
     posts = moderation_posts(lambda prefix: list(db.iterator(prefix=prefix)), lambda h: db.get(POSTS + h))
-    if not posts:
+    seed = stored_seed(db.get)
+    if not posts and not seed.roles:
         return 0
-    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts)))
+    written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts, seed)))
     writer.flush()
     return written
 
@@ -312,6 +314,8 @@ def _index_some(stored, run: _Pass, progress) -> int:
             checks.defer(h, blob, made)
         else:
             _index_post(h, blob, _NO_TOMBS, made, run)
+    if progress and posts % _PROGRESS_EVERY:
+        progress.advance(posts % _PROGRESS_EVERY)  # the last ones counted too
     return posts
 
 

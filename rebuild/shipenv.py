@@ -82,7 +82,7 @@ def dependencies(root: str = "cablestore") -> list[metadata.Distribution]:
 
 
 def _package_files() -> dict[str, Path]:
-    """cablestore's own files, by their path inside site-packages (``cablestore/rebuild/spark.py``)."""
+    """cablestore's own files, by their path inside site-packages (``cablestore/rebuild/spark_engine.py``)."""
     out: dict[str, Path] = {}
     for package in PACKAGES:
         folder = Path(importlib.import_module(package).__path__[0])

@@ -7,7 +7,7 @@ describes the files).  Both sources give the same three streams: the posts
 ``(hash, blob)``, the tombstones ``("t", target, by, record)`` and the
 derived entries ``(key, value)``.  The in-process engine reads a snapshot
 here, through pyarrow's filesystems; the Spark engine reads the same files
-through Spark (``rebuild/spark.py``).
+through Spark (``rebuild/spark_engine.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from cablestore.keyspace.keys import DELETED, POSTS
+from cablestore.store.resolving import held_facts, stored_seed
 
-from .exporter import export
+from .exporter import export, manifest_facts, manifest_seed
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
 from .recompute import PRIMARY_PREFIXES
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
-__all__ = ["SnapshotSource", "StoreSource", "export", "export_store", "load_manifest"]
+__all__ = ["SnapshotSource", "StoreSource", "export", "export_store", "load_manifest", "primary_count"]
 
 
 def export_store(store: Store, location: str | os.PathLike, partitions: int = 16, progress: Progress | None = None, **kw: Any) -> dict[str, Any]:
@@ -34,11 +35,15 @@ def export_store(store: Store, location: str | os.PathLike, partitions: int = 16
     ``kw``: :func:`export`'s keywords (``decoded``, ``workers``, ``source``).
     """
     with store.in_flight():
-        total = None
-        if progress is not None and progress.enabled:  # a bar needs a total; count only when one is drawn
-            total = sum(1 for p in (POSTS, DELETED) for _ in store.db.iterator(prefix=p, include_value=False))
-        stage = None if progress is None else progress.stage("export posts and tombstones", total)
+        stage = None if progress is None else progress.stage("export posts and tombstones", primary_count(store.db, progress))
         return export(store.db, location, partitions, stage, **kw)
+
+
+def primary_count(db, progress: Progress | None) -> int | None:
+    """How many posts and tombstones ``db`` holds, for a progress bar's total; None (not counted) when no bar is drawn."""
+    if progress is None or not progress.enabled:
+        return None
+    return sum(1 for p in (POSTS, DELETED) for _ in db.iterator(prefix=p, include_value=False))
 
 
 class StoreSource:
@@ -52,6 +57,14 @@ class StoreSource:
         n = len(POSTS)
         for key, value in self._snap.iterator(prefix=POSTS, verify_checksums=True):
             yield key[n:], value
+
+    def facts(self) -> list:
+        """``(hash, fact)`` of the store's facts (``cablestore.keyspace.facts``) that decide the moderation state."""
+        return held_facts(lambda prefix: list(self._snap.iterator(prefix=prefix, verify_checksums=True)))
+
+    def seed(self):
+        """The store's moderation seed (``cablestore.store.resolving.stored_seed``)."""
+        return stored_seed(self._snap.get)
 
     def tombstones(self):
         """``("t", target, by, value)`` of every tombstone."""
@@ -90,6 +103,14 @@ class SnapshotSource:
         found = self.manifest.get("local_user")
         return bytes.fromhex(found) if found else None
 
+    def facts(self) -> list:
+        """``(hash, fact)`` of the facts the export recorded (``cablestore.keyspace.facts``)."""
+        return manifest_facts(self.manifest)
+
+    def seed(self):
+        """The moderation seed the export recorded."""
+        return manifest_seed(self.manifest)
+
     def _rows(self, table: str):
         for name, info in files_of(self.manifest, table):
             yield from rows(read_file(self.fs, self.root, name), name, info)
@@ -109,3 +130,4 @@ class SnapshotSource:
 
     def close(self):
         pass
+

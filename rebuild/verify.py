@@ -20,7 +20,7 @@ from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE
 
 from . import local
 from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
-from .snapshot import SnapshotSource, StoreSource, export
+from .snapshot import SnapshotSource, StoreSource, export, primary_count
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -127,14 +127,15 @@ def run_engine(
             return local.run(source, parts, check_signatures, progress, verify_workers, local_user=local_user)
         finally:
             source.close()
-    from . import spark
+    from . import spark_engine
 
-    session = spark.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
+    session = spark_engine.session(master, log=spark_log, ship_env=ship_env)  # an unreachable master fails before a long export
     if snapshot:
-        return spark.run(snapshot, check_signatures, spark=session, progress=progress)
+        return spark_engine.run(snapshot, check_signatures, spark=session, progress=progress)
     with tempfile.TemporaryDirectory(prefix="cablestore-snapshot-") as tmp:
-        export(db, tmp, partitions)
-        return spark.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
+        stage = None if progress is None else progress.stage("export posts and tombstones for Spark", primary_count(db, progress))
+        export(db, tmp, partitions, stage)
+        return spark_engine.run(tmp, check_signatures, spark=session, progress=progress, local_user=local_user)
 
 
 def verify(
@@ -152,7 +153,7 @@ def verify(
 ) -> Report:
     """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` (directory or URI) and compare; change nothing."""
     start = time.perf_counter()
-    if progress:
+    if progress and engine == "local":  # the Spark engine draws its export and its tasks (rebuild/spark.py)
         progress.stage(f"recompute views ({engine} engine)")
     result = run_engine(
         engine,

@@ -61,7 +61,7 @@ def stores(tmp_path):
 @pytest.fixture(scope="session")
 def spark_session():
     """One local[2] Spark session shared by every Spark test, stopped at the end."""
-    from cablestore.rebuild.spark import session
+    from cablestore.rebuild.spark_engine import session
 
     spark = session("local[2]")
     yield spark

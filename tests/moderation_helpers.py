@@ -50,6 +50,7 @@ def unblock(author, user, ts, undrop=0):
 
 
 def info(author, ts, **pairs):
+    """A post/info; ``accept_role=0|1`` is written as the one-byte varint of wire.md §6.2.4 (as cable.js writes it)."""
     return make_post(author, INFO, ts, info=[(k.replace("_", "-"), v) for k, v in pairs.items()])
 
 
@@ -69,7 +70,7 @@ def cabal(t0: int = 1_700_000_000_000) -> list[bytes]:
         role(URSULA, ALEPH, ADMIN, t0 + 20),
         role(ALEPH, BERT, MOD, t0 + 21, channel="dev"),
         role(ALEPH, CASHEW, MOD, t0 + 22),
-        info(CASHEW, t0 + 23, name="cashew", accept_role="0"),
+        info(CASHEW, t0 + 23, name="cashew", accept_role=0),
         hide(BERT, EVE, t0 + 30, channel="dev"),
         hide(ALEPH, XU, t0 + 31),
         unhide(ALEPH, XU, t0 + 32, channel="dev"),

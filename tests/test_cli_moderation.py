@@ -44,7 +44,7 @@ def test_every_moderation_command_writes_a_signed_post_and_the_state_follows(tmp
     assert main(["hide", store, "--key", me[0], "--post", chat.hex(), "--reason", "rude", "--json"]) == 0
     hidden_post = json.loads(_out(capsys))
     assert hidden_post["action"] == "hide post" and hidden_post["channel"] == "dev" and hidden_post["reason"] == "rude"
-    assert main(["drop", store, "--key", me[0], "--channel", "junk"]) == 0
+    assert main(["drop", store, "--key", me[0], "--channel", "junk", "--yes"]) == 0
     assert main(["block", store, "--key", me[0], eve, "--drop", "--notify"]) == 0
     assert main(["unblock", store, "--key", me[0], eve, "--undrop"]) == 0
     assert main(["unhide", store, "--key", me[0], "--user", eve, "--channel", "dev", "--private"]) == 0
@@ -83,6 +83,8 @@ def test_the_key_owner_is_the_local_user_and_another_key_is_refused(tmp_path, ke
         ["hide", "{s}", "--key", "{k}", "--user", "ab" * 32, "--post", "cd" * 32],  # both
         ["drop", "{s}", "--key", "{k}"],  # no posts, no channel
         ["block", "{s}", "--key", "{k}", "ab" * 32, "--reason", "x" * 129],
+        ["block", "{s}", "--key", "{k}", "ab" * 32, "--channel", "dev"],  # blocks have no channel context
+        ["unblock", "{s}", "--key", "{k}", "ab" * 32, "--channel", "dev"],
     ],
 )
 def test_refusals_exit_2_with_one_line_and_change_nothing(tmp_path, keys, capsys, argv):
@@ -141,6 +143,7 @@ def test_a_reason_deployed_peers_would_refuse_is_not_written(tmp_path, keys, cap
         ["block", "{s}", "--key", "{k}", "ab" * 32, "--reason", "ü" * 65],  # over 128 bytes
         ["hide", "{s}", "--key", "{k}", "--user", *(f"{i:02x}" * 32 for i in range(17))],  # 17 recipients
         ["drop", "{s}", "--key", "{k}"],  # nothing to drop
+        ["block", "{s}", "--key", "{k}", "ab" * 32, "--channel", "dev"],  # blocks have no channel context
     ],
 )
 def test_a_refused_moderation_command_creates_no_store_and_sets_no_local_user(tmp_path, keys, capsys, argv):
@@ -153,3 +156,75 @@ def test_a_refused_moderation_command_creates_no_store_and_sets_no_local_user(tm
     assert main([a.format(s=plain, k=keys["me"][0]) for a in argv]) == 2
     with Store(plain) as s:
         assert s.local_user is None and len(s) == 0
+
+
+@pytest.mark.parametrize("command", ["block", "unblock"])
+def test_block_and_unblock_refuse_a_channel_saying_why(tmp_path, keys, capsys, command):
+    assert main([command, str(tmp_path / "s.ldb"), "--key", keys["me"][0], keys["eve"][1], "--channel", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no channel" in err and "whole cabal" in err
+    assert not (tmp_path / "s.ldb").exists()
+
+
+def _channel_with_posts(tmp_path, keys):
+    store = str(tmp_path / "s.ldb")
+    for argv in (["join", "junk"], ["text", "junk", "one"], ["text", "junk", "two"]):
+        assert main(["post", store, "--key", keys["aleph"][0], *argv]) == 0
+    return store
+
+
+def test_dropping_a_channel_off_a_terminal_needs_yes_and_says_how_many_posts_go(tmp_path, keys):
+    import subprocess
+    import sys
+
+    store = _channel_with_posts(tmp_path, keys)
+    refused = subprocess.run([sys.executable, "-m", "cablestore", "drop", store, "--key", keys["me"][0], "--channel", "junk"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "removes its 3 posts" in refused.stderr and "--yes" in refused.stderr
+    with Store(store) as s:
+        assert s.channel_post_count("junk") == 3 and s.local_user is None
+    done = subprocess.run([sys.executable, "-m", "cablestore", "drop", store, "--key", keys["me"][0], "--channel", "junk", "--yes"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with Store(store) as s:
+        assert s.channel_post_count("junk") == 0 and "junk" in s.dropped_channels()
+
+
+@pytest.mark.parametrize("answer, dropped", [(b"y\n", True), (b"\n", False)])
+def test_dropping_a_channel_on_a_terminal_asks_first(tmp_path, keys, answer, dropped):
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import stop
+
+    store = _channel_with_posts(tmp_path, keys)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "cablestore", "drop", store, "--key", keys["me"][0], "--channel", "junk"],
+                            stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 30
+        while b"[y/N]" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 4096)
+        assert b"removes its 3 posts" in seen and b"does not restore" in seen, seen
+        os.write(master, answer)
+        assert proc.wait(timeout=30) == (0 if dropped else 1)
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+        os.close(master)
+    with Store(store) as s:
+        assert s.channel_post_count("junk") == (0 if dropped else 3)
+
+
+def test_drop_help_says_undrop_does_not_restore(capsys):
+    with pytest.raises(SystemExit):
+        main(["drop", "--help"])
+    assert "does not restore" in " ".join(capsys.readouterr().out.split())

@@ -350,7 +350,7 @@ info_pair = st.one_of(
         ),
         st.text(alphabet=valid_chars, max_size=64),
     ),
-    st.sampled_from([("accept-role", "0"), ("k" * 128, ""), (EMOJI * 128, E_ACUTE * 2048), ("name", EMOJI * 32)]),
+    st.sampled_from([("accept-role", "\x00"), ("accept-role", "\x01"), ("k" * 128, ""), (EMOJI * 128, E_ACUTE * 2048), ("name", EMOJI * 32)]),
 )
 infos = st.lists(info_pair, max_size=4).map(tuple)
 keypairs = st.binary(min_size=32, max_size=32).map(Keypair.from_seed)
@@ -767,7 +767,7 @@ def test_topic_over_limit_refused(topic):
         (("name", EMOJI * 32),),
         (("name", "n" * 32),),
         (("name", "x"),),
-        (("name", "a"), ("accept-role", "0"), ("name", "b")),
+        (("name", "a"), ("accept-role", "\x00"), ("name", "b")),
         (),
     ],
 )

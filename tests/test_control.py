@@ -121,3 +121,27 @@ def test_repair_is_refused_while_served(served):
     store, *_ = served
     out = cli("check", store, "--repair")
     assert out.returncode == 2 and "stop serve first" in out.stderr
+
+
+def test_a_served_store_without_a_local_user_takes_the_first_moderators_key_once(served, tmp_path):
+    """`serve` without --local-user: the first moderation command run through it sets the local user, as the CLI
+    does on a store it opens; another key is then refused in one line, and the served store keeps the first."""
+    store, key, port, proc = served
+    me = cli("keygen", tmp_path / "mod.key").stdout.strip()
+    other = tmp_path / "other.key"
+    assert cli("keygen", other).returncode == 0
+    troll = "ab" * 32
+    hidden = cli("hide", store, "--key", tmp_path / "mod.key", "--user", troll)
+    assert hidden.returncode == 0, hidden.stderr
+    state = json.loads(cli("moderation", store, "--json").stdout)
+    assert state["local_user"] == me and troll in state["hidden_users"]["(cabal)"]
+    again = cli("block", store, "--key", tmp_path / "mod.key", troll)  # the same key: no change
+    assert again.returncode == 0, again.stderr
+    refused = cli("hide", store, "--key", other, "--user", troll)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "LocalUserError" in refused.stderr and f"belongs to local user {me}" in refused.stderr
+    assert stop(proc) == 0
+    from cablestore import Store
+
+    with Store(store) as s:
+        assert s.local_user.hex() == me and set(s.blocks()) == {bytes.fromhex(troll)}

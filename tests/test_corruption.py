@@ -61,7 +61,7 @@ def test_bit_flip_in_the_log_is_detected_and_recover_reports_what_it_kept(tmp_pa
     lost = {bytes.fromhex(h) for h in report.lost} | {bytes.fromhex(r["hash"]) for r in report.removed_records}
     assert expected - after <= lost  # every post that is gone is named
     assert report.posts_after == len(after) and report.known_posts >= len(expected)
-    assert (path / "lost" / log.name).exists()  # LevelDB keeps the damaged log
+    assert (Path(report.originals) / log.name).read_bytes() == bytes(data)  # the damaged log, kept as it was
 
 
 def test_store_without_current_is_recovered_whole(tmp_path, capsys):
@@ -253,3 +253,242 @@ def test_recover_deletes_again_a_deleted_post_that_came_back(tmp_path):
     assert report.consistent
     with Store(path, create=False) as s:
         assert list(s.items()) == want
+
+
+# --- salvage: every post whose bytes survive (issue 34) ---------------------
+
+
+def _store_of_tables(path: Path, posts: int, seed: int = 8) -> set[bytes]:
+    """A closed store (everything in tables); its post hashes."""
+    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
+        s.ingest_many(generate(seed=seed, posts=posts))
+        return {k[len(b"!post!") :] for k, _ in s.items(b"!post!")}
+
+
+def _largest_table(path: Path) -> Path:
+    return max(path.glob("*.ldb"), key=lambda f: f.stat().st_size)
+
+
+def _files_under(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()} if folder.exists() else {}
+
+
+def test_a_table_cut_short_keeps_every_post_of_its_intact_blocks(tmp_path):
+    """Regression: 5 KB cut off a table sent the whole table to lost/ (its posts gone, "lost posts: none known").
+
+    The last 5 KB of a table are its index, metaindex, footer and part of its
+    filter: every data block survives, so every post must come back.
+    """
+    path = tmp_path / "s"
+    expected = _store_of_tables(path, 3000)
+    table = _largest_table(path)
+    original = table.read_bytes()
+    table.write_bytes(original[:-5000])
+    report = recover(path)
+    assert report.consistent
+    assert _stored(path) == expected  # every post kept, none that was not stored
+    assert len(report.salvaged_posts) > 0 and not report.lost
+    kept = Path(report.originals) / table.name
+    assert kept.read_bytes() == original[:-5000]  # the damaged original, kept as it was
+    with Store(path, create=False) as s:
+        assert s.check().consistent  # signatures too
+
+
+def test_a_store_of_one_table_cut_short_is_recovered_not_called_foreign(tmp_path, capsys):
+    """Regression: all posts left and recover said "not a cablestore store" (exit 2), never naming lost/."""
+    path = tmp_path / "s"
+    expected = _store_of_tables(path, 400)
+    [table] = path.glob("*.ldb")
+    table.write_bytes(table.read_bytes()[:-5000])
+    code = main(["recover", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 1, err  # recovered, with a damaged part named (exit 2 would be an error)
+    assert "lost/recover-" in out and "originals kept in" in out
+    assert "lost posts: none known" in out and "result: consistent" in out
+    assert _stored(path) == expected
+
+
+def test_the_reader_reads_a_table_as_leveldb_does(tmp_path):
+    """Through its index, and block by block without it: the latest record of each key is LevelDB's."""
+    import plyvel
+
+    from cablestore.store import leveldb_reader
+
+    path = tmp_path / "s"
+    _store_of_tables(path, 1000)
+    [table] = path.glob("*.ldb")
+    db = plyvel.DB(str(path))
+    want = dict(db.iterator(prefix=b"!deleted!")) | dict(db.iterator(prefix=b"!post!"))
+    db.close()
+    data = table.read_bytes()
+    for scan in (leveldb_reader.read_table(data, "t", (b"!post!", b"!deleted!")), leveldb_reader.read_table(data[:-60], "t", (b"!post!", b"!deleted!"))):
+        latest = {}
+        for r in scan.records:
+            if r.key not in latest or r.seq > latest[r.key].seq:
+                latest[r.key] = r
+        assert {k: r.value for k, r in latest.items() if r.kind == leveldb_reader.VALUE} == want
+        assert all(r.certified for r in scan.records)
+    assert scan.mode == "blocks" and len(scan.damaged) == 1  # the cut footer
+
+
+def test_a_table_cut_in_the_middle_keeps_the_posts_before_the_cut(tmp_path):
+    from cablestore.store import leveldb_reader
+
+    path = tmp_path / "s"
+    expected = _store_of_tables(path, 3000)
+    table = _largest_table(path)
+    data = table.read_bytes()
+    cut = len(data) // 2
+    whole = leveldb_reader.read_table(data, table.name, (b"!post!",))
+    ends = {start: start + size + 5 for _, start, size in leveldb_reader.index(data)}
+    before_cut = {r.key[6:] for r in whole.records if ends[int(r.source.split("@")[1])] <= cut} & expected
+    assert len(before_cut) > 100
+    table.write_bytes(data[:cut])
+    report = recover(path)
+    assert report.consistent
+    after = _stored(path)
+    assert before_cut <= after <= expected  # every post of an intact block, no phantom
+    assert report.salvaged_posts  # LevelDB's repair drops the whole table: these came from its blocks
+    assert any(table.name in part for part in report.damaged)
+
+
+def test_posts_of_a_damaged_log_block_are_proven_one_by_one(tmp_path):
+    """A flipped byte makes LevelDB drop the rest of a 32 KiB log block; the posts in it are still proven and kept."""
+    path = tmp_path / "s"
+    log = _crashed_store(path)
+    reference = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
+    expected = _stored(reference)
+    data = bytearray(log.read_bytes())
+    at = len(data) // 3
+    data[at] ^= 0x10
+    log.write_bytes(bytes(data))
+    with Store(reference, create=False) as s:
+        bufs = {k[6:]: v for k, v in s.items(b"!post!")}
+    whole = {h for h, buf in bufs.items() if (i := bytes(data).find(buf)) >= 0 and not i <= at < i + len(buf)}
+    report = recover(path)
+    assert report.consistent
+    after = _stored(path)
+    assert whole <= after <= expected
+    assert len(whole) > len(expected) * 0.9
+
+
+def test_recover_of_an_intact_store_changes_nothing_and_adds_nothing_to_lost(tmp_path, capsys):
+    """Regression: every recover moved two files into lost/, even on an intact store."""
+    path = tmp_path / "s"
+    _store_of_tables(path, 300)
+    with Store(path, create=False) as s:
+        before = list(s.items())
+    for _ in range(2):
+        assert main(["recover", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "nothing repaired, nothing moved" in out
+        assert not (path / "lost").exists()
+    with Store(path, create=False) as s:
+        assert list(s.items()) == before
+
+
+def test_a_second_recover_after_a_salvage_adds_nothing(tmp_path):
+    path = tmp_path / "s"
+    _store_of_tables(path, 400)
+    [table] = path.glob("*.ldb")
+    table.write_bytes(table.read_bytes()[:-5000])
+    first = recover(path)
+    assert not first.intact and Path(first.originals).is_dir()
+    lost_before = _files_under(path / "lost")
+    with Store(path, create=False) as s:
+        items = list(s.items())
+    second = recover(path)
+    assert second.intact and second.consistent and second.originals is None
+    assert _files_under(path / "lost") == lost_before
+    with Store(path, create=False) as s:
+        assert list(s.items()) == items
+
+
+def test_salvage_does_not_bring_back_a_post_deleted_later(tmp_path):
+    """A copy of a post in lost/ (an earlier repair's leftover) loses to the later deletion of its key."""
+    import shutil
+
+    path = tmp_path / "s"
+    expected = _store_of_tables(path, 300)
+    gone = sorted(expected)[0]
+    (path / "lost").mkdir()
+    for table in path.glob("*.ldb"):
+        shutil.copy(table, path / "lost" / table.name)  # holds the post
+    with Store(path, create=False) as s:
+        assert s.delete(gone)  # a local removal: no tombstone, only LevelDB's deletion
+    report = recover(path)
+    assert not report.intact  # the lost/ files were read
+    assert report.consistent
+    after = _stored(path)
+    assert after == expected - {gone}
+    assert all(f.parent != path / "lost" for f in (path / "lost").rglob("*.ldb"))  # filed in the dated folder
+
+
+def test_recover_shows_its_progress_on_a_terminal_only(tmp_path):
+    import io
+
+    from cablestore.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    path = tmp_path / "s"
+    _store_of_tables(path, 300)
+    [table] = path.glob("*.ldb")
+    table.write_bytes(table.read_bytes()[:-5000])
+    shown = Terminal()
+    recover(path, progress=Progress(stream=shown))
+    for stage in ("salvage: MiB read", "LevelDB repair", "salvage: posts proven", "view repair"):
+        assert stage in shown.getvalue()
+    quiet = Terminal()
+    recover(path, progress=Progress(quiet=True, stream=quiet))
+    assert quiet.getvalue() == ""
+
+
+def test_a_crashed_store_is_intact_its_log_replayed_and_nothing_set_aside(tmp_path):
+    """A writer killed without closing leaves its posts in the log: not damage, nothing to repair."""
+    path = tmp_path / "s"
+    log = _crashed_store(path)
+    data = log.read_bytes()
+    log.write_bytes(data + data[:27])  # and a last record cut short by the crash (a header and 20 bytes): LevelDB ignores it
+    reference = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
+    expected = _stored(reference)
+    report = recover(path)
+    assert report.intact and report.consistent and report.lossless
+    assert not (path / "lost").exists()
+    assert _stored(path) == expected
+
+
+def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path):
+    """A log cut in the middle of its last batch (no damage: what a crash leaves): LevelDB drops the whole batch, salvage keeps its posts."""
+    path = tmp_path / "s"
+    log = _crashed_store(path)
+    reference = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
+    with Store(reference, create=False) as s:
+        bufs = {k[6:]: v for k, v in s.items(b"!post!")}
+    data = log.read_bytes()
+    placed = sorted((data.find(buf), h, buf) for h, buf in bufs.items() if data.find(buf) >= 0)
+    (_, kept, _), (last_at, last, last_buf) = placed[-2], placed[-1]
+    log.write_bytes(data[: last_at + len(last_buf) - 1])  # the last post's last byte never written
+    report = recover(path)
+    assert report.intact and report.consistent
+    after = _stored(path)
+    assert kept in after and kept.hex() in report.salvaged_posts  # from the batch LevelDB dropped
+    assert last not in after
+    assert after <= set(bufs)
+
+
+def test_a_compactions_leftover_is_no_damage(tmp_path):
+    """A table a killed compaction left half-written, which the MANIFEST never listed: LevelDB deletes it, recover repairs nothing."""
+    path = tmp_path / "s"
+    expected = _store_of_tables(path, 300)
+    [table] = path.glob("*.ldb")
+    (path / "000099.ldb").write_bytes(table.read_bytes()[: table.stat().st_size // 2])
+    report = recover(path)
+    assert report.intact and report.consistent and report.lossless
+    assert not (path / "lost").exists()
+    assert _stored(path) == expected

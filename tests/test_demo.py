@@ -120,7 +120,7 @@ def test_asked_for_spark_by_name_without_java_it_refuses_before_any_work(tmp_pat
     ],
 )
 def test_java_problem_reads_the_version_of_the_java_spark_would_run(tmp_path, monkeypatch, version_line, problem):
-    from cablestore.rebuild.sparksession import java_problem
+    from cablestore.rebuild.spark_runtime import java_problem
 
     home = fake_java_home(tmp_path, version_line)
     monkeypatch.setenv("JAVA_HOME", str(home))
@@ -130,7 +130,7 @@ def test_java_problem_reads_the_version_of_the_java_spark_would_run(tmp_path, mo
 
 
 def test_java_problem_names_a_java_home_without_java(tmp_path, monkeypatch):
-    from cablestore.rebuild.sparksession import java_problem
+    from cablestore.rebuild.spark_runtime import java_problem
 
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
     assert java_problem() == f"JAVA_HOME names no Java ({tmp_path / 'nowhere'})"
@@ -141,7 +141,7 @@ def test_java_problem_names_a_java_home_without_java(tmp_path, monkeypatch):
 
 @pytest.mark.spark
 def test_with_java_the_demo_verifies_on_spark_and_says_nothing_about_engines(tmp_path):
-    from cablestore.rebuild.sparksession import java_problem
+    from cablestore.rebuild.spark_runtime import java_problem
 
     assert java_problem() is None  # the spark tests need Java 17+ (setup.cfg's marker)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}

@@ -35,6 +35,7 @@ from cablestore.authoring.workload import generate, read_posts
 from cablestore.cli import build_parser, main
 from cablestore.errors import DroppedError
 
+from . import moderation_helpers as mh
 from .conftest import NOW, keypair, post, stop
 from .moderation_helpers import URSULA, cabal
 
@@ -89,6 +90,13 @@ def populated(tmp_path_factory):
         assert all(r.ok or isinstance(r.error, DroppedError) for r in s.ingest_many(cabal()))  # its spam is dropped
         stored = s.channel_time_range("dev")[0]  # someone else's post: a delete of it is refused, its author kept
         assert not s.ingest_many([post(keypair("forger"), DELETE, NOW, hashes=(stored,))])[0].ok
+        # someone (not blocked) blocks Ursula with notify; a user Ursula drop-blocks keeps only a fact of their post/info
+        gone = keypair("gone")
+        s.ingest_many([mh.block(keypair("notifier"), URSULA, NOW - 5, notify=1)[0], mh.block(URSULA, gone, NOW - 4, drop=1)[0]])
+        assert not s.ingest_many([mh.info(gone, NOW - 3, name="gone")[0]])[0].ok
+        s.set_seed(b"\x01" + keypair("seeded").public_key)  # a seed, cleared (its applied posts kept), then another
+        s.clear_seed()
+        s.set_seed(b"\x00" + keypair("seeded").public_key)
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True).consistent
         yield s

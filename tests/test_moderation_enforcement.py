@@ -91,7 +91,7 @@ def test_block_with_drop_removes_the_users_posts_and_refuses_new_ones(store):
     deletes_kept = ing(store, make_post(EVE, DELETE, T0 + 4, hashes=[hs[0]]))
     ing(store, block_post(URSULA, EVE, T0 + 5, drop=1))
     assert all(store.get(h) is None for h in hs)
-    assert store.get(deletes_kept) is not None  # what the state is computed from stays (docs/moderation.md)
+    assert store.get(deletes_kept) is None  # every post of theirs goes (§4.6), their deletes too
     with pytest.raises(BlockedError):
         store.ingest(text(EVE, T0 + 6, "dev", "again")[0])
 

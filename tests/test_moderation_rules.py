@@ -20,7 +20,6 @@ from cablestore.wire.codec import (
     DROP_POST,
     HIDE_POST,
     HIDE_USER,
-    INFO,
     MOD,
     MODERATION,
     ROLE,
@@ -32,6 +31,7 @@ from cablestore.wire.codec import (
 )
 
 from .conftest import keypair
+from .moderation_helpers import info
 
 URSULA, ALEPH, BERT, CASHEW, XU, EVE = (keypair(n) for n in ("ursula", "aleph", "bert", "cashew", "xu", "eve"))
 POST_ONE = bytes.fromhex("11" * 32)
@@ -59,10 +59,6 @@ def block(author, user, ts, drop=0, notify=0):
 
 def unblock(author, user, ts, undrop=0):
     return make_post(author, UNBLOCK, ts, reason="", privacy=0, recipients=[user.public_key], undrop=undrop)
-
-
-def info(author, ts, **pairs):
-    return make_post(author, INFO, ts, info=[(k.replace("_", "-"), v) for k, v in pairs.items()])
 
 
 def state(local, *made, shuffle=None):
@@ -140,9 +136,9 @@ def test_a_newer_role_from_the_same_author_replaces_the_older_whatever_arrives_l
 
 
 def test_accept_role_zero_makes_a_normal_user():
-    st = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, name="aleph", accept_role="0"))
+    st = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, name="aleph", accept_role=0))
     assert roles(st) == {}
-    later = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, accept_role="0"), info(ALEPH, 3, name="aleph"))
+    later = state(URSULA, role(URSULA, ALEPH, ADMIN, 1), info(ALEPH, 2, accept_role=0), info(ALEPH, 3, name="aleph"))
     assert roles(later) == {"aleph": "admin"}  # the latest post/info does not set it: the default, 1
 
 
@@ -314,7 +310,7 @@ def test_any_order_gives_the_same_state():
         hide(CASHEW, EVE, 4, channel="dev"),
         hide(BERT, XU, 5),
         block(ALEPH, EVE, 3, drop=1),
-        info(CASHEW, 2, accept_role="1"),
+        info(CASHEW, 2, accept_role=1),
     ]
     first = state(URSULA, *made)
     for seed in range(20):

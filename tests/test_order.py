@@ -200,7 +200,7 @@ MOD_EXAMPLES = int(__import__("os").environ.get("CABLESTORE_ORDER_EXAMPLES", "40
 
 @st.composite
 def moderated_workloads(draw):
-    """Roles (chains of admins, revocations, channel roles), actions, blocks, opt-outs and deletes of them, in any mix."""
+    """Roles (chains of admins, revocations, channel roles), actions, blocks (drop-blocks of role holders), opt-outs and deletes of them, in any mix."""
     from cablestore import INFO, make_post
     from cablestore.wire.codec import BLOCK, MODERATION, ROLE, UNBLOCK
 
@@ -229,12 +229,17 @@ def moderated_workloads(draw):
         elif kind == "unblock":
             buf, _ = make_post(author, UNBLOCK, ts, reason="", privacy=0, recipients=[other.public_key], undrop=draw(st.integers(0, 1)))
         else:
-            buf, _ = make_post(author, INFO, ts, info=[("accept-role", draw(st.sampled_from(["0", "1"])))])
+            buf, _ = make_post(author, INFO, ts, info=[("accept-role", draw(st.sampled_from([0, 1])))])
         made.append(buf)
+    if draw(st.booleans()):  # a drop-block of a user who holds a role, by the local user or by another
+        holder, by = draw(st.sampled_from(people[1:])), draw(st.sampled_from(people))
+        made.append(make_post(LOCAL, ROLE, 1000 + draw(st.integers(0, 12)), reason="", privacy=0, channel="", recipients=[holder.public_key], role=draw(st.integers(0, 1)))[0])
+        made.append(make_post(by, BLOCK, 1000 + draw(st.integers(0, 12)), reason="", privacy=0, recipients=[holder.public_key], drop=1, notify=draw(st.integers(0, 1)))[0])
     for i in range(draw(st.integers(0, 2))):  # an author deletes one of their moderation posts
         from cablestore import decode_post
 
-        mine = [b for b in made[4:] if decode_post(b).public_key == ALICE.public_key and decode_post(b).post_type != INFO]
+        # Not her deletes: a delete of a delete under a channel drop is order-dependent (docs/moderation.md "Known limits").
+        mine = [b for b in made[4:] if decode_post(b).public_key == ALICE.public_key and decode_post(b).post_type not in (INFO, DELETE)]
         if mine:
             made.append(delete(ALICE, 5000 + i, draw(st.sampled_from(mine))))
     return made

@@ -41,7 +41,7 @@ def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
     )
     [wheel] = (tmp_path / "dist").glob("cablestore-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark.py", "cablestore/wire/codec.py", "cablestore/py.typed"} <= names
+    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark_engine.py", "cablestore/wire/codec.py", "cablestore/py.typed"} <= names
     assert not any(n.startswith(("views/", "rebuild/", "tests/")) for n in names)
 
     # a normal install of that wheel imports both subpackages from site-packages
@@ -51,7 +51,7 @@ def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
     # the dependencies come from site-packages, after the wheel.
     deps = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if p]
     code = (f"import sys; sys.path += {deps!r}; "
-            "import cablestore.views.chat as v, cablestore.rebuild.spark as r, cablestore.moderation as m; from cablestore import Store; "
+            "import cablestore.views.chat as v, cablestore.rebuild.spark_engine as r, cablestore.moderation as m; from cablestore import Store; "
             "from cablestore import compiled; print(v.__file__); print(r.__file__); print(m.__file__); print(compiled.COMPILED)")
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
                          capture_output=True, text=True, check=True).stdout.split()

@@ -330,7 +330,7 @@ def test_the_packed_environment_runs_cablestore_with_nothing_else_installed(tmp_
         names = tar.getnames()
         tar.extractall(work / "env", filter="tar")
     assert not any(n.startswith("lib/python3") and "/pyspark/" in n for n in names)  # Spark brings its own
-    code = "import cablestore, cablestore.rebuild.spark, plyvel, blake3, nacl, msgpack, pyarrow.parquet, sys; print(cablestore.__file__); print(sys.prefix)"
+    code = "import cablestore, cablestore.rebuild.spark_engine, plyvel, blake3, nacl, msgpack, pyarrow.parquet, sys; print(cablestore.__file__); print(sys.prefix)"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no venv, no PYTHONPATH, no PYSPARK_PYTHON
     done = subprocess.run(["./env/bin/python", "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -346,7 +346,7 @@ def test_the_packed_environment_runs_cablestore_with_nothing_else_installed(tmp_
 @pytest.mark.spark
 def test_spark_reads_a_file_uri_snapshot_and_agrees_with_the_local_engine(tmp_path, store_path, spark_session, monkeypatch):
     import cablestore.rebuild.exporter as ex
-    from cablestore.rebuild import spark
+    from cablestore.rebuild import spark_engine
 
     monkeypatch.setattr(ex, "FILE_ROWS", {"posts": 150, "tombstones": 40, "live": 2000})  # several files per partition
     uri = (tmp_path / "snap").as_uri()
@@ -357,13 +357,13 @@ def test_spark_reads_a_file_uri_snapshot_and_agrees_with_the_local_engine(tmp_pa
     on_spark = _report(verify("spark", snapshot=uri))
     assert on_spark == local and local["views"]["chat"]["missing"] == 1
     with pytest.raises(RebuildError, match="cannot read a snapshot whose location holds ,"):
-        spark.run(str(tmp_path / "a,b"), spark=spark_session)
+        spark_engine.run(str(tmp_path / "a,b"), spark=spark_session)
     with Store(tmp_path / "empty", now=lambda: NOW) as s:
         export(s.db, tmp_path / "empty-snap", partitions=2)
     assert _report(verify("spark", snapshot=tmp_path / "empty-snap")) == _report(verify("local", snapshot=tmp_path / "empty-snap"))
     with pytest.raises(RebuildError, match=r"nowhere is not a snapshot \(no manifest.json"):
-        spark.run(str(tmp_path / "nowhere"), spark=spark_session)
+        spark_engine.run(str(tmp_path / "nowhere"), spark=spark_session)
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "manifest.json").write_text(json.dumps({"format": "cablestore-snapshot-1", "partitions": 2, "files": {}}))
     with pytest.raises(RebuildError, match="export the store again: cablestore export STORE NEWDIR"):
-        spark.run(str(tmp_path / "old"), spark=spark_session)
+        spark_engine.run(str(tmp_path / "old"), spark=spark_session)

@@ -66,7 +66,7 @@ def test_executors_run_the_drivers_python_and_quiet_prints_only_the_result(tmp_p
 
 
 def test_executor_python_defaults(monkeypatch):
-    from cablestore.rebuild.sparksession import executor_python
+    from cablestore.rebuild.spark_runtime import executor_python
 
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     assert executor_python("local[2]") == sys.executable
@@ -109,7 +109,7 @@ def test_a_master_that_never_answers_times_out_and_leaves_no_jvm(tmp_path):
     code = (
         "import sys\n"
         "from cablestore.errors import CableError\n"
-        "from cablestore.rebuild.spark import session\n"
+        "from cablestore.rebuild.spark_engine import session\n"
         "try:\n"
         f"    session(sys.argv[1], app={app!r}, connect_timeout=6)\n"
         "except CableError as exc:\n"

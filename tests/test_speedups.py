@@ -67,7 +67,8 @@ def posts(draw):
     if t in (JOIN, LEAVE):
         return post(kp, t, ts, links, channel=draw(channels))
     if t == INFO:
-        pairs = draw(st.lists(st.tuples(st.sampled_from(["name", "accept-role", "x"]), st.text(chars, min_size=1, max_size=20)), max_size=3))
+        pairs = draw(st.lists(st.tuples(st.sampled_from(["name", "x"]), st.text(chars, min_size=1, max_size=20)), max_size=3))
+        pairs += draw(st.lists(st.tuples(st.just("accept-role"), st.sampled_from([0, 1])), max_size=1))
         return post(kp, t, ts, links, info=pairs)
     if t == DELETE:
         return post(kp, t, ts, links, hashes=draw(st.lists(hashes, min_size=1, max_size=3)))

@@ -93,15 +93,17 @@ def test_channel_state_answer_ends_on_the_latest_topic(stores):
     assert apply_in_arrival_order(s, answer) == "new" == s.topic("general")
 
 
-def test_channel_list_uses_the_spelling_of_the_newest_post(stores):
+def test_channel_list_uses_the_spelling_of_the_earliest_post(stores):
     s = stores("s")
     a = keypair("alice")
     s.ingest(post(a, JOIN, T0, channel="dev-talk"))
-    s.ingest(post(a, TEXT, T0 + 5, channel="Dev-Talk", text="newest"))
+    s.ingest(post(a, TEXT, T0 + 5, channel="Dev-Talk", text="first text"))
     s.ingest(post(a, JOIN, T0, channel="plain"))
-    assert s.listed_spellings(["dev-talk", "plain"]) == ["Dev-Talk", "plain"]
+    assert s.listed_spellings(["dev-talk", "plain"]) == ["Dev-Talk", "plain"]  # a text or topic before joins
     s.ingest(post(a, TOPIC, T0 + 9, channel="DEV-talk", topic="t"))
-    assert s.listed_spellings(["dev-talk"]) == ["DEV-talk"]
+    assert s.listed_spellings(["dev-talk"]) == ["Dev-Talk"]  # a later spelling does not take over
+    s.ingest(post(a, TOPIC, T0 + 1, channel="dev-TALK", topic="t"))
+    assert s.listed_spellings(["dev-talk"]) == ["dev-TALK"]  # an earlier one does
     assert s.channel_list() == ["dev-talk", "plain"]  # the store's keys stay casefolded
 
 
@@ -279,7 +281,7 @@ def test_a_peer_comparing_names_exactly_syncs_a_mixed_case_channel_from_serve_co
             await asyncio.wait_for(task, 20)
 
     listed, got = asyncio.run(scenario())
-    assert listed == ("dev-talk",)  # the newest post (bob's) spells it so
+    assert listed == ("Dev-Talk",)  # the earliest text or topic (alice's topic) spells it so
     assert set(got) == {post_hash(p) for p in posts}  # every post, under the one name listed
 
 

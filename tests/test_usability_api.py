@@ -188,7 +188,8 @@ def test_channels_sums_up_every_channel_as_the_queries_do(filled):
         assert c.topic == filled.topic(c.name)
         assert c.members == len(filled.members(c.name))
         assert c.messages == len(filled.channel_time_range(c.name))
-        assert c.to_dict() == {"name": c.name, "topic": c.topic, "members": c.members, "messages": c.messages}
+        assert c.spelling == filled.listed_spellings([c.name])[0]
+        assert c.to_dict() == {"name": c.name, "spelling": c.spelling, "topic": c.topic, "members": c.members, "messages": c.messages}
 
 
 def test_channels_of_an_empty_store(store):

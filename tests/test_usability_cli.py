@@ -166,7 +166,7 @@ def test_channels_lists_every_channel(peer, capsys):
     lines = out.splitlines()
     assert code == 0 and err == "" and len(lines) == len(summaries) >= 3
     for line, c in zip(lines, summaries, strict=True):
-        assert line.startswith(f"#{c.name} ") and f" {c.messages:,} messages " in line and f" {c.members} members " in line
+        assert line.startswith(f"#{c.spelling} ") and f" {c.messages:,} messages " in line and f" {c.members} members " in line
         assert line.endswith(f"topic {c.topic!r}" if c.topic else "(no topic)")
     code, out, _ = _run(capsys, ["channels", peer / "peer.ldb", "--json"])
     assert json.loads(out) == {"store": str(peer / "peer.ldb"), "channels": [c.to_dict() for c in summaries]}

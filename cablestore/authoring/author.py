@@ -40,6 +40,7 @@ from cablestore.errors import ArgumentError, LimitError, NotYourPostError, PostF
 from cablestore.keyspace.keys import CLOCK, HashLike, as_hash, beyond_horizon
 from cablestore.store.store import Store, wall_clock_ms
 from cablestore.wire.codec import (
+    ACCEPT_ROLE,
     BLOCK,
     DELETE,
     DROP_POST,
@@ -57,6 +58,7 @@ from cablestore.wire.codec import (
     Post,
     decode_post,
     encode_post,
+    info_dict,
     post_hash,
 )
 from cablestore.wire.crypto import Keypair, body_fields, make_post
@@ -72,9 +74,14 @@ def clock_key(public_key: bytes) -> bytes:
 
 
 class Author:
-    """Posts as ``keypair`` into ``store``; ``now`` (ms) is the wall clock (a hook for tests)."""
+    """Posts as ``keypair`` into ``store``; ``now`` (ms) is the wall clock (a hook for tests).
 
-    def __init__(self, store: Store, keypair: Keypair, *, now: Callable[[], int] | None = None):
+    A channel is written in the spelling the store's posts of it already use
+    (``Store.listed_spellings``: deployed peers compare names exactly), unless
+    ``exact_channel=True``: then as given.
+    """
+
+    def __init__(self, store: Store, keypair: Keypair, *, now: Callable[[], int] | None = None, exact_channel: bool = False):
         # Checked here, not at the first post: a key file's path or a store's path is a common slip.
         if not isinstance(store, Store):
             raise ArgumentError(f"Author needs an open Store, not {type(store).__name__} (open one with Store(path))")
@@ -85,6 +92,7 @@ class Author:
         self.store = store
         self.keypair = keypair
         self._now = now or wall_clock_ms
+        self.exact_channel = exact_channel
 
     @property
     def public_key(self) -> bytes:
@@ -108,16 +116,32 @@ class Author:
         """Set (or, with ``""``, clear) the channel's topic."""
         return self.post(TOPIC, channel=channel, topic=topic)
 
-    def info(self, pairs: Sequence[tuple[str, str]]) -> bytes:
-        """Post a post/info with exactly these ``(key, value)`` pairs (it replaces the previous one)."""
+    def info(self, pairs: Sequence[tuple[str, str | int]]) -> bytes:
+        """Post a post/info with exactly these ``(key, value)`` pairs (it replaces the previous one).
+
+        ``("accept-role", 0)`` (or 1, True, False) is written as the spec's one-byte varint.
+        """
         return self.post(INFO, info=pairs)
 
     def name(self, name: str) -> bytes:
         """Set the author's name, keeping the other properties of their current post/info."""
         if not isinstance(name, str):
             raise PostFieldError(f"name must be a string, got {type(name).__name__}")
-        current = self.store.user_info(self.public_key)
-        current["name"] = name
+        return self._update_info("name", name)
+
+    def accept_role(self, accept: int | bool) -> bytes:
+        """Accept (1) or decline (0) roles others give this author (moderation.md §4.2.4), keeping their name.
+
+        A post/info replaces the previous one, so the current name (and any
+        other property) is written again with ``accept-role``.
+        """
+        if isinstance(accept, str) or accept not in (0, 1):
+            raise PostFieldError(f"accept-role is 0 or 1, got {accept!r}")
+        return self._update_info(ACCEPT_ROLE, int(accept))
+
+    def _update_info(self, key: str, value: str | int) -> bytes:
+        current: dict = self.store.user_info(self.public_key)
+        current[key] = value
         return self.info(list(current.items()))
 
     def delete(self, *hashes: HashLike) -> bytes:
@@ -158,6 +182,8 @@ class Author:
         if post_type == DELETE and "hashes" in body:
             body["hashes"] = self._own_posts(body["hashes"])
         draft = _checked_draft(self.public_key, post_type, body)
+        if draft.channel and not self.exact_channel:  # as the channel's posts spell it (one channel either way)
+            body["channel"] = self.store.listed_spellings([draft.channel])[0]
         with _LOCK:
             now = self._now()
             links, newest_head = self._links(draft, now)
@@ -254,7 +280,7 @@ def describe(buf: bytes) -> dict:
     if post.hashes is not None:
         out["hashes"] = [h.hex() for h in post.hashes]
     if post.info is not None:
-        out["info"] = [list(pair) for pair in post.info]
+        out["info"] = [[k, info_dict([(k, v)])[k]] for k, v in post.info]
     return out
 
 
@@ -265,19 +291,21 @@ _KINDS = {
     "leave": (LEAVE, ("channel",)),
     "topic": (TOPIC, ("channel", "topic")),
     "name": (INFO, ("name",)),
+    "accept-role": (INFO, ("accept_role",)),
     "delete": (DELETE, None),
 }
 
 
 def post_with_keyfile(
     store_path: str | os.PathLike | Store, key_path: str | os.PathLike, kind: str, args: Sequence[str], *,
-    now: Callable[[], int] | None = None, local_user: HashLike | None = None,
+    now: Callable[[], int] | None = None, local_user: HashLike | None = None, exact_channel: bool = False,
 ) -> bytes:
-    """Write one post of ``kind`` (text, join, leave, topic, name, delete) as the key file's owner.
+    """Write one post of ``kind`` (text, join, leave, topic, name, accept-role, delete) as the key file's owner.
 
     ``store_path`` may be a :class:`cablestore.Store` held open (``serve``
     does so for its control clients): it is written to and left open.
 
+    A channel is written as the store's posts of it spell it, unless ``exact_channel`` (see :class:`Author`).
     Returns the stored post's bytes.  The key and the arguments are checked
     before the store is opened, so a refusal creates nothing; the store is
     created if missing, except for ``delete`` (which needs the posts).
@@ -292,22 +320,28 @@ def post_with_keyfile(
         if len(args) != len(names):
             raise PostFieldError(f"{kind} takes {' '.join(n.upper() for n in names)}")
         body = dict(zip(names, args, strict=False))
-        if kind == "name":
-            body = {"info": [("name", body["name"])]}
+        if kind == "accept-role":
+            if args[0] not in ("0", "1", 0, 1):
+                raise PostFieldError(f"accept-role is 0 or 1, got {args[0]!r}")
+            args = [int(args[0])]
+        if post_type == INFO:
+            body = {"info": [(names[0].replace("_", "-"), args[0])]}
         _checked_draft(keypair.public_key, post_type, body)
+    method = kind.replace("-", "_")
     if isinstance(store_path, Store):  # a store held open already (by `serve`): used, not closed
         _check_local_user(store_path, local_user)
-        h = getattr(Author(store_path, keypair, now=now), kind)(*args)
+        h = getattr(Author(store_path, keypair, now=now, exact_channel=exact_channel), method)(*args)
         return store_path.get(h)
     if kind == "delete":
         _require_store(store_path)
     with Store(store_path, local_user=local_user) as store:
-        h = getattr(Author(store, keypair, now=now), kind)(*args)
+        h = getattr(Author(store, keypair, now=now, exact_channel=exact_channel), method)(*args)
         return store.get(h)
 
 
 def _check_local_user(store: Store, local_user: HashLike | None) -> None:
-    """A store held open keeps its local user: a different one (or one it has none of) is refused."""
+    """A store held open (by ``serve``) follows the rules of opening one: without a local user it takes
+    ``local_user`` (once, kept); with another one, :class:`cablestore.errors.LocalUserError`."""
     from cablestore.errors import LocalUserError
 
     if local_user is None:
@@ -316,9 +350,12 @@ def _check_local_user(store: Store, local_user: HashLike | None) -> None:
         key = as_hash(local_user)
     except (QueryError, ValueError, TypeError) as exc:
         raise LocalUserError(f"local user must be a 32-byte public key (bytes or 64 hex digits): {exc}") from None
-    if key != store.local_user:
-        held = store.local_user.hex() if store.local_user else "none"
-        raise LocalUserError(f"{store.path} is held open with local user {held}, not {key.hex()} (hold it open with that local_user)")
+    if store.local_user is None:
+        store.set_local_user(key)
+    elif key != store.local_user:
+        raise LocalUserError(
+            f"{store.path} belongs to local user {store.local_user.hex()}, not {key.hex()}: moderate with that user's key (a store has one local user)"
+        )
 
 
 def read_heads(store_path: str | os.PathLike, channel: str) -> list[bytes]:

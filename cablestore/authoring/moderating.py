@@ -111,6 +111,8 @@ def _check_arguments(public_key, command, targets, role, posts, channel, reason,
             raise PostFieldError("role takes one USER and a ROLE: admin, mod or user")
         post_type, body = ROLE, {**head, "channel": channel, "recipients": keys, "role": ROLE_WORDS[role]}
     elif command in ("block", "unblock"):
+        if channel:
+            raise PostFieldError(f"{command} has no channel: a block acts in the whole cabal (moderation.md §4.6); give no channel")
         _some(targets, command)
         flags = {"drop": int(drop), "notify": int(notify)} if command == "block" else {"undrop": int(undrop)}
         post_type, body = (BLOCK if command == "block" else UNBLOCK), {**head, "recipients": keys, **flags}

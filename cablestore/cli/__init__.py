@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Commands that run through a ``serve`` holding their store (its control socket) instead of failing on its lock.
 THROUGH_SERVE = frozenset({
-    "show", "stats", "dump", "channels", "heads", "check", "post", "roles", "moderation",
+    "show", "stats", "dump", "channels", "heads", "check", "post", "roles", "users", "moderation",
     "role", "hide", "unhide", "drop", "undrop", "block", "unblock",
 })
 

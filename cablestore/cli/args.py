@@ -73,6 +73,7 @@ _CLI_WORDS = (
     ("required for engine='spark'", "required for --engine spark"),
     ("(install a JDK, or use engine='local')", "(install a JDK, or use --engine local)"),
     ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
+    ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
 )
 _CLI_PATTERNS = (  # a moderation action given nothing to act on (cablestore.authoring.moderating)
     (
@@ -148,7 +149,8 @@ def store_or_path(path: str):
 def open_existing(path: str, **options):
     """Open the store at ``path`` without creating anything; a path that holds none is refused.
 
-    ``options``: more :class:`cablestore.Store` arguments (``local_user=``, say).
+    ``options``: more :class:`cablestore.Store` arguments (``local_user=``, say;
+    ``readonly=True`` for the commands that only read: nothing in the store's directory is written).
     Run through ``serve`` (:func:`serving`): the store it holds, left open at
     the end of the ``with`` block.
     """

@@ -37,7 +37,9 @@ def _cmd_post(args) -> int:
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
     if args.kind == "delete" and served_store() is None:  # a delete needs the posts: refuse a missing store as every command does
         require_store(args.store)
-    buf = post_with_keyfile(store_or_path(args.store), client_path(args.key), args.kind, values, local_user=args.local_user)
+    buf = post_with_keyfile(
+        store_or_path(args.store), client_path(args.key), args.kind, values, local_user=args.local_user, exact_channel=args.exact_channel
+    )
     if not args.json:
         print(post_hash(buf).hex())
         return 0
@@ -48,7 +50,7 @@ def _cmd_post(args) -> int:
 
 
 def _cmd_heads(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         require_channel(store, args.channel)
         heads = [h.hex() for h in store.heads(args.channel)]
     if args.json:
@@ -59,10 +61,11 @@ def _cmd_heads(args) -> int:
 
 
 ARGUMENT_HELP = {
-    "channel": "the channel name (case-insensitive)",
+    "channel": "the channel name (case-insensitive; written as the channel's posts spell it, see --exact-channel)",
     "text": "the message (at most 4096 bytes of UTF-8)",
     "topic": "the new topic (at most 512 codepoints)",
     "name": "your name (1-32 codepoints)",
+    "accept_role": "0: you decline roles (admins' and mods' posts about you are ignored); 1: the default",
 }
 
 
@@ -88,6 +91,10 @@ def register(sub) -> None:
     p.add_argument("--key", required=True, help="the key file (see `cablestore keygen`)")
     add_local_user_flag(p)
     p.add_argument("--json", action="store_true", help="print the stored post as JSON (the fields `dump` prints)")
+    p.add_argument(
+        "--exact-channel", action="store_true",
+        help="write the channel name as given (default: as the channel's earliest post spells it, which case-sensitive peers match)",
+    )
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, names, text in (
         ("text", ("channel", "text"), "a chat message"),
@@ -95,10 +102,11 @@ def register(sub) -> None:
         ("leave", ("channel",), "leave a channel"),
         ("topic", ("channel", "topic"), "set a channel's topic (\"\" clears it)"),
         ("name", ("name",), "set your name (other post/info properties are kept)"),
+        ("accept-role", ("accept_role",), "accept (1) or decline (0) roles others give you (your name is kept)"),
     ):
         k = kinds.add_parser(kind, help=text)
         for name in names:
-            k.add_argument(name, help=ARGUMENT_HELP[name])
+            k.add_argument(name, help=ARGUMENT_HELP[name], **({"choices": ("0", "1")} if name == "accept_role" else {}))
         k.set_defaults(fields=names)
     k = kinds.add_parser("delete", help="delete your own posts")
     k.add_argument("hashes", nargs="+", metavar="HASH", help="hex hashes of posts you wrote")

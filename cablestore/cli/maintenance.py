@@ -7,7 +7,7 @@ from cablestore.cli.args import add_output_flags, print_json
 
 def register(sub) -> None:
     """Add ``recover`` and ``reindex`` to the ``cablestore`` parser's subparsers."""
-    p = sub.add_parser("recover", help="salvage a damaged store (LevelDB repair + view repair) and report losses")
+    p = sub.add_parser("recover", help="salvage a damaged store (every provable post, LevelDB repair, view repair) and report losses; originals kept in STORE/lost/")
     p.add_argument("store", help="the store directory")
     add_output_flags(p)
     p.set_defaults(func=_cmd_recover)
@@ -32,13 +32,30 @@ def _cmd_recover(args) -> int:
 
 def format_recovery(report) -> str:
     """The human-readable recovery report."""
-    lines = [
-        f"cablestore recover: {report.path}",
-        f"  LevelDB repair: {len(report.set_aside)} replaced files kept in {report.path}/lost/",
-        f"  posts: {report.posts_before} readable after LevelDB's repair, {report.posts_after} kept "
-        f"({report.known_posts} known to have been stored)",
-        f"  tombstones: {report.tombstones_before} readable, {report.tombstones_after} kept",
-    ]
+    lines = [f"cablestore recover: {report.path}"]
+    damaged_files = [f for f in report.files if (f["damaged"] or f["mode"] == "blocks") and not f["leftover"]]
+    if report.intact:
+        lines.append(f"  files: all {len(report.files)} tables and logs check; nothing repaired, nothing moved")
+    else:
+        lines.append(f"  files: {len(report.files)} tables and logs read, {len(damaged_files)} damaged; originals kept in {report.originals}")
+        for f in damaged_files[:10]:
+            how = "read block by block" if f["mode"] == "blocks" else f"{f['units']} parts checked"
+            lines.append(f"      {f['file']}: {how}, {len(f['damaged'])} damaged parts, {f['posts']} posts found")
+        lines.append(
+            f"  posts: {report.posts_before} kept by LevelDB's repair, {len(report.salvaged_posts)} more salvaged "
+            f"(hash and signature proven), {report.posts_after} kept ({report.known_posts} known to have been stored)"
+        )
+        lines.append(f"  tombstones: {report.tombstones_before} kept by LevelDB's repair, {report.salvaged_tombstones} more salvaged, {report.tombstones_after} kept")
+        if report.salvaged_rows:
+            lines.append(f"  local rows salvaged: {report.salvaged_rows}")
+        if report.deleted_later:
+            lines.append(f"  kept out: {len(report.deleted_later)} records LevelDB's repair brought back that were deleted later")
+        if report.unproven:
+            lines.append(f"  unproven: {report.unproven} records not taken, kept in {report.quarantine}")
+    if report.intact:
+        if report.salvaged_posts:
+            lines.append(f"  salvaged: {len(report.salvaged_posts)} posts of a write cut short at the end of a log (hash and signature proven)")
+        lines.append(f"  posts: {report.posts_after}, tombstones: {report.tombstones_after}")
     if report.format_restored:
         lines.append("  restored the format key LevelDB's repair had lost")
     if report.deleted_again:
@@ -48,8 +65,6 @@ def format_recovery(report) -> str:
         lines.append(f"  view repair: removed {r['removed_records']} damaged records, deleted {r['deleted']} and wrote {r['written']} view entries")
     for rec in report.removed_records[:10]:
         lines.append(f"      removed {rec['kind']}: {rec['hash']} {rec['detail']}")
-    for line in report.damaged[:10]:
-        lines.append(f"  DAMAGED (its contents are lost): {line}")
     if report.lost:
         lines.append(f"  LOST {len(report.lost)} posts (fetch them again from a peer):")
         lines += [f"      {h}" for h in report.lost[:20]]
@@ -57,6 +72,8 @@ def format_recovery(report) -> str:
             lines.append(f"      ... and {len(report.lost) - 20} more (--json lists all)")
     else:
         lines.append("  lost posts: none known")
+    if report.damaged and not report.lost:
+        lines.append(f"  damaged parts of files: {len(report.damaged)} (posts only they held cannot be named; --json lists them)")
     lines.append("  result: " + ("consistent" if report.consistent else "DIFFERENCES REMAIN: run `cablestore check STORE --repair`"))
     return "\n".join(lines)
 

@@ -1,43 +1,113 @@
-"""Moderation commands: ``roles`` and ``moderation`` (read only), and ``role``, ``hide``, ``unhide``,
+"""Moderation commands: ``roles``, ``users`` and ``moderation`` (read only), and ``role``, ``hide``, ``unhide``,
 ``drop``, ``undrop``, ``block``, ``unblock`` (write one moderation post as the key file's owner,
 who is the store's local user; see cablestore.authoring.moderating)."""
 
 from __future__ import annotations
 
-from cablestore.cli.args import client_path, open_existing, print_json, store_or_path
+import sys
+from pathlib import Path
+
+from cablestore.cli.args import client_path, open_existing, print_json, printable, served_store, store_or_path
 from cablestore.errors import ArgumentError
 
 ROLE_HELP = "admin, mod or user"
 
 
 def _cmd_roles(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         roles = store.roles(args.channel)
+        seeded = store.roles_from_seed(args.channel)
         names = {pk: store.name(pk) for pk in roles}
     if args.json:
-        print_json({"channel": args.channel, "roles": {pk.hex(): role for pk, role in sorted(roles.items())}})
+        print_json({"channel": args.channel, "roles": {pk.hex(): role for pk, role in sorted(roles.items())}, "from_seed": sorted(pk.hex() for pk in seeded)})
         return 0
     where = f"#{args.channel}" if args.channel else "the cabal"
     print(f"roles in {where}: {len(roles)} (normal users not listed)")
     for pk, role in sorted(roles.items(), key=lambda kv: (kv[1] != "admin", kv[0])):
-        print(f"  {role:<6} {pk.hex()}  {names[pk] or ''}".rstrip())
+        print(f"  {role:<6} {pk.hex()}  {names[pk] or ''}{'  (from the moderation seed)' if pk in seeded else ''}".rstrip())
     return 0
 
 
 def _cmd_moderation(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         summary = store.moderation_summary()
+        shown = store.user_labels({bytes.fromhex(k) for table in summary["roles"].values() for k in table})
     if args.json:
         print_json(summary)
         return 0
     print(f"moderation state of {args.store} for local user {summary['local_user'] or '(none: nothing applies)'}")
     for context, table in summary["roles"].items():
-        print(f"  roles in {context}: " + (", ".join(f"{k[:12]} {v}" for k, v in sorted(table.items())) or "none"))
+        seeded = set(summary["roles_from_seed"][context])
+        people = (f"{k[:12]} {v}" + _named(shown[bytes.fromhex(k)], k) + (" (seed)" if k in seeded else "") for k, v in sorted(table.items()))
+        print(printable(f"  roles in {context}: " + (", ".join(people) or "none")))
+    if summary["seed"]:
+        print(f"  moderation seed: {len(summary['seed'])} users (`cablestore seed show`)")
     for context, table in summary["hidden_users"].items():
         print(f"  hidden users in {context}: {len(table)}")
     for name in ("hidden_posts", "dropped_posts", "dropped_channels", "blocks", "unblocks", "blocked_by"):
         print(f"  {name.replace('_', ' ')}: {len(summary[name])}")
     print(f"  moderation posts stored: {summary['moderation_posts']}")
+    return 0
+
+
+def _named(label: str, key_hex: str) -> str:
+    """`` (label)`` for a user with a name (a label that is not just their key's digits), else nothing."""
+    return "" if key_hex.startswith(label) else f" ({label})"
+
+
+def _cmd_users(args) -> int:
+    with open_existing(args.store, readonly=True) as store:
+        users = store.users()
+    if args.json:
+        print_json({"store": str(args.store), "users": [u.to_dict() for u in users]})
+        return 0
+    print(f"{len(users)} users in {args.store}")
+    for u in users:
+        roles = ", ".join(f"{role} in {'#' + c if c else 'the cabal'}" for c, role in sorted(u.roles.items()))
+        facts = [f"{u.posts} posts", roles, "hidden in " + ", ".join("#" + c if c else "the cabal" for c in u.hidden_in) if u.hidden_in else ""]
+        facts += ["blocked" + (" (posts dropped)" if u.blocked["drop"] else "") if u.blocked else "", "declines roles" if u.accept_role == 0 else ""]
+        print(printable(f"  {u.public_key.hex()}  {u.label if u.name is not None else '(no name)'}  " + "; ".join(f for f in facts if f)))
+    return 0
+
+
+def _confirm_channel_drop(args) -> bool:
+    """A drop of a whole channel is confirmed on a terminal (or by ``--yes``): it removes the channel's posts."""
+    if args.yes or args.command != "drop" or getattr(args, "post", None) or not args.channel:
+        return True
+    if served_store() is not None or Path(args.store, "CURRENT").is_file():
+        with open_existing(args.store) as store:
+            count = store.channel_post_count(args.channel)
+    else:
+        count = 0
+    what = f"drop --channel {args.channel} removes its {count} post{'s' if count != 1 else ''} from {args.store} and refuses new ones"
+    if served_store() is not None or not sys.stdin.isatty():
+        raise ArgumentError(f"{what}: pass --yes to confirm (no terminal to ask on)")
+    print(f"{what} (undrop re-allows posts, it does not restore them). Drop? [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() in ("y", "yes"):
+        return True
+    print("not dropped", file=sys.stderr)
+    return False
+
+
+def _cmd_seed(args) -> int:
+    with open_existing(args.store, readonly=args.seed_command == "show") as store:
+        if args.seed_command == "set":
+            try:
+                data = bytes.fromhex(args.seed)
+            except ValueError:
+                raise ArgumentError("seed set: the seed is hex: <varint role><32-byte public key> pairs (moderation.md §4.7)") from None
+            store.set_seed(data)
+        elif args.seed_command == "clear":
+            store.clear_seed()
+        seed = store.seed()
+    if args.json:
+        print_json({"seed": {pk.hex(): role for pk, role in sorted(seed.items())}})
+    elif not seed:
+        print("no moderation seed" + (": cleared (what its users did that was applied stays applied)" if args.seed_command == "clear" else ""))
+    else:
+        print(f"moderation seed: {len(seed)} users take these roles by default (no post/role is written; `cablestore seed clear` revokes it)")
+        for pk, role in sorted(seed.items()):
+            print(f"  {role:<6} {pk.hex()}")
     return 0
 
 
@@ -48,6 +118,8 @@ def _cmd_write(args) -> int:
     posts = getattr(args, "post", None)
     if posts and args.targets:
         raise ArgumentError(f"{args.command}: give --user KEYs or --post HASHes, not both")
+    if not _confirm_channel_drop(args):
+        return 1
     buf = moderate_with_keyfile(
         store_or_path(args.store), client_path(args.key), args.command, posts or args.targets,
         role=getattr(args, "role", None), posts=bool(posts), channel=args.channel or "",
@@ -72,6 +144,23 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the roles as JSON")
     p.set_defaults(func=_cmd_roles)
 
+    p = sub.add_parser("users", help="every known user: key, name, roles, hidden or blocked, post count (read only)")
+    p.add_argument("store", help="the store directory (read only)")
+    p.add_argument("--json", action="store_true", help="print the users as JSON")
+    p.set_defaults(func=_cmd_users)
+    p = sub.add_parser("seed", help="the moderation seed: users to regard as admins or mods by default (moderation.md §4.7)")
+    seeds = p.add_subparsers(dest="seed_command", required=True, metavar="COMMAND")
+    k = seeds.add_parser("set", help="join with a seed: hex of <varint role><32-byte key> pairs (0 admin, 1 mod; at most 16); replaces one set before")
+    k.add_argument("store", help="the store directory")
+    k.add_argument("seed", help="the seed as hex (roles numbered as moderation.md §5.1.2: 0 admin, 1 mod, 2 user)")
+    k.add_argument("--json", action="store_true", help="print the seed as JSON")
+    k.set_defaults(func=_cmd_seed)
+    for name, text in (("show", "the seed in effect (read only)"), ("clear", "revoke the seed: its users are normal users again; what they did stays applied")):
+        k = seeds.add_parser(name, help=text)
+        k.add_argument("store", help="the store directory")
+        k.add_argument("--json", action="store_true", help="print the seed as JSON")
+        k.set_defaults(func=_cmd_seed)
+
     p = sub.add_parser("moderation", help="the resolved moderation state: roles, hides, drops, blocks (read only)")
     p.add_argument("store", help="the store directory (read only)")
     p.add_argument("--json", action="store_true", help="print the whole state as JSON")
@@ -81,13 +170,13 @@ def register(sub) -> None:
         "role": "set a user's role (admin, mod, user) as the key file's owner",
         "hide": "hide users (or --post posts) in --channel or the whole cabal",
         "unhide": "undo a hide of users (or --post posts)",
-        "drop": "drop posts (--post HASH...) or a whole --channel: removed from the store",
-        "undrop": "undo a drop of posts (--post) or of a --channel",
+        "drop": "drop posts (--post HASH...) or a whole --channel: removed from the store (undrop re-allows posts, it does not restore them)",
+        "undrop": "undo a drop of posts (--post) or of a --channel: posts may be stored again when offered; removed ones are not restored",
         "block": "block users: their new posts are refused (--drop removes their stored posts)",
         "unblock": "undo a block (--undrop lets their dropped posts be stored again)",
     }
     for name, text in texts.items():
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, description=text)
         p.add_argument("store", help="the store directory (created if missing; the key's owner becomes its local user)")
         p.add_argument("--key", required=True, help="the key file of the local user (see `cablestore keygen`)")
         if name == "role":
@@ -101,9 +190,16 @@ def register(sub) -> None:
             else:
                 p.set_defaults(targets=[])
             p.add_argument("--post", nargs="+", default=None, metavar="HASH", help="act on these posts (hashes in hex)")
-        p.add_argument("--channel", default=None, help="the channel context (default: the whole cabal)")
+        p.add_argument(
+            "--channel", default=None,
+            help="refused: blocks act in the whole cabal" if name in ("block", "unblock") else "the channel context (default: the whole cabal)",
+        )
         p.add_argument("--reason", default="", help="why (shown to others; at most 128 characters)")
         p.add_argument("--private", action="store_true", help="privacy=1: kept in this store, never sent to peers")
+        if name == "drop":
+            p.add_argument("--yes", action="store_true", help="drop a --channel without asking (it asks on a terminal, and is refused elsewhere)")
+        else:
+            p.set_defaults(yes=False)
         if name == "block":
             p.add_argument("--drop", action="store_true", help="remove their stored posts too")
             p.add_argument("--notify", action="store_true", help="send the block to the blocked users")

@@ -195,7 +195,17 @@ def register(sub) -> None:
     )
     p.set_defaults(func=_cmd_serve)
 
-    p = sub.add_parser("sync", help="pull what a Cable peer has and this store lacks (created if missing)")
+    p = sub.add_parser(
+        "sync", help="pull what a Cable peer has and this store lacks (created if missing)",
+        description=(
+            "Pull what a Cable peer has and this store lacks: its channel list, then the time range and state of each channel, "
+            "from a cursor kept per peer and channel, so a rerun (after an interruption, or a limit that closed the connection) "
+            "resumes where the last complete sync ended. A `cablestore serve` on the other side also pulls from the connecting "
+            "side (unless it runs --no-pull): syncing to it sends it this store's posts too. A peer that keeps sending is never "
+            "cut off however slow; one that sends no byte of a begun message for 20 s, or trickles it below 256 bytes a second, is "
+            "closed, and the summary names the limit."
+        ),
+    )
     p.add_argument("store", help="the store directory to fill (created if missing)")
     add_local_user_flag(p)
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")

@@ -1,7 +1,9 @@
 """Read-only commands that show what a store holds: ``show``, ``channels``, ``stats``, ``dump``.
 
 None of them creates or writes anything: a path that holds no store is
-refused before LevelDB is asked to open it.  A channel named on the command
+refused before LevelDB is asked to open it, and a store is opened
+``readonly`` (:mod:`cablestore.store.readonly`): nothing in its directory is
+written, and it may be on read-only media.  A channel named on the command
 line must exist (``show``, ``dump --channel``): an unknown name is an error,
 not an empty answer.  Names and texts are printed through
 :func:`cablestore.cli.args.printable`, so a name holding a newline or a bidi
@@ -19,10 +21,11 @@ from cablestore.errors import CableError
 
 
 def _cmd_show(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         require_channel(store, args.channel)
         messages = store.messages(args.channel, limit=args.limit, include_hidden=args.all)[::-1]  # oldest first, as a chat window reads
         topic, members, total = store.topic(args.channel), len(store.members(args.channel)), len(store.channel_time_range(args.channel))
+        shown_as = store.user_labels({m.author for m in messages})  # a name two users share gets key digits
     if args.json:
         print_json({"channel": args.channel, "topic": topic, "members": members, "messages_total": total,
                     "messages": [m.to_dict() for m in messages]})
@@ -30,7 +33,7 @@ def _cmd_show(args) -> int:
     shown = f"the last {len(messages)}" if len(messages) < total else f"all {total}"
     print(printable(f"#{args.channel}: {'topic ' + repr(topic) if topic else '(no topic)'}, {members} members, "
                     f"{total} messages ({shown}, oldest first, times in UTC)"))
-    names = [printable(m.who) for m in messages]
+    names = [printable(shown_as[m.author]) for m in messages]
     width = max(map(_columns, names), default=0)
     for m, who in zip(messages, names, strict=True):
         print(f"{m.time:%Y-%m-%d %H:%M:%S}  {who}{' ' * (width - _columns(who))}  {printable(format_message(m))}")
@@ -51,12 +54,12 @@ def format_message(m) -> str:
 
 
 def _cmd_channels(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         channels = store.channels()
     if args.json:
         print_json({"store": str(args.store), "channels": [c.to_dict() for c in channels]})
         return 0
-    names = [printable(f"#{c.name}") for c in channels]
+    names = [printable(f"#{c.spelling or c.name}") for c in channels]  # as the channel's posts spell it
     width = max(map(_columns, names), default=0)
     for c, name in zip(channels, names, strict=True):
         topic = printable(f"topic {c.topic!r}") if c.topic else "(no topic)"
@@ -67,7 +70,7 @@ def _cmd_channels(args) -> int:
 
 
 def _cmd_stats(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         stats = store.stats()
     if args.json:
         print_json(stats.to_dict())
@@ -91,7 +94,7 @@ def format_stats(stats) -> str:
 
 
 def _cmd_dump(args) -> int:
-    with open_existing(args.store) as store:
+    with open_existing(args.store, readonly=True) as store:
         if args.channel is not None:
             require_channel(store, args.channel)
         posts = islice(store.posts(args.channel), args.limit if 0 < args.limit <= sys.maxsize else None)

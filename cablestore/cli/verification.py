@@ -18,7 +18,7 @@ def _cmd_export(args) -> int:
     from cablestore.store.store import Store
 
     progress = Progress(quiet=args.quiet)
-    with terminate_as_interrupt(), Store(args.store, create=False) as store:
+    with terminate_as_interrupt(), Store(args.store, readonly=True) as store:
         manifest = export_store(
             store,
             args.dir,

@@ -31,11 +31,14 @@ META = b"!meta!"
 FORMAT_KEY = META + b"format"  # the store's format, checked on open
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors, local user)
 LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves
+SEED_KEY = LOCAL + b"seed"  # the moderation seed the local user joined with (moderation.md §4.7), as its bytes
+SEED_KEPT = LOCAL + b"seeded"  # hashes of seeded users' posts applied when a seed was cleared: they stay applied
 CABAL_KEY = LOCAL + b"cabal"  # a digest of the cabal key the store belongs to (never the key)
 CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a post of that author
 SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channel from a peer starts
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see the indexer)
 QUARANTINE = b"!quarantine!"  # <original key> -> a record a repair set aside
+FACTS = b"!facts!"  # <hash> -> what the moderation state needs of a post a block removed (keyspace/facts.py)
 # Derived: the reverse-hash entries (cablestore.keyspace.reverse) and the views (``views/``).
 REVERSE = b"!rev!"
 CHAT = b"!chat!"

@@ -125,7 +125,7 @@ def _applicable(a: Action, local: bytes | None, history: RoleHistory, now) -> bo
     if a.author == local:
         return True
     context = CABAL if a.kind == BLOCKS else a.context
-    if not history.before(a.timestamp).has_authority(a.author, context, local):
+    if a.hash not in history.kept and not history.had_authority(a.author, context, a.timestamp):
         return False
     if a.kind in (USERS, BLOCKS) and now.has_authority(a.target, context, local):
         return False  # an action on someone holding authority: shown, not applied (§4.4.5)

@@ -39,6 +39,7 @@ from cablestore.wire.codec import ADMIN, MOD, USER
 
 CABAL = ""  # the cabal context (moderation.md §4.1.1)
 FOREVER = 1 << 64  # a time after every u64 timestamp: the present state
+SEED = bytes(32)  # the "deciding hash" of a role that comes from the moderation seed (§4.7): no post decides it
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,10 @@ class RoleState:
 class RoleHistory:
     """The role state just before any moment, computed once per distinct moment and kept."""
 
-    def __init__(self, local: bytes | None, roles: list[RolePost], infos: list[InfoPost]):
+    def __init__(self, local: bytes | None, roles: list[RolePost], infos: list[InfoPost], seed: dict | None = None, kept: frozenset = frozenset()):
         self.local = local
+        self.seed = seed or {}  # user -> role the moderation seed gives them by default (§4.7)
+        self.kept = kept  # posts of seeded users applied when the seed was cleared: they stay applied (§4.7.2)
         self.roles = sorted((r for r in roles if r.author != r.recipient), key=lambda r: r.order)
         self.infos: dict[bytes, list[InfoPost]] = {}
         for info in sorted(infos, key=lambda i: (i.timestamp, i.hash)):
@@ -144,7 +147,7 @@ class RoleHistory:
 
     def _fixed_point(self, applicable: list[RolePost], context: str) -> dict[bytes, tuple[int, bytes]]:
         local = self.local
-        by_recipient: dict[bytes, list[RolePost]] = {}
+        by_recipient: dict[bytes, list[RolePost]] = {u: [] for u in self.seed if u != local}
         for r in applicable:
             by_recipient.setdefault(r.recipient, []).append(r)
         admins = {local}
@@ -152,6 +155,8 @@ class RoleHistory:
             table: dict[bytes, tuple[int, bytes]] = {}
             for user, posts in by_recipient.items():
                 decided = self._decide(posts, admins, context)
+                if decided is None and user in self.seed:
+                    decided = (self.seed[user], SEED)  # the seed's default, until a role decides otherwise
                 if decided is not None and decided[0] != USER:
                     table[user] = decided
             grown = {local} | {u for u, (role, _) in table.items() if role == ADMIN}
@@ -166,7 +171,7 @@ class RoleHistory:
         if mine:
             best = min(mine, key=lambda r: (r.role, -r.timestamp, r.hash))
             return best.role, best.hash
-        applied = [r for r in posts if r.author in admins and self._was_admin(r.author, context, r.timestamp)]
+        applied = [r for r in posts if r.hash in self.kept or (r.author in admins and self._was_admin(r.author, context, r.timestamp))]
         if not applied:
             return None
         # The most capable; among equals the earliest, so "admin since" is the first grant.
@@ -174,6 +179,12 @@ class RoleHistory:
         return best.role, best.hash
 
     def _was_admin(self, user: bytes, context: str, timestamp: int) -> bool:
-        if user == self.local:
+        if user == self.local or self.seed.get(user) == ADMIN:  # a seeded admin's posts count whenever authored (§4.7.2)
             return True
         return self.before(timestamp).role_of(user, context, self.local) == ADMIN
+
+    def had_authority(self, user: bytes, context: str, timestamp: int) -> bool:
+        """Whether ``user`` could moderate in ``context`` when they posted at ``timestamp``: by their role then, or a seeded role."""
+        if self.seed.get(user) in (ADMIN, MOD):
+            return True
+        return self.before(timestamp).has_authority(user, context, self.local)

@@ -43,6 +43,7 @@ class Inbox:
         self._ends: list[int] = []  # ends of whole messages not taken (a queue, read from _head)
         self._head = 0
         self.partial_since: int | None = None
+        self.progress_at: int | None = None  # when the last byte of the partial message arrived
         self.broken: FramingError | None = None
 
     @property
@@ -78,15 +79,42 @@ class Inbox:
             self._buf = bytearray()
             self._pos = self._scan = self._head = 0
             self._ends = []
-            self.partial_since = None
+            self.partial_since = self.progress_at = None
             return
         completed = scan > self._scan
         self._scan = scan
         if scan < len(buf):
             if self.partial_since is None or completed:
                 self.partial_since = now  # the message now partial began arriving in this read
+            self.progress_at = now
         else:
-            self.partial_since = None
+            self.partial_since = self.progress_at = None
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of the message still arriving."""
+        return len(self._buf) - self._scan
+
+    def too_slow(self, now: int, frame_timeout: int, min_rate: int) -> str | None:
+        """Why the message still arriving counts as a hostile trickle at ``now``, or None while it makes progress."""
+        return trickle(now, self.partial_since, self.progress_at, self.partial_bytes, frame_timeout, min_rate)
+
+
+def trickle(now: int, since: int | None, progress_at: int | None, received: int, frame_timeout: int, min_rate: int) -> str | None:
+    """Why a message that began arriving at ``since`` (``received`` bytes so far, the last at ``progress_at``) is a hostile trickle.
+
+    The one rule for plain and private connections: no byte for
+    ``frame_timeout`` ms, or once it has taken that long, under ``min_rate``
+    bytes a second on average.  A message whose bytes keep coming is never slow.
+    """
+    if since is None:
+        return None
+    if now - progress_at > frame_timeout:
+        return f"no byte of a message for {now - progress_at} ms (limit frame_timeout, {frame_timeout} ms)"
+    took = now - since
+    if took > frame_timeout and received * 1000 < min_rate * took:
+        return f"a message arriving at {received * 1000 // took} bytes/s after {took} ms (limit MIN_MESSAGE_RATE, {min_rate} bytes/s)"
+    return None
 
     def _header(self, buf: bytearray, pos: int) -> int | None:
         """The end of the message starting at ``pos``, or None while its ``msg_len`` is incomplete."""
@@ -136,5 +164,5 @@ class Inbox:
         self._buf = bytearray()
         self._pos = self._scan = self._head = 0
         self._ends = []
-        self.partial_since = None
+        self.partial_since = self.progress_at = None
 

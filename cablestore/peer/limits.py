@@ -29,9 +29,12 @@ reached:
   refused forward is still answered from the local store.  Finite requests
   are never refused: they are work, answered in turn.
 * **time**: a connection that sends nothing and has nothing open for
-  ``idle_timeout`` ms, that takes longer than ``frame_timeout`` ms to
-  deliver one message, or that reads none of its pending output for
-  ``stall_timeout`` ms is closed.
+  ``idle_timeout`` ms, that sends no byte of a message it has begun for
+  ``frame_timeout`` ms or, past ``frame_timeout`` ms, delivers it slower
+  than ``MIN_MESSAGE_RATE`` bytes a second on average, or that reads none of
+  its pending output for ``stall_timeout`` ms is closed.  A peer that makes
+  progress (bytes arriving at a rate no honest peer falls under, even on a
+  loaded machine) is never closed for time.
 * **work**: connections take turns (round robin); a turn is at most
   ``slice_units`` units (one message handled, or one page of a long answer),
   so a burst from one connection delays another's answer by at most one
@@ -57,6 +60,10 @@ STORE_CACHE_MB = 32
 # output, one read, one unit of answer, the transport's write buffer and
 # the objects of the connection itself.
 CONNECTION_BYTES = 320 * KIB
+# The slowest a message may arrive once it has taken ``frame_timeout`` ms: an
+# honest peer sends tens of KB a second even on a loaded machine; a trickle
+# below this holds a connection and its buffer for nothing.
+MIN_MESSAGE_RATE = 256  # bytes a second
 
 
 @dataclass(frozen=True)
@@ -197,7 +204,7 @@ _SETTABLE_BOUNDS = {
     "active_per_peer": "long answers of one connection in progress at once",
     "slice_units": "units of work in one turn of a connection",
     "idle_timeout": "ms a peer may send nothing with nothing open",
-    "frame_timeout": "ms one message may take to arrive",
+    "frame_timeout": "ms a message begun may go without a byte (and after which it must average MIN_MESSAGE_RATE)",
     "stall_timeout": "ms a peer may read none of its answers",
     "request_timeout": "ms before a finite request (ours, or one forwarded) is given up",
     "handshake_timeout": "ms a Cable Handshake (a private listener or sync) may take; the half-open one holds a connection slot meanwhile",
@@ -221,6 +228,7 @@ _SET_OTHERWISE = {
 }
 _FIXED = (
     ("BASE_BYTES", "bytes of the memory budget kept for the interpreter and the store"),
+    ("MIN_MESSAGE_RATE", "bytes a second a message must average once it has taken frame_timeout ms"),
     ("CONNECTION_BYTES", "bytes of the memory budget each allowed connection holds outside the pool"),
     ("STORE_CACHE_MB", "MB of LevelDB block cache a peer process (serve, sync) opens its store with"),
     ("HASHES_PER_RESPONSE", "hashes in one hash response"),

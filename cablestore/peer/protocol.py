@@ -45,6 +45,7 @@ import logging
 from collections import Counter, deque
 
 from cablestore.errors import CableError, SlowPeerError, UnknownRequestError
+from cablestore.peer import limits
 from cablestore.peer.forwarding import Forwarding
 from cablestore.peer.inbox import BadMessage, Inbox
 from cablestore.peer.limits import EVENTS_KEPT
@@ -84,6 +85,7 @@ class Connection(Requesting, Serving, Forwarding):
         self._events: deque = deque(maxlen=EVENTS_KEPT)
         self.closed = False
         self.close_reason: str | None = None
+        self.close_detail: str | None = None  # who closed it and why, in words (a limit: which, and its value)
         self.error: CableError | None = None
         self._queue: deque = deque()  # (hashes, job, ttl) post requests not sent yet
         self._deferred: list = []  # (hash, job, ttl, channel, deadline): listed while in flight elsewhere
@@ -263,22 +265,24 @@ class Connection(Requesting, Serving, Forwarding):
         policy = self.state.policy
         reason = None
         # Not while whole messages wait to be handled: reading is paused for our backlog, not the peer's slowness.
-        if self.inbox.partial_since is not None and now - self.inbox.partial_since > policy.frame_timeout and self.inbox.ready_bytes < policy.input_reserved:
-            reason = f"slow: one message took over {policy.frame_timeout} ms to arrive"
+        trickle = self.inbox.too_slow(now, policy.frame_timeout, limits.MIN_MESSAGE_RATE) if self.inbox.ready_bytes < policy.input_reserved else None
+        if trickle is not None:
+            reason = f"slow: {trickle}"
         elif self._out or not self.writable:
             if self._stall_since is None:
                 self._stall_since = now
             elif now - self._stall_since > policy.stall_timeout:
-                reason = f"stalled: read none of its answers for {policy.stall_timeout} ms"
+                reason = f"stalled: read none of its answers for {now - self._stall_since} ms (limit stall_timeout, {policy.stall_timeout} ms)"
         elif (
             self.accepted
             and now - self.last_received > policy.idle_timeout
             and not (self.inbound or self.outbound or self.awaiting or self._answers or self._queue or self._deferred or self.inbox.size)
         ):
-            reason = f"idle for {policy.idle_timeout} ms"
+            reason = f"idle: sent nothing with nothing open for {now - self.last_received} ms (limit idle_timeout, {policy.idle_timeout} ms)"
         if reason is not None:
             self._refuse(SlowPeerError(reason))
-            self.close(reason.split(":")[0].split(" ")[0])
+            self.close_detail = f"this side closed it: the peer was {reason}"
+            self.close(reason.split(":")[0])
 
     def expire(self, entry: Inbound | Outbound, now: int) -> None:
         """``entry``, a finite request of this connection's, is older than the timeout (``Node.tick``)."""

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from typing import Any
 
 from cablestore.errors import ArgumentError, BlockedError, CableError, FramingError, SlowPeerError, TooManyConnectionsError
+from cablestore.peer import limits
+from cablestore.peer.inbox import trickle
 from cablestore.peer.limits import HANDSHAKE_READ
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.fields import read_varint
@@ -101,6 +103,7 @@ class SecureChannel:
         self._cipher = bytearray()  # bytes for the socket
         self._held = 0  # what is counted in the pool for this
         self.partial_since: int | None = None
+        self.progress_at: int | None = None  # when the last byte of the message still arriving came
         self.ended = False  # both end-of-stream markers exchanged: close once the output is out
         self._take_handshake_output()
 
@@ -147,8 +150,9 @@ class SecureChannel:
         if self.hs.buffered:
             if self.partial_since is None or any(isinstance(e, MessageReceived) for e in events):
                 self.partial_since = now  # the message now partial began arriving in this read
+            self.progress_at = now
         else:
-            self.partial_since = None
+            self.partial_since = self.progress_at = None
         self._account()
 
     def data_to_send(self, max_bytes: int | None = None) -> bytes:
@@ -175,8 +179,10 @@ class SecureChannel:
             return
         self._events(self.hs.check_time(now), now)
         waiting = self.conn.inbox.ready_bytes >= self.policy.input_reserved  # reading paused for our backlog: not the remote's slowness
-        if not self.conn.closed and not waiting and self.partial_since is not None and now - self.partial_since > self.policy.frame_timeout:
-            self._close(SlowPeerError(f"slow: one message took over {self.policy.frame_timeout} ms to arrive"), "slow")
+        slow = None if waiting else trickle(now, self.partial_since, self.progress_at, self.hs.buffered, self.policy.frame_timeout, limits.MIN_MESSAGE_RATE)
+        if not self.conn.closed and slow is not None:
+            self.conn.close_detail = f"this side closed it: the peer was slow: {slow}"
+            self._close(SlowPeerError(f"slow: {slow}"), "slow")
 
     def end(self, now: int) -> None:
         """Send our end-of-stream marker (what the Connection wrote before goes first)."""

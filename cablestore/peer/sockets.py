@@ -102,6 +102,9 @@ class _Link(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         if self.conn is not None and not self.conn.closed:
+            self.conn.close_detail = (
+                f"the connection was lost ({exc})" if exc else "the peer closed it (it may have judged this side slow or over a limit: its log says which)"
+            )
             self.conn.close("lost" if exc else "closed")
         if isinstance(self.io, SecureChannel):
             self.io.release()

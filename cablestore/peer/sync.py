@@ -275,7 +275,8 @@ class Sync:
         error = self.conn.error
         if error is not None:
             return f"the peer broke the framing: {type(error).__name__}: {error}"
-        return f"the connection closed ({self.conn.close_reason})"
+        detail = self.conn.close_detail or f"it closed ({self.conn.close_reason})"
+        return f"the connection closed: {detail}; a rerun resumes from the cursor"
 
     def abandon(self, reason: str = "abandoned") -> None:
         """Give up: cancel what is open, release the channels this sync holds; ``reason`` is kept."""

@@ -11,12 +11,21 @@ out when, in the resolved state (``views.actions``, ``views.blocks``):
   timestamped before the unblock ("keep the old posts as dropped");
 * its author's notified block names the local user: those at or after it.
 
+A block with ``drop = 1`` also keeps out every other post of its
+recipients, of every type: post/info, post/delete and types 6-9 too
+(moderation.md §4.6: their posts "MUST be discarded").  The moderation state
+already resolves a blocked user as if they had written no moderation post
+(:func:`cablestore.moderation.standing_blocks`); what it needs of the
+post/infos and moderation posts it removes is kept as facts
+(:mod:`cablestore.keyspace.facts`), and a post/delete's tombstones stay, so
+removing them changes neither the state nor what later deletes decide.
+
 The rule is a function of the post and the state, so what a store holds is
 a function of the set of posts it was offered, except that content removed
 while it was kept out comes back only when offered again (as for deletes;
-a re-sync brings it back).  Posts the state is computed from (post/info,
-post/delete and types 6-9) are never kept out: removing them could change
-the state that removed them, and a block must reach as many peers as it can.
+a re-sync brings it back).  Other drops and blocks act on channel content
+only: post/info, post/delete and types 6-9 are kept out only by a dropping
+block of their author.
 A kept-out post arriving is refused (:class:`DroppedError`,
 :class:`BlockedError`); one already stored is removed in the WriteBatch of
 the post that changed the state, with its view entries, like a delete but
@@ -32,9 +41,10 @@ from cablestore.errors import BlockedError, DroppedError, ModerationRefusalError
 from cablestore.keyspace.keys import canonical_channel
 from cablestore.views import actions, author, blocks
 from cablestore.views import channel as channel_view
-from cablestore.wire.codec import CHANNEL_TYPES, TEXT, TOPIC, Post
+from cablestore.wire.codec import CHANNEL_TYPES, POST_TYPE_NAMES, TEXT, TOPIC, Post
 
 DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
+ALL_TYPES = tuple(sorted(POST_TYPE_NAMES))  # what a dropping block keeps out
 
 
 _DROPPED_POST = actions.PREFIX + b"d"
@@ -61,10 +71,13 @@ def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post, memo: di
     change until it commits), from :func:`memo_for`.
     """
     t = post.post_type
-    if t not in CHANNEL_TYPES:
-        return None
     if memo is not None:
         get = _memoized(get, memo)
+    if t not in CHANNEL_TYPES:
+        block = get(blocks.PREFIX + b"b" + post.public_key)
+        if block is not None and block[32] == 1:
+            return BlockedError(f"author {post.public_key.hex()} is blocked (drop)")
+        return None
     if t in DROPPABLE and get(actions.dropped_post_key(h)) is not None:
         return DroppedError(f"post {h.hex()} is dropped")
     if get(actions.dropped_channel_key(canonical_channel(post.channel))) is not None:
@@ -104,7 +117,7 @@ def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
             found.update(k[-32:] for k, _ in batch.current(channel_view.PREFIX + ch + b"a"))
         elif key.startswith((blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")):
             who = key[-32:]
-            for t in CHANNEL_TYPES:
+            for t in ALL_TYPES if key.startswith(blocks.PREFIX + b"b") else CHANNEL_TYPES:
                 found.update(k[-32:] for k, _ in batch.current(author.prefix(who, t)))
     return found
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from cablestore import views
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
-from cablestore.keyspace import reverse
+from cablestore.keyspace import facts, reverse
 from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
@@ -63,10 +63,13 @@ def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableEr
     if state.enforce_memo is ENFORCE_UNREAD:
         state.enforce_memo = enforcing.memo_for(state.txn.db)
     if state.enforce_memo is not None and (kept_out := enforcing.refusal(state.get, h, post, state.enforce_memo)) is not None:
+        _keep_what_a_block_removes(state, h, post)
         return kept_out
     made = ()
     if post.post_type == DELETE:
         made = tuple(_delete_target(state, target, h, post) for target in dict.fromkeys(post.hashes))
+    elif post.post_type in facts.FACT_TYPES and state.get(facts.key(h)) is not None:
+        state.delete(facts.key(h))  # the post itself is back (a block ended): it speaks for itself
     index(state, Indexed.of(buf, post, h, made), buf)
     return True
 
@@ -90,10 +93,28 @@ def enforce(state: IndexState, changed: set[bytes]) -> None:
         blob = state.get(POSTS + h)
         if blob is None:
             continue
-        why = enforcing.refusal(state.get, h, decode_post(blob))
+        post = decode_post(blob)
+        why = enforcing.refusal(state.get, h, post)
         if why is not None:
-            unindex(state, h, blob, forget_tombstones=False)
+            # A blocked user's post/delete goes with what it deleted: their posts are dropped anyway, and a
+            # delete refused on arrival leaves no tombstone either (a re-sync after an unblock brings both back).
+            unindex(state, h, blob, forget_tombstones=post.post_type == DELETE)
+            _keep_what_a_block_removes(state, h, post)
             state.enforced[h] = why
+
+
+def _keep_what_a_block_removes(state: IndexState, h: bytes, post: Post) -> None:
+    """What stays of a post a block keeps out: the fact the moderation state needs (types 6-9 and post/info).
+
+    The same row whether the post was stored first and removed, or refused
+    on arrival: what the store holds stays a function of the set of posts.
+    """
+    t = post.post_type
+    if t in facts.FACT_TYPES:
+        state.put(facts.key(h), facts.pack(h, post))
+        state.types.add(t)  # a fact is an input of the moderation state
+        if t == INFO:
+            state.info_authors.add(post.public_key)
 
 
 def _author_of(state: IndexState, target: bytes) -> bytes | None:

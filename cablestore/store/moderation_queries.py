@@ -12,22 +12,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from cablestore.errors import LocalUserError, QueryError
-from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
+from cablestore.errors import LocalUserError, QueryError, ReadOnlyStoreError
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
+from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
+from cablestore.moderation.seed import ROLE_WORDS as SEED_ROLE_WORDS
 from cablestore.store import indexer
 from cablestore.store.indexing import IndexState
-from cablestore.store.resolving import refresh
+from cablestore.store.resolving import moderation_posts, refresh, stored_seed
 from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
-from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, decode_post, post_type_of
+from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, ROLE, decode_post, post_type_of
 
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
 
 
-def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
+def adopt_local_user(db: Any, given: HashLike | None, readonly: bool = False) -> bytes | None:
     """The store's local user: the one kept, or ``given`` (kept from now on, the state resolved for it).
 
-    A ``given`` key that differs from the kept one raises :class:`LocalUserError`.
+    A ``given`` key that differs from the kept one raises :class:`LocalUserError`;
+    one a ``readonly`` store would have to keep, :class:`ReadOnlyStoreError`.
     """
     kept = db.get(LOCAL_USER_KEY)
     if given is None:
@@ -37,6 +40,8 @@ def adopt_local_user(db: Any, given: HashLike | None) -> bytes | None:
         if kept != key:
             raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
         return kept
+    if readonly:
+        raise ReadOnlyStoreError(f"this store has no local user, and a read-only store cannot keep {key.hex()} as one (open it writable once with it)")
     batch = IndexState(Txn(db))
     batch.put(LOCAL_USER_KEY, key)
     indexer.enforce(batch, refresh(batch, key))  # the state of the posts already held, for this user, acted on
@@ -66,7 +71,7 @@ def _channel_context(channel: str | None) -> str:
 
 
 class ModerationQueries:
-    """The moderation state as the local user sees it (needs ``self.db`` and ``self._gate``)."""
+    """The moderation state as the local user sees it (needs ``self.db``, ``self._gate``, ``self._write_lock`` and ``self._forget_caches``)."""
 
     local_user: bytes | None
 
@@ -76,6 +81,63 @@ class ModerationQueries:
             context = ""
         prefix = prefix_of(context)
         return prefix, list(snap.iterator(prefix=prefix))
+
+    def set_local_user(self, user: HashLike) -> bytes:
+        """Give this open store its local user, as ``Store(path, local_user=user)`` does: kept from now on.
+
+        A store that has one keeps it (the same key is no change); a different
+        one raises :class:`LocalUserError` and changes nothing.  The posts
+        already held are resolved and acted on for the new local user in one
+        WriteBatch, under the write lock (``serve`` runs commands so).
+        """
+        self._writable()
+        key = local_user_key(user)
+        with self._write_lock:
+            self.local_user = adopt_local_user(self.db, key)
+            self._forget_caches()  # enforcing may have removed posts the write caches knew
+        return self.local_user
+
+    def seed(self) -> dict[bytes, str]:
+        """The moderation seed the store's local user joined with (moderation.md §4.7): public key -> ``"admin"``, ``"mod"`` or ``"user"``."""
+        data = self.db.get(SEED_KEY)
+        return {k: SEED_ROLE_WORDS[r] for k, r in parse_seed(data).items()} if data else {}
+
+    def set_seed(self, seed: bytes) -> dict[bytes, str]:
+        """Join with a moderation seed (``<varint role><32-byte key>`` pairs, at most 16): its users' default roles, at once.
+
+        It creates no post/role (§4.7.2): the roles are resolved from it, and an
+        admin's role for a seeded user decides instead.  Replaces a seed set
+        before.  Returns the seed as :meth:`seed` does.
+        """
+        self._writable()
+        roles = parse_seed(seed)
+        with self._write_lock:
+            batch = self._batch()
+            batch.put(SEED_KEY, format_seed(roles))
+            batch.types.add(ROLE)  # the moderation state changes: resolve it in this WriteBatch
+            self._commit(batch)
+        return self.seed()
+
+    def clear_seed(self) -> None:
+        """Revoke the moderation seed: its users are normal users again; what they did that was applied stays applied (§4.7.2)."""
+        self._writable()
+        with self._write_lock:
+            batch = self._batch()
+            current = stored_seed(batch.get)
+            if not current.roles:
+                return
+            state = resolve(self.local_user, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)), current)
+            batch.put(SEED_KEPT, b"".join(sorted(seeded_applied(state, current))))
+            batch.delete(SEED_KEY)
+            batch.types.add(ROLE)
+            self._commit(batch)
+
+    def roles_from_seed(self, channel: str | None = None) -> set[bytes]:
+        """The users whose role in ``channel`` (the cabal when None) comes from the moderation seed, not from a post/role."""
+        context = _channel_context(channel)
+        with self.db.snapshot() as snap:
+            prefix, rows = self._table(snap, roles.context_key(context), roles.role_prefix, context)
+        return {key[len(prefix) :] for key, value in rows if value[1:33] == SEED}
 
     def roles(self, channel: str | None = None) -> dict[bytes, str]:
         """Public key -> ``"admin"`` or ``"mod"`` in ``channel`` (the cabal when None); normal users are left out.
@@ -168,6 +230,8 @@ class ModerationQueries:
         return {
             "local_user": self.local_user.hex() if self.local_user else None,
             "roles": {c or "(cabal)": hexed(self.roles(c)) for c in contexts},
+            "roles_from_seed": {c or "(cabal)": sorted(k.hex() for k in self.roles_from_seed(c)) for c in contexts},
+            "seed": hexed(self.seed()),
             "hidden_users": {c or "(cabal)": hexed(self.hidden_users(c)) for c in user_contexts},
             "hidden_posts": hexed(self.hidden_posts()),
             "dropped_posts": hexed(self.dropped_posts()),

@@ -47,6 +47,7 @@ from cablestore.errors import (
 from cablestore.keyspace.keys import FORMAT_KEY
 
 from . import leveldb_files
+from .readonly import Links
 
 FORMAT = b"cablestore-1"
 RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
@@ -179,37 +180,64 @@ def translated(path: str | os.PathLike) -> Iterator[None]:
 DEFAULT_CACHE_MB = 128
 
 
-def open_db(path: Path, *, create: bool, cache_mb: int = DEFAULT_CACHE_MB, write_buffer_mb: int = 64) -> tuple[plyvel.DB, str]:
-    """Open the store at ``path``; return ``(db, registry key)`` for :func:`release`.
+def open_db(
+    path: Path, *, create: bool, readonly: bool = False, cache_mb: int = DEFAULT_CACHE_MB, write_buffer_mb: int = 64
+) -> tuple[plyvel.DB, str, Links | None]:
+    """Open the store at ``path``; return ``(db, registry key, links)``: :func:`close_db` closes them.
 
     ``create=True`` creates a store at a missing path or in an empty
     directory; anything else that is not a store is refused, untouched.
+    ``readonly=True`` opens LevelDB on a directory of links to the store's
+    files (:mod:`cablestore.store.readonly`): nothing in ``path`` is created
+    or written, and ``links`` is that directory (else None).
     """
     key = claim(path)
+    links = None
     try:
         kind = classify(path)
-        refused = refusal(path, kind, create)
+        refused = refusal(path, kind, create and not readonly)
         if refused is not None:
             raise refused
         if kind is Kind.MISSING:
             _make_dirs(path)
         elif kind is Kind.STORE and (unlisted := leveldb_files.unlisted_tables(path)):
             raise StoreCorruptError(f"{path}: the MANIFEST does not list {', '.join(unlisted)} (LevelDB would delete them); {RECOVER_HINT}")
-        db = _plyvel_open(path, create, cache_mb, write_buffer_mb)
+        if readonly:
+            links = Links(path)
         try:
-            _check_format(db, path, create)
+            db = _plyvel_open(links.dir if links else path, create and not readonly, cache_mb, write_buffer_mb)
+        except StoreError as exc:
+            raise (links.in_words(exc) if links else exc) from exc.__cause__
+        try:
+            _check_format(db, path, create and not readonly, readonly)
         except BaseException:
             db.close()
             raise
-        return db, key
+        return db, key, links
     except BaseException:
+        if links is not None:
+            links.remove()
         release(key)
         raise
 
 
-def reopen_db(path: Path, *, cache_mb: int = DEFAULT_CACHE_MB, write_buffer_mb: int = 64) -> plyvel.DB:
-    """Open again a store this process has registered and just closed."""
-    return _plyvel_open(path, False, cache_mb, write_buffer_mb)
+def close_db(db: plyvel.DB, key: str, links: Links | None) -> None:
+    """Close what :func:`open_db` opened: flush and close LevelDB (a store opened read-only is not flushed), remove the links."""
+    try:
+        if links is None:
+            flush(db)
+        db.close()
+    finally:
+        try:
+            if links is not None:
+                links.remove()
+        finally:
+            release(key)
+
+
+def reopen_db(path: Path, links: Links | None = None, *, cache_mb: int = DEFAULT_CACHE_MB, write_buffer_mb: int = 64) -> plyvel.DB:
+    """Open again a store this process has registered and just closed (read-only: its directory of links again)."""
+    return _plyvel_open(links.dir if links else path, False, cache_mb, write_buffer_mb)
 
 
 def _make_dirs(path: Path) -> None:
@@ -266,7 +294,7 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
         raise translate(exc, path) from exc
 
 
-def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
+def _check_format(db: plyvel.DB, path: Path, create: bool, readonly: bool = False) -> None:
     with translated(path):
         # Checksums verified: a block read here stays in the block cache, where
         # a later check (which verifies what it reads from disk) would trust it.
@@ -280,7 +308,7 @@ def _check_format(db: plyvel.DB, path: Path, create: bool) -> None:
         if not empty:
             raise NotAStoreError(
                 f"{path} is a LevelDB database without {FORMAT_KEY!r}: not a cablestore store; its data was not changed"
-                " (LevelDB rewrote its own MANIFEST and log when it was opened)"
+                + (" (opened read-only: nothing was written)" if readonly else " (LevelDB rewrote its own MANIFEST and log when it was opened)")
             )
         if not create:
             raise StoreNotFoundError(f"{path} is an empty LevelDB database, not a cablestore store")

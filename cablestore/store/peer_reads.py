@@ -11,9 +11,9 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, canonical_channel, channel_key, escape
+from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, channel_key, escape
 from cablestore.store.queries import chat_bounds, last_under
-from cablestore.views import author, blocks, chat, state
+from cablestore.views import author, blocks
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import BLOCK, TOPIC, UNBLOCK, decode_post
 from cablestore.wire.crypto import check_signature
@@ -47,39 +47,6 @@ def channel_state_answer(store: Any, channel: str) -> list[bytes]:
     # order they arrive and keeps the last topic it saw (cable-core.js 0.2.1 does) must end on the
     # latest topic, so no older topic may arrive after it.
     return [h for h in dict.fromkeys(extra) if h not in known] + hashes
-
-
-def listed_spelling(store: Any, channel: str) -> str:
-    """The spelling a channel is listed under in answers: the ``channel`` field of a post it holds.
-
-    Names are case-insensitive (spec 5.4.1) and the store keys them
-    casefolded, but deployed peers (cable-core.js 0.2.1) compare them
-    exactly, so a name is listed as posts spell it: the spelling of the
-    newer of the channel's newest post/text and its latest post/topic (the
-    later timestamp, ties to the higher hash); for a channel with neither,
-    of its newest post/join or post/leave.  One deterministic choice per
-    channel; a channel with no post left to read is listed casefolded.
-    """
-    ch = channel_key(channel)
-    found: list[bytes] = []
-    with store.db.snapshot() as snap, snap.iterator(include_value=False) as it:
-        for prefix in (chat.channel_prefix(channel), state.topic_prefix(ch)):
-            key = last_under(it, prefix)
-            if key is not None:
-                found.append(key[-40:])  # <mono>: the timestamp, then the hash
-    candidates = [max(found)[-32:]] if found else store.channel_state(channel)
-    best = None
-    for h in candidates:
-        buf = store.get(h)
-        if buf is None:
-            continue
-        post = decode_post(buf)
-        name = getattr(post, "channel", None)
-        if name is not None and canonical_channel(name) == canonical_channel(channel):
-            rank = (post.timestamp, h)
-            if best is None or rank > best[0]:
-                best = (rank, name)
-    return channel if best is None else best[1]
 
 
 def time_range_page(store: Any, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:

@@ -26,6 +26,7 @@ from cablestore.keyspace.keys import (
     unescape,
 )
 from cablestore.keyspace.records import Tombstone
+from cablestore.store import spelling
 from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.link_queries import LinkQueries
 from cablestore.views import author, chat, state, user
@@ -159,6 +160,13 @@ class Queries(LinkQueries):
         with self.db.snapshot() as snap:
             names = channel_names(snap)
         return names[offset : offset + limit if limit else None]
+
+    def listed_spellings(self, channels: Iterable[str]) -> list[str]:
+        """The spelling each of ``channels`` (any spelling) is written and listed under: as its earliest
+        post/text or post/topic spells it (:mod:`cablestore.store.spelling`); unknown channels as given."""
+        if isinstance(channels, (str, bytes)):
+            raise QueryError("channels is a list of channel names, not one string")
+        return spelling.listed_spellings(self, channels)
 
     # --- users and authors ----------------------------------------------------
     def name(self, public_key: HashLike) -> str | None:

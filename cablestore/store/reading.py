@@ -18,14 +18,14 @@ from typing import Any
 
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
-from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, escape
+from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, channel_key, escape
 from cablestore.store.queries import channel_names
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
 from cablestore.views import chat as chat_view
 from cablestore.views import user as user_view
-from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, post_hash
+from cablestore.wire.codec import ACTION_NAMES, DELETE, POST_TYPE_NAMES, ROLE_NAMES, TEXT, Post, decode_post, info_dict, post_hash
 
 __all__ = ["ChannelSummary", "Reading", "StoreStats", "StoredPost"]
 
@@ -100,7 +100,7 @@ class StoredPost:
         return self.author_name if self.author_name is not None else self.author.hex()[:8]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key)."""
+        """JSON-ready fields: bytes as hex, ``info`` as a dict (the last value of a repeated key; ``accept-role`` as 0 or 1)."""
         out: dict[str, Any] = {
             "hash": self.hash.hex(),
             "type": self.type_name,
@@ -114,7 +114,7 @@ class StoredPost:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.info is not None:
-            out["info"] = dict(self.info)
+            out["info"] = info_dict(self.info)
         if self.post_type == DELETE:
             out["deleted"] = [h.hex() for h in self.deleted]
         if self.recipients is not None:
@@ -140,7 +140,7 @@ class StoredPost:
             if value is not None:
                 body += f" {name}={_clip(value)!r}"
         if self.info is not None:
-            body += f" info={dict(self.info)!r}"
+            body += f" info={info_dict(self.info)!r}"
         if self.deleted:
             body += f" deleted={len(self.deleted)}"
         if self.role is not None:
@@ -193,19 +193,21 @@ class StoreStats:
 class ChannelSummary:
     """One channel as ``cablestore channels`` lists it.
 
-    ``name`` is the canonical (casefolded) spelling, ``topic`` the current
-    topic (``""``: none), ``members`` the current members, ``messages`` the
-    post/text and post/delete its time range holds.
+    ``name`` is the canonical (casefolded) spelling, ``spelling`` the one
+    its posts use and authoring writes (``Store.listed_spellings``),
+    ``topic`` the current topic (``""``: none), ``members`` the current
+    members, ``messages`` the post/text and post/delete its time range holds.
     """
 
     name: str
     topic: str
     members: int
     messages: int
+    spelling: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict."""
-        return {"name": self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
+        return {"name": self.name, "spelling": self.spelling or self.name, "topic": self.topic, "members": self.members, "messages": self.messages}
 
 
 def _count_keys(reader, prefix: bytes) -> int:
@@ -300,9 +302,7 @@ class Reading:
             for key, buf in it:
                 h = key[len(POSTS) :]
                 post = _checked_post(self.path, h, buf)
-                if wanted is not None and not (
-                    (post.channel is not None and canonical_channel(post.channel) == wanted) or h in deletes
-                ):
+                if wanted is not None and not ((post.channel is not None and canonical_channel(post.channel) == wanted) or h in deletes):
                     continue
                 if post.public_key not in names:
                     names[post.public_key] = _text(snap.get(_name_key(post.public_key)))
@@ -321,7 +321,7 @@ class Reading:
         return True
 
     def channels(self) -> list[ChannelSummary]:
-        """Every channel with its topic, member count and message count, ascending by name (one snapshot)."""
+        """Every channel with its spelling, topic, member count and message count, ascending by name."""
         out = []
         with self.db.snapshot() as snap:
             for name in channel_names(snap):
@@ -331,7 +331,13 @@ class Reading:
                     members = sum(1 for _, v in it if v == b"\x01")
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
-        return out
+        spellings = self.listed_spellings([c.name for c in out])
+        return [replace(c, spelling=spelled) for c, spelled in zip(out, spellings, strict=True)]
+
+    def channel_post_count(self, channel: str) -> int:
+        """How many posts of ``channel`` the store holds: its post/text, post/topic, post/join and post/leave
+        (what a ``drop channel`` removes).  One key scan, no post decoded."""
+        return _count_keys(self.db, channel_view.PREFIX + channel_key(channel) + b"a")
 
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""

@@ -1,29 +1,35 @@
-"""Recovering a damaged store: LevelDB's repair, then a view repair, and an account of losses.
+"""Recovering a damaged store: salvage, LevelDB's repair, the view repair, and an account of losses.
 
 ``recover(path)`` is what ``cablestore recover STORE`` runs:
 
-1. take LevelDB's lock (so no process has the store open) and read the
-   evidence of what the store held: every ``!post!`` write and delete in
-   its write-ahead logs (read leniently, damaged or not);
-2. ``plyvel.repair_db``: LevelDB rebuilds ``CURRENT`` and the ``MANIFEST``
-   from the table files, turns the logs into tables, keeps every record it
-   can read and moves the files it replaced to ``STORE/lost/``;
-3. more evidence from the repaired database: the reverse entry
-   (``!rev!<hash>``) each stored post has, in another part of the key space
-   than the post itself;
-4. ``check --repair``: damaged records (a post whose bytes no longer hash to
-   its key, a damaged tombstone) are removed and the views recomputed;
-5. posts a stored post/delete of their author names (back because the
-   blocks recording their deletion were damaged) are deleted again;
-6. the report: posts and tombstones before the view repair and after,
-   every post the evidence says was stored but is not any more (``lost``:
-   fetch those again from a peer), and LevelDB's lines about data it could
-   not read (``damaged``: a table or log block whose posts cannot be named,
-   because the evidence of them was in the same block).
+1. take LevelDB's lock (so no process has the store open) and read every
+   table and log of the store, and those earlier repairs left in ``lost/``
+   (:mod:`cablestore.store.salvage`): the latest record of every post,
+   tombstone and local row, and whether every file checks;
+2. a store whose files all check is not repaired: only its views are
+   checked (and repaired if they differ); nothing is added to ``lost/``;
+3. otherwise the damaged originals are kept in a dated folder
+   ``STORE/lost/recover-<UTC time>/`` (hard links, so they cost no space
+   while LevelDB keeps them too), and ``plyvel.repair_db`` rebuilds
+   ``CURRENT`` and the ``MANIFEST`` from the tables, turns the logs into
+   tables and keeps every block it can read;
+4. every salvaged record the repair did not keep is written back: posts
+   proven by hash, strict decode and signature (from any file, a damaged
+   block included), tombstones whose tag checks, other rows from blocks
+   whose checksum checks; what is not proven goes to ``unproven.jsonl`` in
+   the dated folder, never into the store;
+5. ``check --repair`` recomputes the views (a post a tombstone or the
+   moderation state keeps out is removed again), and posts a stored
+   post/delete of their author names are deleted again;
+6. the report: what each file held, what was salvaged, posts and
+   tombstones after, every post known to have been stored that is gone
+   (``lost``: fetch those again from a peer) and the damaged parts of files
+   (``damaged``: posts in a damaged compressed block are gone unless a copy
+   survives elsewhere).
 
-What recovery keeps: every record LevelDB's repair can read whose bytes
-still match their hash; nothing damaged is indexed, nothing intact is
-dropped.  Repair is idempotent: run it again after an interruption.
+Nothing the repair keeps is dropped, nothing unproven is indexed, a key
+deleted later (a higher sequence number) is not brought back.  Repair is
+idempotent: run it again after an interruption.
 """
 
 from __future__ import annotations
@@ -31,22 +37,21 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import plyvel
 
-from cablestore.errors import CableError, StoreError, StoreLockedError
+from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import DELETED, FORMAT_KEY, POSTS
 from cablestore.progress import Progress
-from cablestore.store import leveldb_files, opening
+from cablestore.store import opening, salvage
 from cablestore.wire.codec import DELETE, decode_post, post_hash
 
 _POST_KEY_LEN = len(POSTS) + 32
-# In a WriteBatch a record is: tag (1 put, 0 delete), varint key length, key[, varint value length, value].
-_POST_OP = re.compile(rb"([\x00\x01])" + bytes([_POST_KEY_LEN]) + re.escape(POSTS) + rb"(.{32})", re.DOTALL)
-_DAMAGE = re.compile(r"(Corruption|ignoring|dropping|IO error|Invalid argument|unparsable)")
 _REPAIR_LINE = re.compile(r"(Log #|Table #|Archiving|Repaired|dropping|Corruption|lost)", re.IGNORECASE)
 
 
@@ -55,24 +60,33 @@ class RecoveryReport:
     """What ``recover`` found and kept."""
 
     path: str
-    posts_before: int = 0  # after LevelDB's repair, before the view repair
+    intact: bool = False  # every file checked: nothing was repaired, nothing added to lost/
+    originals: str | None = None  # the dated folder holding the damaged originals
+    files: list[dict] = field(default_factory=list)  # each table and log read: mode, blocks, damaged parts, posts found
+    posts_before: int = 0  # after LevelDB's repair, before salvage and the view repair
     tombstones_before: int = 0
+    salvaged_posts: list[str] = field(default_factory=list)  # hex hashes: proven posts LevelDB's repair had lost
+    salvaged_tombstones: int = 0
+    salvaged_rows: int = 0  # local, refusal, quarantine and format rows
+    deleted_later: list[str] = field(default_factory=list)  # keys (hex) a later deletion keeps out that LevelDB brought back
+    unproven: int = 0  # records written to the quarantine file, not to the store
+    quarantine: str | None = None
     posts_after: int = 0
     tombstones_after: int = 0
-    known_posts: int = 0  # posts the evidence says the store held
+    known_posts: int = 0  # posts the files say the store held
     lost: list[str] = field(default_factory=list)  # hex hashes: stored once, gone now
     removed_records: list[dict] = field(default_factory=list)  # damaged records the view repair removed
     view_repair: dict | None = None
-    set_aside: list[str] = field(default_factory=list)  # files LevelDB moved to lost/
+    set_aside: list[str] = field(default_factory=list)  # files LevelDB's repair replaced (kept in ``originals``)
     leveldb: list[str] = field(default_factory=list)  # LevelDB's own account of the repair
-    damaged: list[str] = field(default_factory=list)  # LevelDB lines naming data it could not read
+    damaged: list[str] = field(default_factory=list)  # "file offset+length: why": parts of files that did not check
     format_restored: bool = False
     deleted_again: list[str] = field(default_factory=list)  # deleted posts that came back, deleted again
     consistent: bool = False
 
     @property
     def lossless(self) -> bool:
-        """Nothing lost, nothing removed, nothing LevelDB could not read."""
+        """Nothing lost, nothing removed, no damaged part of a file."""
         return not self.lost and not self.removed_records and not self.damaged
 
     def to_dict(self) -> dict:
@@ -81,9 +95,7 @@ class RecoveryReport:
 
 
 def recover(path: str | os.PathLike, progress: Progress | None = None) -> RecoveryReport:
-    """Repair the LevelDB at ``path``, then its views; report what was kept and lost."""
-    from cablestore.store.store import Store
-
+    """Salvage and repair the store at ``path``; report what was kept and lost."""
     path = Path(path)
     kind = opening.classify(path)
     if kind not in (opening.Kind.STORE, opening.Kind.HEADLESS):
@@ -91,22 +103,100 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
     report = RecoveryReport(str(path))
     registered = opening.claim(path)
     try:
-        if progress:
-            progress.stage("LevelDB repair")
-        before_lost = set(os.listdir(path / "lost")) if (path / "lost").is_dir() else set()
         with _leveldb_lock(path):
-            logged = _log_evidence(path)
-            with opening.translated(path):
-                plyvel.repair_db(os.fsencode(path), paranoid_checks=True)  # checksums: drop damaged blocks, keep the rest
-        report.set_aside = sorted(set(os.listdir(path / "lost")) - before_lost) if (path / "lost").is_dir() else []
-        report.leveldb = _repair_lines(path)
-        report.damaged = [line for line in report.leveldb if _DAMAGE.search(line)]
-        report.format_restored = _restore_format(path)
+            found = salvage.scan(path, progress)
     finally:
         opening.release(registered)
+    report.files = [asdict(f) for f in found.files]
+    report.damaged = [f"{f.file} {part}" for f in found.files if not f.leftover for part in f.damaged]
+    if found.intact:
+        try:
+            return _views_only(path, found, report, progress)
+        except StoreCorruptError:
+            found = None  # the files check but LevelDB refuses them: read them again (opening wrote some), then repair
+    registered = opening.claim(path)
+    try:
+        with _leveldb_lock(path):
+            if found is None:
+                found = salvage.scan(path, progress)
+            _repair(path, found, report, progress)
+    finally:
+        opening.release(registered)
+    _repair_views(path, report, found, progress)
+    if progress:
+        progress.done()
+    return report
+
+
+def _views_only(path: Path, found: salvage.Salvage, report: RecoveryReport, progress) -> RecoveryReport:
+    """A store whose files all check: its views are checked, and repaired if they differ."""
+    from cablestore.store.store import Store
+
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
-        present, rev, report.tombstones_before = _inventory(store.db)
-        report.posts_before = len(present)
+        # A write cut short at the end of a log (a crash) is no damage, but the posts
+        # whose bytes it holds are proven: offered to the store as a peer's would be.
+        loose = [rec for rec, why in salvage.prove(salvage.unheld_loose_posts(store.db, found), progress) if why is None]
+        results = store.ingest_many([rec.value for rec in loose]) if loose else []
+        report.salvaged_posts = [rec.key[len(POSTS) :].hex() for rec, res in zip(loose, results, strict=True) if res.new]
+        if progress:
+            progress.stage("view check")
+        checked = store.check(fix=True, check_signatures=False)
+        report.deleted_again = _reapply_deletes(store)
+        if report.deleted_again:
+            checked = store.check(fix=True, check_signatures=False)
+        present, _, report.tombstones_after = _inventory(store.db)
+    report.intact = True
+    report.view_repair = checked.repaired
+    report.removed_records = [dict(f, kind=kind) for kind, items in (checked.to_dict()["faults"] if checked.repaired else {}).items() for f in items]
+    report.posts_before = report.posts_after = report.known_posts = len(present)
+    report.tombstones_before = report.tombstones_after
+    report.consistent = checked.consistent
+    if progress:
+        progress.done()
+    return report
+
+
+def _repair(path: Path, found: salvage.Salvage, report: RecoveryReport, progress) -> None:
+    """Keep the originals, run LevelDB's repair, write back what it lost (under LevelDB's lock)."""
+    folder = _originals_folder(path)
+    report.originals = str(folder)
+    linked = _keep_originals(path, folder, found)
+    before_lost = _top_level(path / "lost")
+    if progress:
+        progress.stage("LevelDB repair")
+    with opening.translated(path):
+        plyvel.repair_db(os.fsencode(path), paranoid_checks=True)  # checksums: drop damaged blocks, keep the rest
+    replaced = sorted(_top_level(path / "lost") - before_lost)
+    report.set_aside = replaced
+    report.leveldb = _repair_lines(path)
+    _file_away(path / "lost", folder, replaced, linked)
+    for f in found.earlier:  # read by this salvage: filed with its originals
+        target = folder / "earlier" / f.relative_to(path / "lost")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(f, target)
+    with opening.translated(path):
+        db = plyvel.DB(os.fsencode(path), create_if_missing=False)
+        try:
+            kept, _, report.tombstones_before = _inventory(db)
+            report.posts_before = len(kept)
+            applied = salvage.apply(db, found, progress)
+            report.format_restored = _restore_format(db, bool(found.posts()))
+        finally:
+            db.close()
+    report.salvaged_posts = applied.posts
+    report.salvaged_tombstones, report.salvaged_rows = applied.tombstones, applied.rows
+    report.deleted_later = applied.deleted
+    report.unproven = len(applied.unproven)
+    quarantine = salvage.write_quarantine(folder, applied.unproven)
+    report.quarantine = None if quarantine is None else str(quarantine)
+    (folder / salvage.SALVAGED).write_text("every file in this folder was read by `cablestore recover`\n")
+
+
+def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, progress) -> None:
+    from cablestore.store.store import Store
+
+    with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
+        present, rev, _ = _inventory(store.db)
         if progress:
             progress.stage("view repair")
         checked = store.check(fix=True, check_signatures=False)  # first: no damaged record is read below
@@ -119,14 +209,55 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
         tombstoned = {k[len(DELETED) : len(DELETED) + 32] for k in store.db.iterator(prefix=DELETED, include_value=False)}
     report.removed_records = [dict(f, kind=kind) for kind, items in faults.items() for f in items]
     report.consistent = checked.consistent
-    report.posts_after, report.tombstones_after = len(after), report.tombstones_after
-    known = present | rev | logged
+    report.posts_after = len(after)
+    known = present | rev | found.posts()
     report.known_posts = len(known)
     # A post a later post/delete removed is gone on purpose: its tombstone says so.
     report.lost = sorted(h.hex() for h in known - after - tombstoned)
-    if progress:
-        progress.done()
-    return report
+
+
+def _originals_folder(path: Path) -> Path:
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+    folder = path / "lost" / f"recover-{stamp}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = path / "lost" / f"recover-{stamp}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _keep_originals(path: Path, folder: Path, found: salvage.Salvage) -> dict[tuple[int, int], str]:
+    """Hard-link (or copy) every LevelDB file but the tables that check whole; return ``(dev, inode) -> name``."""
+    whole = {f.file for f in found.files if f.mode == "index" and not f.damaged}
+    linked = {}
+    for f in sorted(path.iterdir()):
+        if not f.is_file() or f.name == "LOCK" or f.name in whole:
+            continue
+        try:
+            os.link(f, folder / f.name)
+        except OSError:
+            shutil.copy2(f, folder / f.name)
+        st = os.stat(folder / f.name)
+        linked[(st.st_dev, st.st_ino)] = f.name
+    return linked
+
+
+def _top_level(lost: Path) -> set[str]:
+    return {f.name for f in lost.iterdir() if f.is_file()} if lost.is_dir() else set()
+
+
+def _file_away(lost: Path, folder: Path, names: list[str], linked: dict) -> None:
+    """Files LevelDB's repair put in ``lost/``: dropped where the folder holds the same file (a hard link), else moved in."""
+    for name in names:
+        f = lost / name
+        st = os.stat(f)
+        if (st.st_dev, st.st_ino) in linked:
+            f.unlink()  # its other name, in the dated folder, keeps it
+        else:
+            target = folder / "leveldb-repair" / name
+            target.parent.mkdir(exist_ok=True)
+            os.replace(f, target)
 
 
 def _reapply_deletes(store) -> list[str]:
@@ -182,22 +313,6 @@ class _leveldb_lock:
         os.close(self.fd)  # closing drops the lock
 
 
-def _log_evidence(path: Path) -> set[bytes]:
-    """Hashes whose last ``!post!`` write in the logs is a put (damaged records included)."""
-    last: dict[bytes, bool] = {}
-    # LevelDB's logs only (NNNNNN.log files): anything else an operator left there is not read.
-    logs = [p for p in path.glob("*.log") if p.stem.isdigit() and p.is_file()]
-    for log in sorted(logs, key=lambda p: int(p.stem)):
-        data = log.read_bytes()
-        for payload in leveldb_files.records(data):
-            for m in _POST_OP.finditer(payload):
-                last[m.group(2)] = m.group(1) == b"\x01"
-        # A damaged header can hide a record from the reassembly; its puts still count.
-        for m in _POST_OP.finditer(data):
-            last.setdefault(m.group(2), m.group(1) == b"\x01")
-    return {h for h, put in last.items() if put}
-
-
 def _repair_lines(path: Path) -> list[str]:
     try:
         text = (path / "LOG").read_text(errors="replace")
@@ -206,21 +321,14 @@ def _repair_lines(path: Path) -> list[str]:
     return [line.split(" ", 2)[-1] for line in text.splitlines() if _REPAIR_LINE.search(line)]
 
 
-def _restore_format(path: Path) -> bool:
+def _restore_format(db, ours: bool) -> bool:
     """Put ``!meta!format`` back if repair lost it but the data is a cablestore store's."""
-    with opening.translated(path):
-        db = plyvel.DB(os.fsencode(path), create_if_missing=False)
-        try:
-            if db.get(FORMAT_KEY) is not None:
-                return False
-            if not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(
-                True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)
-            ):
-                return False  # not ours: opening will refuse it
-            db.put(FORMAT_KEY, opening.FORMAT, sync=True)
-            return True
-        finally:
-            db.close()
+    if db.get(FORMAT_KEY) is not None:
+        return False
+    if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)):
+        return False  # not ours: opening will refuse it
+    db.put(FORMAT_KEY, opening.FORMAT, sync=True)
+    return True
 
 
 def _inventory(db) -> tuple[set[bytes], set[bytes], int]:

@@ -18,8 +18,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cablestore import views
-from cablestore.keyspace.keys import POSTS
-from cablestore.moderation import RELEVANT_TYPES, resolve
+from cablestore.errors import CorruptRecordError
+from cablestore.keyspace import facts
+from cablestore.keyspace.keys import DELETED, POSTS, SEED_KEPT, SEED_KEY
+from cablestore.keyspace.records import Tombstone
+from cablestore.moderation import RELEVANT_TYPES, Seed, parse_seed, resolve
 from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
 
@@ -61,12 +64,43 @@ def moderation_posts(current: Callable[[bytes], list], read: Callable[[bytes], b
             blob = read(key[-32:])
             if blob is not None:
                 posts.append((key[-32:], decode_post(blob)))
-    return posts
+    return posts + held_facts(current)
+
+
+def held_facts(current: Callable[[bytes], list]) -> list:
+    """``(hash, fact)`` of every fact (``cablestore.keyspace.facts``) whose post is not held and not deleted by its author.
+
+    A damaged fact is left out here (the state is computed without it) and
+    reported by ``check``.
+    """
+    out = []
+    for key, value in current(facts.FACTS):
+        h = key[len(facts.FACTS) :]
+        if current(POSTS + h):
+            continue  # the post itself is held (offered again since): it speaks for itself
+        try:
+            fact = facts.unpack(h, value)
+        except CorruptRecordError:
+            continue
+        if _deleted_by(current, h, fact.public_key):
+            continue  # deleted by its author: gone for good, as the post would be
+        out.append((h, fact))
+    return out
+
+
+def _deleted_by(current, h: bytes, author: bytes) -> bool:
+    for key, value in current(DELETED + h):
+        try:
+            if Tombstone.unpack(h, key[-32:], value).deleter == author:
+                return True
+        except CorruptRecordError:
+            continue  # a damaged tombstone decides nothing (check reports it)
+    return False
 
 
 def refresh(batch: IndexState, local: bytes | None) -> set[bytes]:
     """Rewrite the resolved entries for the state ``batch`` leaves; return the keys written (new or changed)."""
-    state = resolve(local, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)))
+    state = resolve(local, moderation_posts(batch.current, lambda h: batch.get(POSTS + h)), stored_seed(batch.get))
     fresh = dict(views.resolved_entries(state))
     old = {}
     for view in views.RESOLVED:
@@ -80,3 +114,9 @@ def refresh(batch: IndexState, local: bytes | None) -> set[bytes]:
             batch.put(key, value)
             changed.add(key)
     return changed
+
+
+def stored_seed(get: Callable[[bytes], bytes | None]) -> Seed:
+    """The store's moderation seed (``!local!seed``) and the seeded posts kept applied (``!local!seeded``)."""
+    data, kept = get(SEED_KEY), get(SEED_KEPT) or b""
+    return Seed(parse_seed(data) if data else {}, frozenset(kept[i : i + 32] for i in range(0, len(kept) - 31, 32)))

@@ -22,8 +22,10 @@ import plyvel
 
 from cablestore import views
 from cablestore.errors import (
+    ArgumentError,
     CableError,
     QueryError,
+    ReadOnlyStoreError,
     SignatureError,
     StoreClosedError,
     StoreError,
@@ -39,6 +41,7 @@ from cablestore.store.moderation_queries import ModerationQueries, adopt_local_u
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.txn import Txn
+from cablestore.store.users import UserQueries
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
@@ -69,7 +72,7 @@ class IngestResult:
 
 
 @guard_public_methods
-class Store(Reading, Queries, ModerationQueries):
+class Store(Reading, Queries, ModerationQueries, UserQueries):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
@@ -93,6 +96,12 @@ class Store(Reading, Queries, ModerationQueries):
     (0 to 65536) and ``write_buffer_mb`` (1 to 4096) size LevelDB's block
     cache and memtable.  A wrong type or value raises
     :class:`cablestore.errors.ArgumentError` before anything is created.
+    ``readonly=True`` opens an existing store without writing a byte in its
+    directory (``create`` is then ignored), also on read-only media: every
+    write (``ingest``, ``delete``, ``check(fix=True)``, ...) raises
+    :class:`cablestore.errors.ReadOnlyStoreError`, and a store another
+    process holds open raises :class:`cablestore.errors.StoreLockedError`
+    (see :mod:`cablestore.store.readonly`).
     """
 
     def __init__(
@@ -107,8 +116,12 @@ class Store(Reading, Queries, ModerationQueries):
         cache_mb: int = opening.DEFAULT_CACHE_MB,
         write_buffer_mb: int = 64,
         local_user: HashLike | None = None,
+        readonly: bool = False,
     ) -> None:
         self.path = arguments.store_path(path)
+        if not isinstance(readonly, bool):
+            raise ArgumentError(f"readonly is True or False, not {readonly!r}")
+        self.readonly = readonly
         arguments.check_options(verify_workers=verify_workers, now=now, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         self.sync = sync
         self.verify_signatures = verify_signatures
@@ -122,11 +135,13 @@ class Store(Reading, Queries, ModerationQueries):
         self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         local_user = local_user_key(local_user)  # before anything is opened or created
-        self._db, self._registered = opening.open_db(self.path, create=create, **self._sizes)
+        self._db, self._registered, self._links = opening.open_db(self.path, create=create, readonly=readonly, **self._sizes)
         try:
-            self.local_user = adopt_local_user(self._db, local_user)
+            self.local_user = adopt_local_user(self._db, local_user, readonly=readonly)
         except BaseException:
             self._db.close()
+            if self._links is not None:
+                self._links.remove()
             opening.release(self._registered)
             raise
 
@@ -138,16 +153,12 @@ class Store(Reading, Queries, ModerationQueries):
         if self._verify_pool is not None:
             self._verify_pool.shutdown(wait=True, cancel_futures=True)
             self._verify_pool = None
-        try:
-            opening.flush(self._db)
-            self._db.close()
-        finally:
-            opening.release(self._registered)
+        opening.close_db(self._db, self._registered, self._links)
 
     def _reopen(self) -> None:
         """Close and reopen LevelDB (no call in flight): clears its sticky write error."""
         self._db.close()
-        self._db = opening.reopen_db(self.path, **self._sizes)
+        self._db = opening.reopen_db(self.path, self._links, **self._sizes)
         self._forget_caches()  # what was written before the failure is not known; the filters read the old DB
 
     @property
@@ -193,8 +204,14 @@ class Store(Reading, Queries, ModerationQueries):
             self._verify_pool = verify_pool(self.verify_workers)
         return self._verify_pool
 
+    def _writable(self) -> None:
+        """Raise :class:`ReadOnlyStoreError` if the store was opened with ``readonly=True`` (before a write)."""
+        if self.readonly:
+            raise ReadOnlyStoreError(f"{self.path} is open read-only (readonly=True): it cannot be written")
+
     def _batch(self) -> IndexState:
         """A write transaction and its indexing state (call with the write lock held); written by :meth:`_commit`."""
+        self._writable()
         if self._tomb_filter is None:
             self._tomb_filter, self._link_filter = tombstone_filter(self.db), link_filter(self.db)
         self._tomb_filter.grow_if_full()
@@ -239,6 +256,7 @@ class Store(Reading, Queries, ModerationQueries):
         in the same WriteBatch (an author's clock, a sync cursor), so they
         land with the post or not at all.
         """
+        self._writable()
         buf = arguments.post_bytes(buf)
         h, post = self.validate(buf, now)
         with self._write_lock:
@@ -262,6 +280,7 @@ class Store(Reading, Queries, ModerationQueries):
         With ``verify_workers``, signatures are verified by that many workers
         while this thread indexes the posts already checked.
         """
+        self._writable()
         with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
             return self._ingest_many(bufs, now)
 
@@ -275,6 +294,7 @@ class Store(Reading, Queries, ModerationQueries):
         A bad batch (not a list of bytes) raises when it is reached: the
         batches before it are stored.
         """
+        self._writable()
         pending: deque = deque()
         for batch in batches:
             bufs = arguments.post_list(batch)
@@ -335,6 +355,7 @@ class Store(Reading, Queries, ModerationQueries):
         layer passes it on here.  Posts that are not stored post/deletes,
         and deletes whose targets the store knows, are left as they are.
         """
+        self._writable()
         hashes = [as_hash(h) for h in hashes]
         channel_key(channel)  # a bad name is the caller's error, before any write
         lo, hi = CHANNEL_CODEPOINTS
@@ -358,6 +379,7 @@ class Store(Reading, Queries, ModerationQueries):
         later post/delete of the discarded delete cannot lift it (the store no
         longer holds the delete, so it cannot tell what it targeted).
         """
+        self._writable()
         h = as_hash(h)
         with self._write_lock:
             batch = self._batch()
@@ -371,6 +393,7 @@ class Store(Reading, Queries, ModerationQueries):
 
     def purge_author(self, public_key: HashLike) -> int:
         """Remove every post an author wrote (for blocking); return how many."""
+        self._writable()
         public_key = as_hash(public_key)
         with self._write_lock:
             batch = self._batch()
@@ -392,6 +415,8 @@ class Store(Reading, Queries, ModerationQueries):
         """
         from cablestore.rebuild import check
 
+        if fix:
+            self._writable()
         try:
             return check(self, fix=fix, engine=engine, **kw)
         finally:
@@ -405,10 +430,6 @@ class Store(Reading, Queries, ModerationQueries):
     def channel_state_answer(self, channel: str) -> list[bytes]:
         """The hashes answering a Cable channel state request (:func:`cablestore.store.peer_reads.channel_state_answer`)."""
         return peer_reads.channel_state_answer(self, channel)
-
-    def listed_spellings(self, channels: list[str]) -> list[str]:
-        """The spelling each of ``channels`` (casefolded) is listed under (:func:`cablestore.store.peer_reads.listed_spelling`)."""
-        return [peer_reads.listed_spelling(self, c) for c in channels]
 
     def time_range_page(self, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:
         """Up to ``n`` ``!chat`` keys of a time range, newest first, below ``below`` (:func:`cablestore.store.peer_reads.time_range_page`)."""

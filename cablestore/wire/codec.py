@@ -35,6 +35,8 @@ from cablestore.errors import (
     UnknownPostTypeError,
 )
 from cablestore.wire.fields import (  # noqa: F401 - re-exported: the codec's public names
+    ACCEPT_ROLE,
+    ACCEPT_ROLE_VALUES,
     CHANNEL_CODEPOINTS,
     HASH_SIZE,
     HEADER_FIXED,
@@ -46,9 +48,11 @@ from cablestore.wire.fields import (  # noqa: F401 - re-exported: the codec's pu
     PUBLIC_KEY_SIZE,
     SIGNATURE_SIZE,
     U64_MAX,
+    check_accept_role,
     check_codepoints,
     encode_str,
     encode_varint,
+    info_dict,
     read_hashes,
     read_str,
     read_varint,
@@ -97,7 +101,10 @@ CHANNEL_TYPES = frozenset({TEXT, TOPIC, JOIN, LEAVE})
 class Post:
     """A decoded Cable post.  Body fields not used by its type are ``None``.
 
-    ``info`` is a tuple of ``(key, value)`` string pairs in wire order.
+    ``info`` is a tuple of ``(key, value)`` string pairs in wire order; an
+    ``accept-role`` value, a varint on the wire, is the one character
+    ``"\\x00"`` or ``"\\x01"`` (any other is refused), read as 0 or 1 by
+    :attr:`accept_role`.
     Moderation posts (types 6-9) carry ``reason`` and ``privacy``, and:
     ``post/role`` ``channel`` (``""``: the whole cabal), ``recipients`` (one
     public key) and ``role``; ``post/moderation`` ``channel``,
@@ -138,7 +145,7 @@ class Post:
             if value is not None:
                 fields.append(f"{name}={value if len(value) <= 40 else value[:39] + '…'!r}")
         if self.info is not None:
-            fields.append(f"info={dict(self.info)!r}")
+            fields.append(f"info={info_dict(self.info)!r}")
         if self.hashes is not None:
             fields.append(f"deletes=[{', '.join(h.hex()[:12] for h in self.hashes)}]")
         if self.recipients is not None:
@@ -154,12 +161,18 @@ class Post:
         return f"Post({', '.join(fields)})"
 
     def info_value(self, key: str) -> str | None:
-        """The value of ``key`` in a post/info (the last one if repeated)."""
+        """The value of ``key`` in a post/info (the last one if repeated), as it is held (``accept-role``: ``"\\x00"`` or ``"\\x01"``)."""
         found = None
         for k, v in self.info or ():
             if k == key:
                 found = v
         return found
+
+    @property
+    def accept_role(self) -> int | None:
+        """A post/info's ``accept-role`` (wire.md §6.2.4): 0 (declines roles), 1, or None when it does not set it."""
+        value = self.info_value(ACCEPT_ROLE)
+        return None if value is None else ACCEPT_ROLE_VALUES.get(value)
 
 
 # --- decoding ------------------------------------------------------------
@@ -184,6 +197,8 @@ def _read_info(buf: bytes, pos: int) -> tuple[tuple[tuple[str, str], ...], int]:
             raise LimitError(f"info value is {value_len} bytes, limit {MAX_INFO_VALUE_BYTES}")
         if key == "name":
             check_codepoints(value, NAME_CODEPOINTS, "user name")
+        elif key == ACCEPT_ROLE:
+            check_accept_role(value)
         pairs.append((key, value))
 
 

@@ -14,7 +14,8 @@ from nacl.signing import SigningKey
 
 from cablestore.compiled import signatures as _signatures
 from cablestore.errors import ArgumentError, PostFieldError, SignatureError
-from cablestore.wire.codec import BODY_FIELD_NAMES, HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
+from cablestore.wire.codec import ACCEPT_ROLE, BODY_FIELD_NAMES, HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
+from cablestore.wire.fields import accept_role_text
 from cablestore.wire.workers import WorkerPool
 
 _BODY_NAMES = set(BODY_FIELD_NAMES)
@@ -193,8 +194,11 @@ def body_fields(body: dict) -> dict:
     for name in ("hashes", "recipients"):
         if isinstance(out.get(name), list):
             out[name] = tuple(out[name])
-    if isinstance(out.get("info"), list):
-        out["info"] = tuple(tuple(p) if isinstance(p, list) else p for p in out["info"])
+    if isinstance(out.get("info"), (list, tuple)):  # accept-role given as 0/1/True/False: its one-byte value
+        out["info"] = tuple(
+            (p[0], accept_role_text(p[1])) if isinstance(p, (list, tuple)) and len(p) == 2 and p[0] == ACCEPT_ROLE else tuple(p) if isinstance(p, list) else p
+            for p in out["info"]
+        )
     return out
 
 

@@ -4,6 +4,8 @@ UTF-8 strings and hash lists, and the size limits of the spec.  The post codec
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from cablestore.errors import LimitError, TruncatedError, Utf8Error, VarintError
 
 PUBLIC_KEY_SIZE = 32
@@ -21,6 +23,8 @@ MAX_INFO_VALUE_BYTES = 4096
 NAME_CODEPOINTS = (1, 32)
 MAX_REASON_CODEPOINTS = 128
 RECIPIENTS = (1, 16)  # recipient_count of user and post actions, blocks and unblocks
+ACCEPT_ROLE = "accept-role"  # post/info key whose value is a varint, 0 or 1 (wire.md §6.2.4), not text
+ACCEPT_ROLE_VALUES = {"\x00": 0, "\x01": 1}  # its one-byte values as decoded (Post.info holds str pairs)
 
 
 def encode_varint(n: int) -> bytes:
@@ -104,3 +108,32 @@ def encode_str(value: str) -> bytes:
     except UnicodeEncodeError as exc:  # lone surrogates have no UTF-8 form
         raise Utf8Error(f"string is not encodable as UTF-8: {exc}") from exc
     return encode_varint(len(raw)) + raw
+
+
+def check_accept_role(value: str) -> None:
+    """Refuse (:class:`cablestore.errors.LimitError`) an ``accept-role`` value that is not the varint 0 or 1.
+
+    wire.md §6.2.4 and cable.js 0.2.1 (``validation.checkAcceptRole``, on
+    decoding and encoding alike): exactly one byte, ``0x00`` or ``0x01``.  The
+    text ``"0"`` or ``"1"`` is refused as cable.js refuses it.
+    """
+    if value not in ACCEPT_ROLE_VALUES:
+        raise LimitError(f"accept-role must be the varint 0 or 1 (one byte, 0x00 or 0x01), got {value.encode('utf-8', 'surrogatepass')[:16]!r}")
+
+
+def accept_role_text(value: object) -> object:
+    """An ``accept-role`` value as a post/info holds it: 0, 1, True or False become ``"\\x00"`` or ``"\\x01"``.
+
+    Another integer raises :class:`cablestore.errors.LimitError`; anything else is returned as it is
+    (a string is checked when the post is encoded).
+    """
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return "\x01" if value else "\x00"
+    if isinstance(value, int):
+        raise LimitError(f"accept-role must be 0 or 1, got {value}")
+    return value
+
+
+def info_dict(pairs: Iterable[tuple[str, str]]) -> dict[str, str | int]:
+    """A post/info's pairs as a dict for people and JSON: the last value of a repeated key, ``accept-role`` as the integer 0 or 1."""
+    return {k: ACCEPT_ROLE_VALUES.get(v, v) if k == ACCEPT_ROLE else v for k, v in pairs}

@@ -22,25 +22,28 @@ The job, on a snapshot of P partitions:
    best candidate of each "latest" group (never a view entry), whose
    winners' entries are folded in the partitions the shuffle makes.
 
-Session, executors' Python and failures: ``rebuild/sparksession.py``.
+Session, executors' Python and failures: ``rebuild/spark_runtime.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import threading
 from urllib.parse import unquote
 
 from cablestore.errors import RebuildError
 from cablestore.moderation import RELEVANT_TYPES
 from cablestore.wire.codec import post_type_of
 
+from .exporter import manifest_facts, manifest_seed
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
 from .recompute import enforcement_rows, newer, partition_of
 from .result import EngineResult
-from .sparksession import job_errors, quiet_gateway, session
+from .spark_runtime import job_errors, quiet_gateway, session
 
 _FOLD = "\0fold"  # shuffle key of a file's fold, beside the (view, group) keys of candidates
 
@@ -170,7 +173,7 @@ def _kept_out_rows(spark, uri: str, manifest: dict, routing: dict, local_user, c
     on_target: dict = {}
     for blob in routing.values():
         on_target.update(pickle.loads(blob)[0])
-    found = enforcement_rows(local_user, candidates, on_target, check_signatures)
+    found = enforcement_rows(local_user, candidates, on_target, check_signatures, manifest_facts(manifest), manifest_seed(manifest))
     return None if found is None else spark.sparkContext.broadcast(found)
 
 
@@ -217,7 +220,7 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     live = Fold(parts, wanted)
     for kind, fold in collected:
         (rec if kind == "rec" else live).merge(fold)
-    rec.add_resolved(local_user)
+    rec.add_resolved(local_user, manifest_facts(manifest) if local_user is not None else (), manifest_seed(manifest))
     return rec, live
 
 
@@ -226,6 +229,43 @@ def _check_uri(uri: str) -> None:
     bad = sorted(set(uri) & set(",{}[]*?\\"))
     if bad:
         raise RebuildError(f"{uri}: the Spark engine cannot read a snapshot whose location holds {' '.join(bad)} (move or link it elsewhere)")
+
+
+@contextlib.contextmanager
+def task_progress(spark, progress, every: float = 0.5):
+    """Draw the Spark tasks finished while the block runs on ``progress`` (a thread polls Spark's status tracker)."""
+    if progress is None or not progress.enabled:
+        yield
+        return
+    progress.stage("recompute views (spark engine): tasks done")
+    tracker, finished, stop = spark.sparkContext.statusTracker(), {}, threading.Event()
+
+    def count() -> bool:
+        try:  # a stage seen once is asked again: its last tasks finish between two polls
+            finished.update(dict.fromkeys(set(tracker.getActiveStageIds()) - finished.keys(), 0))
+            for stage in finished:
+                info = tracker.getStageInfo(stage)
+                if info is not None:
+                    finished[stage] = info.numCompletedTasks
+        except Exception:  # the gateway went away (the job failed or was interrupted): the block raises that
+            return False
+        progress.advance(max(0, sum(finished.values()) - progress.count))
+        return True
+
+    def poll() -> None:
+        while not stop.wait(every) and count():
+            pass
+
+    poller = threading.Thread(target=poll, name="cablestore-spark-progress", daemon=True)
+    poller.start()
+    try:
+        yield
+        stop.set()
+        poller.join()
+        count()  # the tasks finished since the last poll
+    finally:
+        stop.set()
+        poller.join()
 
 
 def run(
@@ -238,7 +278,7 @@ def run(
     uri = spark_uri(snapshot)
     _check_uri(uri)
     spark = spark or session(master, log=log, ship_env=ship_env)
-    with quiet_gateway(), job_errors():
+    with quiet_gateway(), job_errors(), task_progress(spark, progress):
         manifest = read_manifest(spark, uri, os.fspath(snapshot))
         parts = manifest["partitions"]
         if local_user is None and manifest.get("local_user"):

@@ -1,0 +1,150 @@
+"""Every user a store knows, for operators: who they are, what they may do, what is done to them (issue 33).
+
+:meth:`UserQueries.users` lists each author of a stored post and each user a resolved role, hide or
+block names: full key, current name, roles per context, the contexts they are hidden in, their block,
+their ``accept-role`` and how many posts of theirs the store holds.  :meth:`UserQueries.user_labels`
+names users for people: by name, and when two users share a name (compared casefolded: ``Alice`` and
+``alice`` look alike), by the name and as many hex digits of the key as tell them apart.  Mixed into
+:class:`cablestore.store.store.Store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cablestore.keyspace.keys import HashLike, as_hash, next_prefix
+from cablestore.views import author as author_view
+from cablestore.views import user as user_view
+from cablestore.wire.codec import ACCEPT_ROLE, ACCEPT_ROLE_VALUES
+
+KEY_DIGITS = 8  # hex digits of a key shown beside a name shared with another user, at least
+
+
+@dataclass(frozen=True, slots=True)
+class UserSummary:
+    """One user as ``cablestore users`` lists them.
+
+    ``roles``: context (``""``: the cabal, else a canonical channel name) -> ``"admin"`` or ``"mod"``;
+    ``hidden_in``: the contexts they are hidden in; ``blocked``: ``{"drop": 0/1, "notify": 0/1}`` while a
+    block of the local user's stands, else None; ``accept_role``: 0 (declines roles), 1 or None (not set);
+    ``label``: how people are shown the user (see :func:`labels`).
+    """
+
+    public_key: bytes
+    name: str | None
+    label: str
+    roles: dict[str, str]
+    hidden_in: tuple[str, ...]
+    blocked: dict | None
+    accept_role: int | None
+    posts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the key in hex, the cabal context as ``"(cabal)"``."""
+        return {
+            "public_key": self.public_key.hex(),
+            "name": self.name,
+            "label": self.label,
+            "roles": {c or "(cabal)": r for c, r in self.roles.items()},
+            "hidden_in": [c or "(cabal)" for c in self.hidden_in],
+            "blocked": self.blocked,
+            "accept_role": self.accept_role,
+            "posts": self.posts,
+        }
+
+
+def labels(names: dict[bytes, str | None], wanted: Iterable[bytes] | None = None) -> dict[bytes, str]:
+    """How to show each user of ``wanted`` (default: all of ``names``), given every known user's name.
+
+    A name no other user has (casefolded) is shown alone; a shared one as ``name [hex]``, with at least
+    :data:`KEY_DIGITS` digits of the key and as many more as tell the sharers apart; no name, as the
+    first :data:`KEY_DIGITS` digits of the key.
+    """
+    sharing: dict[str, list[bytes]] = {}
+    for pk, name in names.items():
+        if name is not None:
+            sharing.setdefault(name.casefold(), []).append(pk)
+    out = {}
+    for pk in names if wanted is None else wanted:
+        name = names.get(pk)
+        if name is None:
+            out[pk] = pk.hex()[:KEY_DIGITS]
+            continue
+        group = sharing[name.casefold()]
+        if len(group) == 1:
+            out[pk] = name
+            continue
+        digits = KEY_DIGITS
+        while len({other.hex()[:digits] for other in group}) < len(group):
+            digits += 2
+        out[pk] = f"{name} [{pk.hex()[:digits]}]"
+    return out
+
+
+def _names(snap) -> dict[bytes, str | None]:
+    """Every user with a post/info -> their current name (None: their post/info sets none)."""
+    out: dict[bytes, str | None] = {}
+    start = len(user_view.PREFIX)
+    with snap.iterator(prefix=user_view.PREFIX, include_value=False) as it:
+        for key in it:
+            pk = key[start : start + 32]
+            value = snap.get(user_view.property_key(pk, "name"))
+            out[pk] = None if value is None else value.decode("utf-8", "replace")
+            it.seek(next_prefix(user_view.PREFIX + pk))
+    return out
+
+
+def _post_counts(snap) -> dict[bytes, int]:
+    """Every author -> how many of their posts the store holds (a scan of ``!author`` keys)."""
+    out: dict[bytes, int] = {}
+    start = len(author_view.PREFIX)
+    with snap.iterator(prefix=author_view.PREFIX, include_value=False) as it:
+        for key in it:
+            pk = key[start : start + 32]
+            out[pk] = out.get(pk, 0) + 1
+    return out
+
+
+class UserQueries:
+    """Mixed into Store; expects ``self.db`` and the moderation queries (``moderation_summary``)."""
+
+    def user_labels(self, public_keys: Iterable[HashLike]) -> dict[bytes, str]:
+        """Public key -> how to show that user to people (:func:`labels`: a shared name gets key digits)."""
+        wanted = [as_hash(pk) for pk in public_keys]
+        with self.db.snapshot() as snap:
+            names = _names(snap)
+        for pk in wanted:
+            names.setdefault(pk, None)
+        return labels(names, wanted)
+
+    def users(self) -> list[UserSummary]:
+        """Every known user (an author of a stored post, or named by a role, hide or block in effect), by key."""
+        summary = self.moderation_summary()
+        with self.db.snapshot() as snap:
+            names, counts = _names(snap), _post_counts(snap)
+            accepting = {pk: snap.get(user_view.property_key(pk, ACCEPT_ROLE)) for pk in names}
+        roles: dict[bytes, dict[str, str]] = {}
+        for context, table in summary["roles"].items():
+            for pk, role in table.items():
+                roles.setdefault(bytes.fromhex(pk), {})["" if context == "(cabal)" else context] = role
+        hidden: dict[bytes, list[str]] = {}
+        for context, table in summary["hidden_users"].items():
+            for pk in table:
+                hidden.setdefault(bytes.fromhex(pk), []).append("" if context == "(cabal)" else context)
+        blocked = {bytes.fromhex(pk): {"drop": v["drop"], "notify": v["notify"]} for pk, v in summary["blocks"].items()}
+        known = sorted(set(names) | set(counts) | set(roles) | set(hidden) | set(blocked))
+        for pk in known:
+            names.setdefault(pk, None)
+        shown = labels(names, known)
+        return [
+            UserSummary(
+                pk, names[pk], shown[pk], roles.get(pk, {}), tuple(hidden.get(pk, ())), blocked.get(pk),
+                ACCEPT_ROLE_VALUES.get((accepting.get(pk) or b"").decode("utf-8", "replace")), counts.get(pk, 0),
+            )
+            for pk in known
+        ]
+
+
+__all__ = ["UserQueries", "UserSummary", "labels"]
