@@ -100,22 +100,6 @@ class Inbox:
         return trickle(now, self.partial_since, self.progress_at, self.partial_bytes, frame_timeout, min_rate)
 
 
-def trickle(now: int, since: int | None, progress_at: int | None, received: int, frame_timeout: int, min_rate: int) -> str | None:
-    """Why a message that began arriving at ``since`` (``received`` bytes so far, the last at ``progress_at``) is a hostile trickle.
-
-    The one rule for plain and private connections: no byte for
-    ``frame_timeout`` ms, or once it has taken that long, under ``min_rate``
-    bytes a second on average.  A message whose bytes keep coming is never slow.
-    """
-    if since is None:
-        return None
-    if now - progress_at > frame_timeout:
-        return f"no byte of a message for {now - progress_at} ms (limit frame_timeout, {frame_timeout} ms)"
-    took = now - since
-    if took > frame_timeout and received * 1000 < min_rate * took:
-        return f"a message arriving at {received * 1000 // took} bytes/s after {took} ms (limit MIN_MESSAGE_RATE, {min_rate} bytes/s)"
-    return None
-
     def _header(self, buf: bytearray, pos: int) -> int | None:
         """The end of the message starting at ``pos``, or None while its ``msg_len`` is incomplete."""
         header = frame_header(buf, pos, self.limits)
@@ -166,3 +150,19 @@ def trickle(now: int, since: int | None, progress_at: int | None, received: int,
         self._ends = []
         self.partial_since = self.progress_at = None
 
+
+def trickle(now: int, since: int | None, progress_at: int | None, received: int, frame_timeout: int, min_rate: int) -> str | None:
+    """Why a message that began arriving at ``since`` (``received`` bytes so far, the last at ``progress_at``) is a hostile trickle.
+
+    The one rule for plain and private connections: no byte for
+    ``frame_timeout`` ms, or once it has taken that long, under ``min_rate``
+    bytes a second on average.  A message whose bytes keep coming is never slow.
+    """
+    if since is None:
+        return None
+    if now - progress_at > frame_timeout:
+        return f"no byte of a message for {now - progress_at} ms (limit frame_timeout, {frame_timeout} ms)"
+    took = now - since
+    if took > frame_timeout and received * 1000 < min_rate * took:
+        return f"a message arriving at {received * 1000 // took} bytes/s after {took} ms (limit MIN_MESSAGE_RATE, {min_rate} bytes/s)"
+    return None
