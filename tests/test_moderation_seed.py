@@ -94,3 +94,9 @@ def test_both_rebuild_paths_verify_the_seed(store, tmp_path):
     report = store.check()
     assert not report.consistent
     assert store.check(fix=True).consistent and store.roles()[ALEPH.public_key] == "admin"
+
+
+def test_a_seeded_user_is_a_known_user_for_authenticated_connections(store):
+    assert not store.known_user(CASHEW.public_key)  # no post, no block names them
+    store.set_seed(format_seed({CASHEW.public_key: MOD}))
+    assert store.known_user(CASHEW.public_key)  # a handshake with their key identifies them

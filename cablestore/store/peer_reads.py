@@ -125,16 +125,16 @@ def set_sync_cursor(store: Any, peer: str, channel: str, timestamp: int) -> None
 
 
 def known_user(store: Any, public_key: bytes) -> bool:
-    """True if the store knows the user: an author of a stored post (one seek in ``!author!``), or a user a block names.
+    """True if the store knows the user: an author of a stored post (one seek in ``!author!``), a user a block names, or one the moderation seed names.
 
     A connection's remote static key identifies a user only when it is the
     X25519 form of a known user's key (:func:`cablestore.wire.static_keys.identify`):
-    a key that never wrote a post here and is named by no block is an unknown user.
+    a key that never wrote a post here and is named by no block or seed is an unknown user.
     """
     with store.db.iterator(prefix=author.prefix(public_key, None), include_value=False) as it:
         if next(it, None) is not None:
             return True
-    return public_key in store.blocks() or public_key in store.blocked_by()
+    return public_key in store.blocks() or public_key in store.blocked_by() or public_key in store.seed()
 
 
 def shunned(store: Any, user: bytes) -> frozenset[bytes]:

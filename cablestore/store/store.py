@@ -456,7 +456,7 @@ class Store(Reading, Queries, ModerationQueries, UserQueries):
         return peer_reads.shunned(self, bytes(user))
 
     def known_user(self, public_key: bytes) -> bool:
-        """An author of a stored post, or a user a block names (:func:`cablestore.store.peer_reads.known_user`)."""
+        """An author of a stored post, a user a block or the moderation seed names (:func:`cablestore.store.peer_reads.known_user`)."""
         return peer_reads.known_user(self, bytes(public_key))
 
     def sync_cursor(self, peer: str, channel: str) -> int | None:
