@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from cablestore.store.leveldb_reader import varint
+
 BLOCK = 32768
 TABLE_MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
 _TABLE = re.compile(r"^(\d+)\.(ldb|sst)$")
@@ -74,16 +76,7 @@ def records(data: bytes) -> Iterator[bytes]:
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
+    return varint(buf, pos, len(buf))
 
 
 def _skip_string(buf: bytes, pos: int) -> int:

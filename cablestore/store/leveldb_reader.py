@@ -89,7 +89,7 @@ def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, pos
         shift += 7
-        if shift > 35:
+        if shift > 63:  # a varint64 at most (sequence and file numbers in logs and the MANIFEST)
             break
     raise ValueError("bad varint")
 
