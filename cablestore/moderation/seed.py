@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cablestore.errors import ArgumentError
-from cablestore.wire.codec import ADMIN, MOD, USER
 from cablestore.wire.fields import encode_varint, read_varint
+from cablestore.wire.moderation import ROLE_NAMES
 
 MAX_USERS = 16  # §4.7.2: "no more than 16 public key assignments"
-ROLE_WORDS = {ADMIN: "admin", MOD: "mod", USER: "user"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ def parse_seed(data: bytes) -> dict[bytes, int]:
             role, pos = read_varint(data, pos)
         except Exception as exc:  # noqa: BLE001 - the codec's own DecodeError
             raise ArgumentError(f"moderation seed: bad role varint at byte {pos}") from exc
-        if role not in ROLE_WORDS:
+        if role not in ROLE_NAMES:
             raise ArgumentError(f"moderation seed: role {role} is not 0 (admin), 1 (mod) or 2 (user)")
         key = data[pos : pos + 32]
         if len(key) != 32:
@@ -63,4 +62,4 @@ def format_seed(roles: dict[bytes, int]) -> bytes:
     return b"".join(encode_varint(role) + key for key, role in sorted(roles.items()))
 
 
-__all__ = ["Seed", "parse_seed", "format_seed", "MAX_USERS", "ROLE_WORDS"]
+__all__ = ["Seed", "parse_seed", "format_seed", "MAX_USERS"]

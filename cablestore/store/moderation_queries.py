@@ -15,13 +15,13 @@ from typing import Any
 from cablestore.errors import LocalUserError, QueryError, ReadOnlyStoreError
 from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
-from cablestore.moderation.seed import ROLE_WORDS as SEED_ROLE_WORDS
 from cablestore.store import indexer
 from cablestore.store.indexing import IndexState
 from cablestore.store.resolving import moderation_posts, refresh, stored_seed
 from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
 from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, ROLE, decode_post, post_type_of
+from cablestore.wire.moderation import ROLE_NAMES
 
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
 
@@ -100,7 +100,7 @@ class ModerationQueries:
     def seed(self) -> dict[bytes, str]:
         """The moderation seed the store's local user joined with (moderation.md §4.7): public key -> ``"admin"``, ``"mod"`` or ``"user"``."""
         data = self.db.get(SEED_KEY)
-        return {k: SEED_ROLE_WORDS[r] for k, r in parse_seed(data).items()} if data else {}
+        return {k: ROLE_NAMES[r] for k, r in parse_seed(data).items()} if data else {}
 
     def set_seed(self, seed: bytes) -> dict[bytes, str]:
         """Join with a moderation seed (``<varint role><32-byte key>`` pairs, at most 16): its users' default roles, at once.
