@@ -219,10 +219,13 @@ class ModerationQueries:
             public = [h for h in found if _is_public(snap.get(POSTS + h), to)]
         return sorted(public, key=lambda h: (found[h], h))
 
+    def _contexts(self, view) -> list[str]:
+        """``""`` (the cabal) and every channel ``view`` (roles or actions) resolved on its own, ascending."""
+        return [""] + sorted(unescape(k, len(view.PREFIX) + 1)[0] for k in self.db.iterator(prefix=view.PREFIX + b"c", include_value=False))
+
     def moderation_summary(self) -> dict[str, Any]:
         """The resolved state as JSON-ready data (keys and hashes in hex): what ``cablestore moderation`` prints."""
-        contexts = [""] + sorted(unescape(k, len(roles.PREFIX) + 1)[0] for k in self.db.iterator(prefix=roles.PREFIX + b"c", include_value=False))
-        user_contexts = [""] + sorted(unescape(k, len(actions.PREFIX) + 1)[0] for k in self.db.iterator(prefix=actions.PREFIX + b"c", include_value=False))
+        contexts, user_contexts = self._contexts(roles), self._contexts(actions)
 
         def hexed(table: dict) -> dict:
             return {k.hex() if isinstance(k, bytes) else k: v.hex() if isinstance(v, bytes) else v for k, v in table.items()}

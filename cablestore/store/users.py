@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cablestore.keyspace.keys import HashLike, as_hash, next_prefix
+from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
+from cablestore.views import roles as roles_view
 from cablestore.views import user as user_view
 from cablestore.wire.codec import ACCEPT_ROLE, ACCEPT_ROLE_VALUES
 
@@ -108,7 +110,7 @@ def _post_counts(snap) -> dict[bytes, int]:
 
 
 class UserQueries:
-    """Mixed into Store; expects ``self.db`` and the moderation queries (``moderation_summary``)."""
+    """Mixed into Store; expects ``self.db`` and the moderation queries (``roles``, ``hidden_users``, ``blocks``)."""
 
     def user_labels(self, public_keys: Iterable[HashLike]) -> dict[bytes, str]:
         """Public key -> how to show that user to people (:func:`labels`: a shared name gets key digits)."""
@@ -121,19 +123,18 @@ class UserQueries:
 
     def users(self) -> list[UserSummary]:
         """Every known user (an author of a stored post, or named by a role, hide or block in effect), by key."""
-        summary = self.moderation_summary()
         with self.db.snapshot() as snap:
             names, counts = _names(snap), _post_counts(snap)
             accepting = {pk: snap.get(user_view.property_key(pk, ACCEPT_ROLE)) for pk in names}
         roles: dict[bytes, dict[str, str]] = {}
-        for context, table in summary["roles"].items():
-            for pk, role in table.items():
-                roles.setdefault(bytes.fromhex(pk), {})["" if context == "(cabal)" else context] = role
+        for context in self._contexts(roles_view):
+            for pk, role in self.roles(context or None).items():
+                roles.setdefault(pk, {})[context] = role
         hidden: dict[bytes, list[str]] = {}
-        for context, table in summary["hidden_users"].items():
-            for pk in table:
-                hidden.setdefault(bytes.fromhex(pk), []).append("" if context == "(cabal)" else context)
-        blocked = {bytes.fromhex(pk): {"drop": v["drop"], "notify": v["notify"]} for pk, v in summary["blocks"].items()}
+        for context in self._contexts(actions_view):
+            for pk in self.hidden_users(context or None):
+                hidden.setdefault(pk, []).append(context)
+        blocked = {pk: {"drop": v["drop"], "notify": v["notify"]} for pk, v in self.blocks().items()}
         known = sorted(set(names) | set(counts) | set(roles) | set(hidden) | set(blocked))
         for pk in known:
             names.setdefault(pk, None)
