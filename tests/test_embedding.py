@@ -310,3 +310,10 @@ def test_the_docs_thread_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "docs/embedding.md", "exec"), {})
     assert capsys.readouterr().out == "seen by the callback\n"
+
+
+def test_the_readme_shows_lines_of_the_echo_bot():
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Embedding a peer\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    example = {line.strip() for line in (ROOT / "examples" / "echo_bot.py").read_text().splitlines()}
+    assert [line for line in code.splitlines() if line.strip() not in example] == []
