@@ -22,6 +22,7 @@ from cablestore import JOIN, TEXT, Peer, Store
 from cablestore.authoring.author import Author
 from cablestore.authoring.keyfile import write_keyfile
 from cablestore.errors import ArgumentError, FellBehindError, PeerClosedError, TransportError
+from cablestore.peer import PrivateCabal
 
 from .conftest import keypair, stop
 
@@ -118,6 +119,23 @@ def test_serve_sync_and_connect_between_two_embedded_peers(stores):
             assert not live.running and ended["peer"] == f"{host}:{port}"
             with pytest.raises(TransportError):
                 await client.serve(host, port)  # taken
+
+    run(main())
+
+
+def test_a_private_cabal_lets_its_members_in_and_no_one_else(stores):
+    members, outsider = PrivateCabal(bytes(range(32)), keypair("ivan")), PrivateCabal(bytes(32), keypair("judy"))
+
+    async def main():
+        held = stores("private")
+        Author(held, keypair("ivan")).text("general", "members only")
+        async with Peer(held, cabal=members) as server:
+            host, port = await server.serve()
+            async with Peer(stores("member"), cabal=PrivateCabal(members.cabal_key, keypair("kim"))) as member:
+                assert (await member.sync(host, port))["posts_ingested"] == 1
+            async with Peer(stores("outsider"), cabal=outsider) as other:
+                refused = await other.sync(host, port, timeout=WAIT)
+                assert not refused["complete"] and "HandshakeError" in refused["reason"], refused
 
     run(main())
 

@@ -31,17 +31,15 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cablestore.errors import ArgumentError, PeerClosedError, TransportError
 from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
 from cablestore.peer.postfeed import DEFAULT_BUFFER, PostFeed
 from cablestore.peer.secure import PrivateCabal
 from cablestore.peer.transport import dial, run_server, run_sync
+from cablestore.store.store import Store
 from cablestore.wire.crypto import Keypair
-
-if TYPE_CHECKING:
-    from cablestore.store.store import Store
 
 
 class LiveSync:
@@ -86,8 +84,6 @@ class Peer:
     """
 
     def __init__(self, store: Store, *, key: Keypair | None = None, cabal: PrivateCabal | None = None, limits: PeerLimits = DEFAULT_POLICY) -> None:
-        from cablestore.store.store import Store
-
         if not isinstance(store, Store):
             raise ArgumentError(f"Peer needs an open Store, not {type(store).__name__} (open one with Store(path))")
         if key is not None and not isinstance(key, Keypair):

@@ -62,7 +62,10 @@ class PostFeed:
         self.channel = channel
         self.buffer = buffer
         self._wanted = None if channel is None else canonical_channel(channel)
-        self._loop = asyncio.get_running_loop()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise ArgumentError("a PostFeed is read in the event loop it is made in: make it inside a coroutine") from None
         self._lock = threading.Lock()
         self._items: deque = deque()
         self._missed = 0
