@@ -34,8 +34,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from cablestore.errors import ArgumentError, PeerClosedError, TransportError
-from cablestore.peer.limits import DEFAULT_POLICY, PeerLimits
-from cablestore.peer.postfeed import DEFAULT_BUFFER, PostFeed
+from cablestore.peer.limits import DEFAULT_POLICY, FEED_BUFFER, PeerLimits
+from cablestore.peer.postfeed import PostFeed
 from cablestore.peer.secure import PrivateCabal
 from cablestore.peer.transport import dial, run_server, run_sync
 from cablestore.store.store import Store
@@ -225,7 +225,7 @@ class Peer:
             raise
 
     # --- new posts ----------------------------------------------------------------------
-    def posts(self, channel: str | None = None, *, buffer: int = DEFAULT_BUFFER) -> PostFeed:
+    def posts(self, channel: str | None = None, *, buffer: int = FEED_BUFFER) -> PostFeed:
         """New posts as the store commits them, from any peer or posted through this one: ``async for post in peer.posts():``.
 
         Each is a :class:`cablestore.store.reading.StoredPost` (``hash``,

@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING
 
 from cablestore.errors import ArgumentError, FellBehindError
 from cablestore.keyspace.keys import canonical_channel
+from cablestore.peer.limits import FEED_BUFFER
 from cablestore.store.reading import StoredPost
 from cablestore.wire.codec import Post, encode_post
 
 if TYPE_CHECKING:
     from cablestore.store.events import Committed
     from cablestore.store.store import Store
-
-DEFAULT_BUFFER = 1000  # posts a reader may fall behind by before its feed fails
 
 
 def _deliver(ref: weakref.ref, change: Committed) -> None:
@@ -53,7 +52,7 @@ class PostFeed:
     dropped unclosed unsubscribes when it is garbage collected.
     """
 
-    def __init__(self, store: Store, channel: str | None = None, *, buffer: int = DEFAULT_BUFFER) -> None:
+    def __init__(self, store: Store, channel: str | None = None, *, buffer: int = FEED_BUFFER) -> None:
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ArgumentError(f"buffer must be a positive number of posts, got {buffer!r}")
         if channel is not None and not isinstance(channel, str):
