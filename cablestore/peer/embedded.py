@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from cablestore.errors import ArgumentError, PeerClosedError, TransportError
+from cablestore.errors import ArgumentError, PeerClosedError
 from cablestore.peer.limits import DEFAULT_POLICY, FEED_BUFFER, PeerLimits
 from cablestore.peer.postfeed import PostFeed
 from cablestore.peer.secure import PrivateCabal
@@ -143,12 +143,18 @@ class Peer:
             out["prologue"] = self.cabal.prologue
         return out
 
+    def _ended(self, task: asyncio.Task) -> None:
+        """A task of this peer ended: forget it; its failure stays for whoever awaits it (``LiveSync.wait``), unlogged."""
+        self._tasks.pop(task, None)
+        if not task.cancelled():
+            task.exception()
+
     async def _start(self, run: Callable[[asyncio.Event], Coroutine[Any, Any, dict]], started: asyncio.Future | None = None) -> tuple[asyncio.Task, asyncio.Event]:
         """Run ``run(stop)`` in a task this peer owns (``stop`` ends it); with ``started``, wait for that (or for the task failing first)."""
         stop = asyncio.Event()
         task = asyncio.create_task(run(stop))
         self._tasks[task] = stop
-        task.add_done_callback(lambda t: self._tasks.pop(t, None))
+        task.add_done_callback(self._ended)
         if started is None:
             return task, stop
         try:
@@ -159,7 +165,7 @@ class Peer:
             raise
         if not started.done():
             task.result()  # raises the failure (a TransportError when the address cannot be bound)
-            raise TransportError("the peer stopped before it was ready")
+            raise PeerClosedError("this Peer closed before it was ready")
         return task, stop
 
     # --- the network --------------------------------------------------------------------
