@@ -8,6 +8,7 @@ other) over real TCP.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 import signal
@@ -21,7 +22,7 @@ import pytest
 from cablestore import JOIN, TEXT, Peer, Store
 from cablestore.authoring.author import Author
 from cablestore.authoring.keyfile import write_keyfile
-from cablestore.errors import ArgumentError, FellBehindError, PeerClosedError, TransportError
+from cablestore.errors import ArgumentError, CabalMismatchError, FellBehindError, PeerClosedError, TransportError
 from cablestore.peer import PrivateCabal
 
 from .conftest import keypair, stop
@@ -136,6 +137,9 @@ def test_a_private_cabal_lets_its_members_in_and_no_one_else(stores):
             async with Peer(stores("outsider"), cabal=outsider) as other:
                 refused = await other.sync(host, port, timeout=WAIT)
                 assert not refused["complete"] and "HandshakeError" in refused["reason"], refused
+        with pytest.raises(CabalMismatchError):
+            async with Peer(held, cabal=outsider):
+                pass
 
     run(main())
 
@@ -229,6 +233,10 @@ def test_a_reader_that_falls_behind_gets_fell_behind_error_and_the_writer_never_
             assert got == posts[1:4]
             with pytest.raises(ArgumentError):
                 peer.posts(buffer=0)
+            subscribed = len(store._listeners._callbacks)
+            peer.posts()  # dropped unclosed: it unsubscribes when collected
+            gc.collect()
+            assert len(store._listeners._callbacks) == subscribed
 
         async with Peer(store) as reader:
             with pytest.raises(ArgumentError, match="key"):

@@ -79,7 +79,8 @@ class Peer:
     only reads (posting raises :class:`cablestore.errors.ArgumentError`).
     ``cabal``: a :class:`cablestore.peer.secure.PrivateCabal` for a private
     cabal: every listener and connection goes through the Cable Handshake
-    with its key, and the store is tied to that cabal.  ``limits``: the
+    with its key, and the store is tied to that cabal on entering (another
+    cabal's store: :class:`cablestore.errors.CabalMismatchError`).  ``limits``: the
     resource limits against remote peers (:class:`cablestore.peer.limits.PeerLimits`).
     """
 
@@ -105,6 +106,8 @@ class Peer:
     async def __aenter__(self) -> Peer:
         if self._state != "new":
             raise PeerClosedError("a Peer is entered once: make a new one")
+        if self.cabal is not None:
+            self.store.join_cabal(self.cabal.cabal_key)  # another cabal's store: CabalMismatchError, before any socket
         self._state = "open"
         return self
 
