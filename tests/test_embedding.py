@@ -175,12 +175,15 @@ def test_lifecycle_closes_everything_it_started_and_leaves_the_store_open(served
                     break
                 await asyncio.sleep(0.01)
             assert read
-            pending = asyncio.create_task(cancelled.__anext__())
+            await cancelled.aclose()
+            quiet = peer.posts("quiet")  # a channel no one else writes to
+            pending = asyncio.create_task(quiet.__anext__())
             await asyncio.sleep(0)
-            pending.cancel()  # a reader cancelled while it waits: clean
+            pending.cancel()  # a reader cancelled while it waits: clean, and the feed still reads
             with pytest.raises(asyncio.CancelledError):
                 await pending
-            await cancelled.aclose()
+            h = await peer.post_text("quiet", "after the cancel")
+            assert (await asyncio.wait_for(quiet.__anext__(), WAIT)).hash == h
             assert len(store._listeners._callbacks) > listeners  # the peer's nodes and the reader's feed
             with pytest.raises(TransportError):
                 await peer.connect("127.0.0.1", 1)  # refused: a cablestore error, not OSError
