@@ -97,7 +97,7 @@ class _Link(asyncio.BufferedProtocol):
             self.io.feed(b"", now_ms())  # over the handshake, the end of the socket without a marker ends the connection
             return False
         if self.wire is not None:
-            self.wire.ended[self] = None  # visited after each slice of work until its answers are out
+            self.write()  # nothing left to answer: closed now (else once its last input is handled, see Wire._pump)
             self.wire.kick()
         return True  # keep writing the answers to what it sent; closed once they are out
 
@@ -111,7 +111,6 @@ class _Link(asyncio.BufferedProtocol):
             self.io.release()
         if self.wire is not None:
             self.wire.links.pop(self.conn, None)
-            self.wire.ended.pop(self, None)
             self.wire.paused.pop(self, None)
             self.wire.pool_paused.pop(self, None)
             self.wire.kick()
@@ -197,7 +196,6 @@ class Wire:
         self.links: dict[Connection, _Link] = {}
         self.pool_paused: dict[_Link, None] = {}
         self.paused: dict[_Link, None] = {}  # sockets not being read
-        self.ended: dict[_Link, None] = {}  # sockets whose peer closed its side: closed once nothing is left to write
         self.view = memoryview(bytearray(node.policy.read_chunk))
         self.on_event: Callable[[], None] | None = None  # after each slice of work, tick or lost socket (a sync re-checks)
         self.on_accept: Callable[[Connection], None] | None = None  # a peer connected (serve starts pulling from it)
@@ -232,7 +230,6 @@ class Wire:
         link = self.links.pop(conn, None)
         self.pool_paused.pop(link, None)
         self.paused.pop(link, None)
-        self.ended.pop(link, None)
         if link is not None and isinstance(link.io, SecureChannel):
             link.io.release()
         if link is not None and link.transport is not None and not link.transport.is_closing():
@@ -259,12 +256,12 @@ class Wire:
         if self.on_event is not None:
             self.on_event()  # a sync may ask more: written below
         self.flush()
-        for link in list(self.ended):  # a half-closed peer whose last input needed no answer is closed too
-            link.write()
         for conn in node.take_touched():
             link = self.links.get(conn)
             if link is not None:
                 link.update_reading()
+                if link.eof:
+                    link.write()  # a half-closed peer whose last input needed no answer is closed too
         if self.pool_paused and node.pool_left > 0:
             for link in list(self.pool_paused):
                 del self.pool_paused[link]
