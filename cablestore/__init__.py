@@ -3,7 +3,8 @@
 The names a program needs are here: :class:`Store` (open a store, ingest,
 query, read, check), :class:`Keypair` and :func:`make_post` (sign posts),
 :func:`decode_post`, :func:`encode_post` and :func:`post_hash` (the codec),
-and the post type numbers.  Serving and syncing over TCP are in
+the post type numbers, and :class:`Peer` (a Cable peer inside an asyncio
+program: serve, connect, follow new posts, post).  Serving and syncing over TCP are in
 :mod:`cablestore.peer.transport` (:func:`cablestore.peer.transport.run_server`,
 :func:`cablestore.peer.transport.sync_path`); writing posts as the local
 user in :mod:`cablestore.authoring.author`; the rebuild in
@@ -87,3 +88,7 @@ __all__ = [
 from cablestore.store.store import IngestResult, Store  # noqa: E402
 
 __all__ += ["Store", "IngestResult"]
+
+from cablestore.peer.embedded import Peer  # noqa: E402
+
+__all__ += ["Peer"]

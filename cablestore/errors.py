@@ -160,6 +160,14 @@ class HandshakeError(TransportError):
     """The Cable Handshake failed (wrong cabal key, garbage, too slow) or the channel it set up broke (a MAC, a length); the connection is closed."""
 
 
+class PeerClosedError(TransportError):
+    """An embedded peer (:class:`cablestore.peer.embedded.Peer`) was used before ``async with`` entered it or after it closed."""
+
+
+class FellBehindError(CableError):
+    """A reader of ``Peer.posts()`` did not keep up: its bounded buffer filled, and the posts after it were not queued (read them from the store)."""
+
+
 class SparkUnavailableError(RebuildError):
     """Spark could not start or run the job (its own output is in the log file named)."""
 

@@ -15,7 +15,7 @@ import pytest
 from cablestore import TEXT, Store
 from cablestore.authoring.workload import generate, write_posts
 from cablestore.errors import TransportError
-from cablestore.peer import Node, PeerServer, run_sync
+from cablestore.peer import Node, PeerServer, run_server, run_sync
 
 from .conftest import keypair, post, stop
 from .peer_helpers import WALL, answers
@@ -94,6 +94,34 @@ def test_sync_to_a_closed_port_is_a_transport_error(tmp_path):
             run(run_sync(store, "127.0.0.1:1"))
         with pytest.raises(TransportError):
             run(run_sync(store, "no-port-here"))
+
+
+def test_a_peer_that_closes_its_side_while_being_pulled_from_is_closed_at_once(tmp_path):
+    """A client that sends its FIN while `serve` pulls from it can answer nothing more: the server closes
+    it at once (it held the connection, and the channels its pull was syncing, until the pull's 30 s
+    progress timeout: every other peer's pull of those channels waited up to 10 s)."""
+
+    async def main():
+        with Store(tmp_path / "s") as store:
+            store.ingest(post(keypair("zoe"), TEXT, WALL - 10, channel="general", text="held"))
+            ports, stopping = [], asyncio.Event()
+            serving = asyncio.create_task(run_server(store, "127.0.0.1:0", ready=lambda h, p: ports.append(p), stop=stopping, signals=False))
+            try:
+                for _ in range(1000):
+                    if ports:
+                        break
+                    await asyncio.sleep(0.01)
+                reader, writer = await asyncio.open_connection("127.0.0.1", ports[0])
+                writer.write_eof()  # the client is done sending
+                asked = await asyncio.wait_for(reader.read(), 10)  # the server's pull asks its channel list, then closes
+                writer.close()
+                assert asked, "the server asked nothing"
+            finally:
+                stopping.set()
+                summary = await serving
+            assert summary["closed"] == {"closed": 1}, summary
+
+    run(main())
 
 
 def _start_serve(store, *extra):

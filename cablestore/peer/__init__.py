@@ -11,13 +11,17 @@
   :func:`run_sync` and :func:`sync_path` (``cablestore sync``), plain or
   over the Cable Handshake with a cabal key (:class:`PrivateCabal`,
   :mod:`cablestore.peer.secure`);
+* a peer inside an asyncio program: :class:`Peer` (serve, connect, sync,
+  new posts as an async iterator, posting; :mod:`cablestore.peer.embedded`);
 * every limit, settable or fixed: :mod:`cablestore.peer.limits`
   (:class:`PeerLimits` holds the settable ones).
 """
 
+from cablestore.peer.embedded import LiveSync, Peer
 from cablestore.peer.limits import DEFAULT_POLICY, LIMITS, PeerLimits
 from cablestore.peer.live import STATE_TYPES
 from cablestore.peer.node import Node
+from cablestore.peer.postfeed import PostFeed
 from cablestore.peer.protocol import Connection
 from cablestore.peer.secure import PrivateCabal
 from cablestore.peer.state import PeerState
@@ -26,6 +30,9 @@ from cablestore.peer.table import Concluded, Job, Refused
 from cablestore.peer.transport import PeerServer, parse_address, run_server, run_sync, sync_path
 
 __all__ = [
+    "Peer",
+    "LiveSync",
+    "PostFeed",
     "Node",
     "Connection",
     "PeerState",

@@ -160,6 +160,8 @@ PUMP_SECONDS = 0.005  # work between two looks at the sockets
 BACKLOG = 512  # connections the kernel queues before they are accepted
 # A private connection (cablestore.peer.secure): read no further ahead than the longest handshake message until it is through
 HANDSHAKE_READ = 96
+# An embedded peer's feeds of new posts (cablestore.peer.postfeed): posts kept for a reader that is behind
+FEED_BUFFER = 1000
 # The control socket of a served store (cablestore.peer.control)
 MAX_REQUEST = 64 << 10  # a command's request (argv and cwd), at most
 MAX_LINE = 1 << 20  # a reply line read by the client, at most
@@ -225,6 +227,7 @@ _SET_OTHERWISE = {
     "DEFAULT_MARGIN": "Sync(margin=)",
     "PARALLEL_CHANNELS": "Sync(parallel=)",
     "SEEN_REQ_IDS": "Node(seen=)",
+    "FEED_BUFFER": "Peer.posts(buffer=)",
 }
 _FIXED = (
     ("BASE_BYTES", "bytes of the memory budget kept for the interpreter and the store"),
@@ -254,6 +257,7 @@ _FIXED = (
     ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),
     ("BACKLOG", "connections the kernel queues before they are accepted"),
     ("HANDSHAKE_READ", "bytes read from a private connection at once until its handshake is through"),
+    ("FEED_BUFFER", "posts a feed of new posts keeps for a reader that is behind (past it: FellBehindError)"),
     ("MAX_REQUEST", "bytes of one control-socket request"),
     ("MAX_LINE", "bytes of one control-socket reply line"),
     ("CHUNK", "bytes read from the control socket at once"),

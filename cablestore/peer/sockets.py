@@ -97,6 +97,7 @@ class _Link(asyncio.BufferedProtocol):
             self.io.feed(b"", now_ms())  # over the handshake, the end of the socket without a marker ends the connection
             return False
         if self.wire is not None:
+            self.write()  # nothing left to answer: closed now (else once its last input is handled, see Wire._pump)
             self.wire.kick()
         return True  # keep writing the answers to what it sent; closed once they are out
 
@@ -259,6 +260,8 @@ class Wire:
             link = self.links.get(conn)
             if link is not None:
                 link.update_reading()
+                if link.eof:
+                    link.write()  # a half-closed peer whose last input needed no answer is closed too
         if self.pool_paused and node.pool_left > 0:
             for link in list(self.pool_paused):
                 del self.pool_paused[link]

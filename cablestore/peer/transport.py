@@ -172,6 +172,7 @@ async def run_server(
     cabal_key: bytes | None = None,
     keypair: Keypair | None = None,
     plain_listen: str | None = None,
+    signals: bool = True,
 ) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts.
 
@@ -187,7 +188,8 @@ async def run_server(
     before any socket is opened).  ``plain_listen``: also a plain listener
     (legacy TCP, deployed framing) on that address, serving the same store to
     anyone who reaches it.  ``ready(host, port)`` is called for each listener,
-    the private one first.
+    the private one first.  ``signals``: SIGINT and SIGTERM set ``stop``
+    (False in a program that owns its signals: :class:`cablestore.peer.embedded.Peer`).
     """
     host, port = parse_address(address, listening=True)
     private = None
@@ -213,14 +215,16 @@ async def run_server(
         server.wire.on_event = lambda: puller.poll(now_ms())
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    _on_signals(loop, stop, True)
+    if signals:
+        _on_signals(loop, stop, True)
     try:
         if ready is not None:
             for listen_host, listen_port, _ in server.listeners:
                 ready(listen_host, listen_port)
         await stop.wait()
     finally:
-        _on_signals(loop, stop, False)
+        if signals:
+            _on_signals(loop, stop, False)
         if puller is not None:
             puller.close()
             server.wire.flush()
@@ -249,6 +253,7 @@ async def run_sync(
     cabal_key: bytes | None = None,
     keypair: Keypair | None = None,
     prologue: bytes = CABLE_PROLOGUE,
+    signals: bool = True,
 ) -> dict:
     """Sync ``store`` from the peer at ``address``; return the sync summary (see :meth:`cablestore.peer.sync.Sync.summary`).
 
@@ -263,7 +268,8 @@ async def run_sync(
     tied to the cabal first, ``Store.join_cabal``), then speak draft8's
     framing; ``keypair``: the static key's Ed25519 keypair (None: a fresh
     one); ``prologue``: ``CABLE/1.0`` (the spec's) or ``CABLE1.0``
-    (cable-handshake.ts 1.0.0, cable.rs).
+    (cable-handshake.ts 1.0.0, cable.rs).  ``signals``: with ``live``,
+    SIGINT and SIGTERM set ``stop`` (False: the caller owns its signals).
     """
     private = None
     if cabal_key is not None:
@@ -278,7 +284,7 @@ async def run_sync(
     finished = asyncio.Event()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    if live:
+    if live and signals:
         _on_signals(loop, stop, True)
     timer = loop.call_later(duration, stop.set) if live and duration else None
 
@@ -312,7 +318,7 @@ async def run_sync(
         await asyncio.gather(*waiters, return_exceptions=True)
         await wire.close()
         node.close()
-        if live:
+        if live and signals:
             _on_signals(loop, stop, False)
     return summary
 
