@@ -39,8 +39,12 @@ from cablestore.authoring.workload import Workload, read_posts, write_posts
 NOW = 1_900_000_000_000
 
 
-def child(store_path: str, posts_file: str, ack_file: str, seed: int) -> None:
-    """Ingest from where the acknowledgements stop, in random batch sizes, forever."""
+def child(store_path: str, posts_file: str, ack_file: str, seed: int, pause: bool = True) -> None:
+    """Ingest from where the acknowledgements stop, in random batch sizes, forever.
+
+    ``pause=False`` (the run that finishes the workload, which no kill interrupts)
+    skips the pauses between batches; the batches are the same.
+    """
     bufs = read_posts(posts_file)
     acked = _acked(Path(ack_file))
     start = max(acked) + 1 if acked else 0
@@ -62,7 +66,9 @@ def child(store_path: str, posts_file: str, ack_file: str, seed: int) -> None:
             ack.write(f"{i + len(chunk) - 1}\n")
             ack.flush()
             i += len(chunk)
-            time.sleep(rng.random() / 50)  # posts arrive from the network, not all at once
+            delay = rng.random() / 50  # drawn either way: the same batches with or without the pauses
+            if pause:
+                time.sleep(delay)  # posts arrive from the network, not all at once
     Path(ack_file + ".done").touch()
 
 
@@ -91,7 +97,7 @@ def run(kills: int, posts: int, seed: int = 1, workdir=None, log=print) -> dict:
             stats["kills"] += 1
         proc.wait()
         _check(store_path, bufs, _acked(ack_file), targeted, stats)
-    subprocess.run(cmd + ["0"], env=env, check=True)  # finish the workload
+    subprocess.run(cmd + ["0", "--no-pause"], env=env, check=True)  # finish the workload: no kill comes, so no pauses
     _check(store_path, bufs, _acked(ack_file), targeted, stats)
     with Store(store_path, now=lambda: NOW) as crashed, Store(work / "clean", now=lambda: NOW) as clean:
         clean.ingest_many(bufs)
@@ -201,7 +207,7 @@ def _env() -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
-        child(argv[1], argv[2], argv[3], int(argv[4]))
+        child(argv[1], argv[2], argv[3], int(argv[4]), pause=argv[5:] != ["--no-pause"])
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.crash", description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=200)

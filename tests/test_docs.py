@@ -456,33 +456,37 @@ def _check_command(where: str, argv: list[str], parse: bool, help_dir: Path) -> 
     return False
 
 
-def test_commands_shown_in_blocks_exist_with_their_flags(tmp_path_factory):
+@pytest.fixture(scope="module")
+def help_dir(tmp_path_factory) -> Path:
+    """One empty directory for every ``python -m MODULE --help`` of this file: ``_module_help`` runs each module once."""
+    return tmp_path_factory.mktemp("help")
+
+
+def test_commands_shown_in_blocks_exist_with_their_flags(help_dir):
     """sh/text blocks are shown, not run: each cablestore command parses, each ``python -m`` module and flag exists."""
-    help_dir = tmp_path_factory.mktemp("help")
     checked = [argv for name, argv in _documented("block") if _check_command(name, argv, parse=True, help_dir=help_dir)]
     modules = {argv[2] for argv in checked if _cablestore_argv(argv) is None}
     assert {"benchmarks", "benchmarks.profile", "pytest"} <= modules  # docs/performance.md, CONTRIBUTING.md
 
 
-def test_commands_named_inline_exist_with_their_flags(tmp_path_factory):
-    help_dir = tmp_path_factory.mktemp("help")
+def test_commands_named_inline_exist_with_their_flags(help_dir):
     checked = [argv for name, argv in _documented("inline") if _check_command(name, argv, parse=False, help_dir=help_dir)]
     assert len(checked) >= 10
 
 
-def test_check_of_commands_can_fail(tmp_path):
+def test_check_of_commands_can_fail(help_dir):
     with pytest.raises(AssertionError):
-        _check_command("x", ["cablestore", "frobnicate"], parse=False, help_dir=tmp_path)
+        _check_command("x", ["cablestore", "frobnicate"], parse=False, help_dir=help_dir)
     with pytest.raises(AssertionError):
-        _check_command("x", ["cablestore", "sync", "copy.ldb", "--no-such-flag"], parse=False, help_dir=tmp_path)
+        _check_command("x", ["cablestore", "sync", "copy.ldb", "--no-such-flag"], parse=False, help_dir=help_dir)
     with pytest.raises(pytest.fail.Exception):
-        _check_command("x", ["cablestore", "sync", "copy.ldb"], parse=True, help_dir=tmp_path)  # --connect is required
+        _check_command("x", ["cablestore", "sync", "copy.ldb"], parse=True, help_dir=help_dir)  # --connect is required
     with pytest.raises(AssertionError):
-        _check_command("x", ["python", "-m", "benchmarks.no_such_module"], parse=False, help_dir=tmp_path)
+        _check_command("x", ["python", "-m", "benchmarks.no_such_module"], parse=False, help_dir=help_dir)
     with pytest.raises(AssertionError):
-        _check_command("x", ["python", "-m", "benchmarks.fuzz", "--no-such-flag", "3"], parse=False, help_dir=tmp_path)
+        _check_command("x", ["python", "-m", "benchmarks.fuzz", "--no-such-flag", "3"], parse=False, help_dir=help_dir)
     with pytest.raises(AssertionError):
-        _check_command("x", ["python", "-m", "pytest", "-m", "not fast"], parse=False, help_dir=tmp_path)
+        _check_command("x", ["python", "-m", "pytest", "-m", "not fast"], parse=False, help_dir=help_dir)
     assert _split_shell("A=1 B=2 cablestore x  # c && y") == [["cablestore", "x"]]
     assert _split_shell("pip install -e . && python -m cablestore demo") == [["pip", "install", "-e", "."], ["python", "-m", "cablestore", "demo"]]
 
