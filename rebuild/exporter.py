@@ -240,22 +240,22 @@ def export(
     """Write a snapshot of ``db`` (a plyvel DB) to ``location`` (a new or empty directory, or a URI); return the manifest.
 
     ``decoded`` adds the decoded table for data teams; ``workers``: threads
-    (default: one per core, at most four); ``source``: the store's name,
+    (default: one per core, at most four; 0 as 1: one thread writes); ``source``: the store's name,
     kept in the manifest.  Nothing is left at ``location`` unless the export
     completes.
     """
     if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 256:
         raise RebuildError(f"partitions must be an integer from 1 to 256, got {partitions!r}")
     workers = default_workers() if workers is None else workers
-    if not isinstance(workers, int) or workers < 1:
-        raise RebuildError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise RebuildError(f"workers must be an integer of at least 0, got {workers!r}")
     fs, root = filesystem(location)
     _target_state(fs, root, location)
     staging = f"{root}.partial-{uuid.uuid4().hex[:8]}" if renames_directories(fs) else root
     started = time.perf_counter()
     snap = db.snapshot()
     halt = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cablestore-export")
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="cablestore-export")
     try:
         fs.create_dir(staging, recursive=True)
         jobs = _jobs(partitions, decoded)
