@@ -64,7 +64,7 @@ def _cmd_channels(args) -> int:
     for c, name in zip(channels, names, strict=True):
         topic = printable(f"topic {c.topic!r}") if c.topic else "(no topic)"
         messages, members = plural(c.messages, "message", spec=">6,"), plural(c.members, "member", spec=">4,")
-        print(f"{name}{' ' * (width - _columns(name))}  {messages:<15}  {members:<11}  {topic}")
+        print(f"{name}{' ' * (width - _columns(name))}  {messages:<15}  {members:<12}  {topic}")
     if not channels:
         print(f"no channels in {printable(str(args.store))}")
     return 0
