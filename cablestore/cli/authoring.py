@@ -67,7 +67,7 @@ def _cmd_heads(args) -> int:
 
 
 ARGUMENT_HELP = {
-    "channel": "the channel name (case-insensitive; written as the channel's posts spell it, see --exact-channel)",
+    "channel": "the channel name, or #name as `channels` prints it (case-insensitive; written as the channel's posts spell it, see --exact-channel)",
     "text": "the message (at most 4096 bytes of UTF-8)",
     "topic": "the new topic (at most 512 codepoints)",
     "name": "your name (1-32 codepoints)",
