@@ -12,7 +12,7 @@ from typing import Any
 
 from cablestore.authoring.workload import Workload
 from cablestore.errors import RebuildError, StoreExistsError
-from cablestore.progress import Progress
+from cablestore.progress import Progress, plural
 from cablestore.store import opening
 from cablestore.store.store import Store
 
@@ -106,7 +106,7 @@ def _demo(path, posts, seed, engine, say, progress) -> dict:
         stats = store.stats()
         report["ingest"] = {"accepted": accepted, "refused": len(results) - accepted, "seconds": round(seconds, 3)}
         report["stored"] = {"posts": stats.posts, "deleted": accepted - stats.posts, "tombstones": stats.tombstones}
-        say(f"ingested {accepted} posts in {seconds:.2f}s ({posts / seconds:,.0f} posts/s, signatures verified)")
+        say(f"ingested {plural(accepted, 'post')} in {seconds:.2f}s ({posts / seconds:,.0f} posts/s, signatures verified)")
         say(_explain(report["stored"], accepted))
         report["channels"] = _show_channels(store, say)
         say(f"rebuild verify ({engine} engine)...")
@@ -115,19 +115,19 @@ def _demo(path, posts, seed, engine, say, progress) -> dict:
         report["ok"] = verify.consistent and report["ingest"]["refused"] == 0
         entries = sum(verify.recomputed_counts.values())
         if verify.consistent:
-            say(f"rebuild verify: consistent: {verify.posts} stored posts and {verify.tombstones} tombstones "
-                f"recompute to {entries} view entries, equal to the live views")
+            say(f"rebuild verify: consistent: {plural(verify.posts, 'stored post')} and {plural(verify.tombstones, 'tombstone')} "
+                f"recompute to {plural(entries, 'view entry', 'view entries')}, equal to the live views")
         else:
-            say(f"rebuild verify: DIFFERENCES FOUND ({verify.posts} posts, {entries} view entries recomputed)")
+            say(f"rebuild verify: DIFFERENCES FOUND ({plural(verify.posts, 'post')}, {plural(entries, 'view entry', 'view entries')} recomputed)")
     return report
 
 
 def _explain(stored: dict, accepted: int) -> str:
     """Why fewer posts are stored (and verified) than were ingested: deletes."""
     return (
-        f"  {stored['posts']} posts are stored: the other {accepted - stored['posts']} were deleted by post/deletes "
+        f"  {plural(stored['posts'], 'post')} {'is' if stored['posts'] == 1 else 'are'} stored: the other {accepted - stored['posts']} were deleted by post/deletes "
         f"among them (some of those deletes were deleted too)\n"
-        f"  the rebuild below checks those {stored['posts']} posts and the {stored['tombstones']} tombstones the deletes left"
+        f"  the rebuild below checks those {plural(stored['posts'], 'post')} and the {plural(stored['tombstones'], 'tombstone')} the deletes left"
     )
 
 
@@ -140,8 +140,8 @@ def _show_channels(store: Store, say: Callable[..., Any]) -> dict:
         out[name] = {"topic": topic, "members": len(members), "posts": len(store.channel_time_range(name)),
                      "state": len(store.channel_state(name))}
         shown = f"topic {topic!r}" if topic else "(no topic)"
-        say(f"  #{name}: {shown}, {len(members)} members, {out[name]['posts']} messages; the latest (UTC):")
+        say(f"  #{name}: {shown}, {plural(len(members), 'member')}, {plural(out[name]['posts'], 'message')}; the latest (UTC):")
         for m in store.messages(name, limit=3):
-            line = m.text if m.text is not None else f"[deleted {len(m.deleted)} post{'s' if len(m.deleted) != 1 else ''}]"
+            line = m.text if m.text is not None else f"[deleted {plural(len(m.deleted), 'post')}]"
             say(f"    {m.time:%Y-%m-%d %H:%M:%S} <{m.who}> {line[:60]}")
     return out

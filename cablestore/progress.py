@@ -1,4 +1,5 @@
-"""A small progress display for long commands: on a terminal only, never with --quiet.
+"""A small progress display for long commands: on a terminal only, never with --quiet;
+and :func:`plural`, how every message counts things ("1 post", "2 posts").
 
 A stage draws its count (against a total, as a bar, when one is known) and
 its rate since the stage began: ``check: [#####.....] 51200/102400 8,412/s``.
@@ -59,3 +60,12 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
         self.label = ""
+
+
+def plural(n: int, noun: str, nouns: str | None = None, spec: str = "") -> str:
+    """``n`` and the noun it counts, singular for exactly one: ``plural(1, "member")`` is ``"1 member"``, ``plural(0, "member")`` ``"0 members"``.
+
+    ``nouns``: the plural when it is not ``noun + "s"`` (``"view entries"``);
+    ``spec``: how ``n`` is formatted (``","``: ``1,024 posts``).
+    """
+    return f"{n:{spec}} {noun if n == 1 else nouns or noun + 's'}"

@@ -5,7 +5,10 @@ hex, times are UTC, ``channel`` is the casefolded name the store files the
 post under (``channel_spelling`` is the name as written).  Every field a
 post type does not have is null; moderation posts (types 6-9) fill
 ``reason``, ``privacy``, ``recipients``, ``role``, ``action``, ``drop``,
-``notify`` and ``undrop``.  A column added later is appended, so a query
+``notify`` and ``undrop``.  The moderation columns (``hidden``,
+``hidden_by``, ``post_hidden``, ``author_hidden_in_channel``,
+``author_hidden_cabal``: ``rebuild/moderation_tables.py``) say what the
+store's local user hides.  A column added later is appended, so a query
 naming its columns keeps working.  The rebuild never reads this table.
 """
 
@@ -16,6 +19,8 @@ import pyarrow as pa
 from cablestore.errors import CableError
 from cablestore.wire.codec import POST_TYPE_NAMES, decode_post
 from cablestore.wire.moderation import ACTION_NAMES, ROLE_NAMES
+
+from .moderation_tables import COLUMNS, Moderation
 
 _HEX_LIST = pa.list_(pa.string())
 SCHEMA = pa.schema(
@@ -45,6 +50,7 @@ SCHEMA = pa.schema(
         ("notify", pa.int8()),
         ("undrop", pa.int8()),
         ("size", pa.int32()),  # the post's bytes
+        *COLUMNS,
     ]
 )
 _TIME_MAX = 253402300799999  # 9999-12-31T23:59:59.999Z: later claimed timestamps leave `time` null
@@ -54,19 +60,21 @@ def _hexes(values):
     return None if values is None else [v.hex() for v in values]
 
 
-def row(h: bytes, blob: bytes) -> dict | None:
-    """The decoded row of one stored post, or None when its bytes do not decode."""
+def row(h: bytes, blob: bytes, moderation: Moderation | None = None) -> dict | None:
+    """The decoded row of one stored post, or None when its bytes do not decode; ``moderation`` fills the moderation columns."""
     try:
         p = decode_post(blob)
     except CableError:
         return None
     channel = p.channel
     info = p.info
+    author = p.public_key.hex()
+    hidden = {} if moderation is None else moderation.columns(p.post_type, h.hex(), author, channel)
     return {
         "hash": h.hex(),
         "type": p.post_type,
         "type_name": POST_TYPE_NAMES.get(p.post_type),
-        "author": p.public_key.hex(),
+        "author": author,
         "timestamp": p.timestamp if p.timestamp < 1 << 63 else None,
         "time": p.timestamp if p.timestamp <= _TIME_MAX else None,
         "channel": channel.casefold() if channel is not None else None,
@@ -88,10 +96,11 @@ def row(h: bytes, blob: bytes) -> dict | None:
         "notify": p.notify,
         "undrop": p.undrop,
         "size": len(blob),
+        **hidden,
     }
 
 
-def batch(hashes, blobs) -> tuple[pa.RecordBatch, int]:
+def batch(hashes, blobs, moderation: Moderation | None = None) -> tuple[pa.RecordBatch, int]:
     """``(record batch of the posts that decode, how many did not)``."""
-    out = [r for r in map(row, hashes, blobs) if r is not None]
+    out = [r for r in (row(h, b, moderation) for h, b in zip(hashes, blobs, strict=True)) if r is not None]
     return pa.RecordBatch.from_pylist(out, schema=SCHEMA), len(hashes) - len(out)

@@ -34,9 +34,11 @@ from cablestore.errors import RebuildError
 from cablestore.keyspace import facts
 from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, META, POSTS
 from cablestore.moderation import Seed, format_seed, parse_seed
+from cablestore.store.moderation_queries import snapshot_moderation
 from cablestore.store.resolving import held_facts, stored_seed
 
 from . import decoded as decoded_table
+from .moderation_tables import Moderation
 from .parquet import FORMAT, MANIFEST, SCHEMAS, file_name, filesystem, renames_directories
 from .recompute import PRIMARY_PREFIXES, VIEW_PREFIXES
 
@@ -146,13 +148,13 @@ class _Files:
 class _Job:
     """One key range written to one table's files (posts also to the decoded table)."""
 
-    def __init__(self, table: str, part: int, start, stop, decoded: bool = False):
-        self.table, self.part, self.start, self.stop, self.decoded = table, part, start, stop, decoded
+    def __init__(self, table: str, part: int, start, stop, decoded: Moderation | None = None):
+        self.table, self.part, self.start, self.stop, self.decoded = table, part, start, stop, decoded  # decoded: the state its rows carry
         self.count = 0  # posts and tombstones written so far (read by the main thread for progress)
 
     def run(self, snap, fs, staging: str, halt: threading.Event) -> tuple[dict, dict]:
         out = _Files(fs, staging, self.table, self.part, SCHEMAS[self.table])
-        dec = _Files(fs, staging, "decoded", self.part, decoded_table.SCHEMA) if self.decoded else None
+        dec = _Files(fs, staging, "decoded", self.part, decoded_table.SCHEMA) if self.decoded is not None else None
         rows = {self.table: 0, "decoded": 0, "undecodable": 0}
         it = snap.iterator(start=self.start, stop=self.stop, verify_checksums=True)
         size = BATCH_ROWS[self.table]
@@ -165,7 +167,7 @@ class _Job:
                 batch = self._batch(keys, values)
                 out.write(batch)
                 if dec is not None:
-                    table, skipped = decoded_table.batch(batch.column(0).to_pylist(), values)
+                    table, skipped = decoded_table.batch(batch.column(0).to_pylist(), values, self.decoded)
                     dec.write(table)
                     rows["decoded"] += table.num_rows
                     rows["undecodable"] += skipped
@@ -189,7 +191,7 @@ class _Job:
         return pa.record_batch([target, by, pa.array(values, pa.binary())], schema=SCHEMAS["tombstones"])
 
 
-def _jobs(partitions: int, decoded: bool) -> list[_Job]:
+def _jobs(partitions: int, decoded: Moderation | None) -> list[_Job]:
     jobs = [_Job("posts", k, start, stop, decoded) for k, (start, stop) in enumerate(post_ranges(partitions))]
     jobs.append(_Job("tombstones", 0, DELETED, _end(DELETED)))
     jobs += [_Job("live", i, start, stop) for i, (start, stop) in enumerate(derived_ranges())]
@@ -239,26 +241,28 @@ def export(
 ) -> dict[str, Any]:
     """Write a snapshot of ``db`` (a plyvel DB) to ``location`` (a new or empty directory, or a URI); return the manifest.
 
-    ``decoded`` adds the decoded table for data teams; ``workers``: threads
-    (default: one per core, at most four); ``source``: the store's name,
+    ``decoded`` adds the decoded table for data teams, with the moderation
+    state tables (``rebuild/moderation_tables.py``); ``workers``: threads
+    (default: one per core, at most four; 0 as 1: one thread writes); ``source``: the store's name,
     kept in the manifest.  Nothing is left at ``location`` unless the export
     completes.
     """
     if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 256:
         raise RebuildError(f"partitions must be an integer from 1 to 256, got {partitions!r}")
     workers = default_workers() if workers is None else workers
-    if not isinstance(workers, int) or workers < 1:
-        raise RebuildError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise RebuildError(f"workers must be an integer of at least 0, got {workers!r}")
     fs, root = filesystem(location)
     _target_state(fs, root, location)
     staging = f"{root}.partial-{uuid.uuid4().hex[:8]}" if renames_directories(fs) else root
     started = time.perf_counter()
     snap = db.snapshot()
     halt = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cablestore-export")
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="cablestore-export")
     try:
         fs.create_dir(staging, recursive=True)
-        jobs = _jobs(partitions, decoded)
+        moderation = Moderation(snapshot_moderation(snap, snap.get(LOCAL_USER_KEY))) if decoded else None
+        jobs = _jobs(partitions, moderation)
         futures = [pool.submit(job.run, snap, fs, staging, halt) for job in jobs]
         _await(futures, jobs, progress)
         files: dict[str, dict] = {}
@@ -270,6 +274,10 @@ def export(
             files.update(done)
             for k in counts:
                 counts[k] += rows.get(k, 0)
+        for name, table in moderation.tables().items() if moderation is not None else ():  # the state, beside the posts
+            out = _Files(fs, staging, name, 0, table.schema)
+            out.write(table)
+            files.update(out.close())
         manifest = {
             "format": FORMAT,
             "partitions": partitions,

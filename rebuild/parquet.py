@@ -12,6 +12,8 @@ A snapshot is a directory (a local path, ``file://``, ``hdfs://`` or
                                                  one file series per key range (a view)
     decoded/part=0007/decoded-0007-000.parquet   with ``export --decoded``: the posts'
                                                  decoded fields (``rebuild/decoded.py``)
+    moderation/roles.parquet (actions, blocks)   with ``export --decoded``: the moderation
+                                                 state (``rebuild/moderation_tables.py``)
 
 Partitions are ranges of the first hash byte (:func:`~cablestore.rebuild.recompute.partition_of`),
 so a partition's posts are one LevelDB range and one task's input.  A
@@ -43,7 +45,9 @@ SCHEMAS = {
     "live": pa.schema([("key", pa.binary()), ("value", pa.binary())]),
 }
 # What each table's file names look like (the manifest is checked against them before any path is opened).
-_NAME = re.compile(r"^(?:(posts|decoded)/part=(\d{4})/(?:posts|decoded)-\2-\d{3}|(tombstones)/tombstones-\d{3}|(live)/live-\d{3}-\d{3})\.parquet$")
+_NAME = re.compile(
+    r"^(?:(posts|decoded)/part=(\d{4})/(?:posts|decoded)-\2-\d{3}|(tombstones)/tombstones-\d{3}|(live)/live-\d{3}-\d{3}|(moderation)/(?:roles|actions|blocks))\.parquet$"
+)
 
 
 def file_name(table: str, part: int, seq: int) -> str:
@@ -52,6 +56,8 @@ def file_name(table: str, part: int, seq: int) -> str:
         return f"{table}/part={part:04d}/{table}-{part:04d}-{seq:03d}.parquet"
     if table == "tombstones":
         return f"tombstones/tombstones-{seq:03d}.parquet"
+    if table.startswith("moderation/"):  # one file each
+        return f"{table}.parquet"
     return f"live/live-{part:03d}-{seq:03d}.parquet"
 
 
@@ -60,7 +66,7 @@ def table_of(name: str) -> str:
     m = _NAME.match(name)
     if not m:
         raise RebuildError(f"the manifest names {name!r}, which is no file of a snapshot")
-    return next(g for g in (m.group(1), m.group(3), m.group(4)) if g)
+    return next(g for g in (m.group(1), m.group(3), m.group(4), m.group(5)) if g)
 
 
 # --- where a snapshot lives -------------------------------------------------------

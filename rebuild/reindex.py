@@ -19,7 +19,8 @@ Signatures are not checked: the posts were verified when they were ingested.
 
 A reindex is not one WriteBatch (a million posts' entries would not fit in
 memory): interrupted, it leaves views partly built, and running it again (or
-``check --repair``) finishes the job.  The store's write lock is held
+``check --repair``) finishes the job.  ``!local!reindexing``, written when it
+starts and deleted when it ends, marks one interrupted (``check`` says so).  The store's write lock is held
 throughout, so no ingest interleaves.
 """
 
@@ -36,7 +37,7 @@ import plyvel
 from cablestore import views
 from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, next_prefix
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, REINDEXING, next_prefix
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -118,6 +119,7 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         report.seconds[name] = now - clock
         clock = now
 
+    db.put(REINDEXING, b"", sync=True)  # deleted below, once every view is written
     with gc_paused(), contextlib.closing(writer):
         if progress:
             progress.stage("drop derived views")
@@ -133,6 +135,7 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("latest")
         report.written += _write_resolved(db, writer)
         lap("moderation")
+    db.delete(REINDEXING, sync=sync)
     # In the order `check` lists them, not the order the checks ran in.
     report.faults.sort(key=Fault.sort_key)
     if progress:

@@ -15,8 +15,9 @@ The executors' Python (see docs/cluster.md):
   else ``python3`` from each worker's PATH.
 
 Spark's own output (Java and log4j lines, executor stderr, py4j's gateway
-log) goes to a log file, never to the terminal; its path, and the cause
-Spark gave, are named in the error when a run fails.
+log, and the Python warnings raised while Spark runs, such as pyspark's
+``FutureWarning`` about pandas 3) goes to a log file, never to the terminal;
+its path, and the cause Spark gave, are named in the error when a run fails.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from contextlib import contextmanager
 
 from cablestore.errors import CableError, RebuildError, SparkMasterUnreachableError, SparkUnavailableError
 
 CONNECT_TIMEOUT = 50.0  # seconds to start a context on a remote master; Spark itself gives up after 60 with a stopped context
 _log = {"path": None, "keep": False}
+_early_warnings: list[str] = []  # warnings raised before the log file is opened: written to it once it is
 
 
 def java_problem() -> str | None:
@@ -104,10 +107,42 @@ def _open_log(path: str | None) -> str:
         os.close(fd)
         atexit.register(_drop_log, path)
     else:
+        open(path, "ab").close()  # a new file is created (its size is where this run's output starts)
         _log["keep"] = True
     _log["path"] = os.path.abspath(path)
     _quiet_py4j(_log["path"])
+    if _early_warnings:
+        _append_log("".join(_early_warnings))
+        _early_warnings.clear()
     return _log["path"]
+
+
+def _append_log(text: str) -> None:
+    try:
+        with open(_log["path"], "a", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+    except OSError:
+        pass  # a log that cannot be written loses the warning; the terminal still never gets it
+
+
+def _warning_to_log(message, category, filename, lineno, file=None, line=None) -> None:
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    if _log["path"] is None:
+        _early_warnings.append(text)
+    else:
+        _append_log(text)
+
+
+@contextmanager
+def warnings_to_log():
+    """While Spark runs: Python warnings (pyspark's about pandas, say) go to Spark's log, not stderr.
+
+    Which warnings are shown is left to the filters in effect (``-W``,
+    ``PYTHONWARNINGS``); only where a shown one is written changes.
+    """
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_to_log
+        yield
 
 
 def _quiet_py4j(path: str) -> None:
@@ -148,7 +183,8 @@ def quiet_gateway():
     if keep is not None:
         root.addHandler(keep)
     try:
-        yield
+        with warnings_to_log():
+            yield
     finally:
         root.removeFilter(quiet)
         if keep is not None:
@@ -216,6 +252,11 @@ def session(
     On a master that is not local, ``ship_env`` packs this Python
     environment and ships it to the executors (see the module's docstring).
     """
+    with warnings_to_log():
+        return _session(master, app, log, connect_timeout, ship_env)
+
+
+def _session(master: str | None, app: str, log: str | None, connect_timeout: float, ship_env: bool):
     require_java()
     try:
         from pyspark import SparkConf, SparkContext

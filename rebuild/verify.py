@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import RebuildError
-from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE, REINDEXING
 
 from . import local
 from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
@@ -43,6 +43,7 @@ class Report:
     seconds: dict = field(default_factory=dict)
     repaired: dict | None = None
     before: dict | None = None  # the first verify's report, after a repair
+    reindex_interrupted: bool = False  # a reindex of the store was interrupted (!local!reindexing): its views are partly built
 
     @property
     def consistent(self) -> bool:
@@ -77,6 +78,7 @@ class Report:
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "repaired": self.repaired,
             "before": self.before,
+            "reindex_interrupted": self.reindex_interrupted,
         }
 
 
@@ -171,6 +173,7 @@ def verify(
     if progress:
         progress.stage("compare with live views")
     report = compare(result)
+    report.reindex_interrupted = db is not None and db.get(REINDEXING) is not None
     if progress:
         progress.done()
     report.seconds = {"recompute": recomputed_at - start, "compare": time.perf_counter() - recomputed_at}
@@ -246,6 +249,7 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
                 repaired.update(deleted=done.dropped, written=done.written, reindexed=True)
             else:
                 repaired = apply_repair(store.db, report)
+                store.db.delete(REINDEXING, sync=store.sync)  # the views are whole again: an interrupted reindex is finished
         finally:
             store._forget_caches()  # written under the store's caches (a store held open by `serve` goes on ingesting)
         after = verify(engine, db=store.db, **kw)

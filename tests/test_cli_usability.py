@@ -122,7 +122,7 @@ def test_read_only_commands_change_no_key(peer, capsys):
     "argv",
     [
         ["ingest", "s", "f", "--batch", "0"],
-        ["ingest", "s", "f", "--workers", "0"],
+        ["ingest", "s", "f", "--workers", "257"],
         ["ingest", "s", "f", "--workers", "-2"],
         ["generate", "--posts", "0", "out"],
         ["generate", "--posts", "many", "out"],
@@ -340,12 +340,14 @@ def test_ingest_cache_mb_reaches_the_store_and_a_bad_size_creates_nothing(tmp_pa
 
     monkeypatch.setattr(store_mod.Store, "__init__", recording_init)
     store = tmp_path / "s.ldb"
-    assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet", "--cache-mb", "70000"]) == 2
+    with pytest.raises(SystemExit) as exc:  # refused while parsing (issue 36: every count option has a maximum)
+        main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet", "--cache-mb", "70000"])
+    assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cache_mb" in err[0] and not store.exists()
+    assert err[-1].endswith("argument --cache-mb: must be from 0 to 65536, got 70000") and not store.exists()
     assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet", "--cache-mb", "256"]) == 0
     assert main(["ingest", str(store), str(tmp_path / "p.bin"), "--quiet"]) == 0
-    assert seen == [70000, 256, None]  # None: the Store's own default
+    assert seen == [256, None]  # None: the Store's own default
 
 
 def test_the_cli_spells_library_errors_with_its_flags(tmp_path, capsys):
@@ -360,7 +362,7 @@ def test_the_cli_spells_library_errors_with_its_flags(tmp_path, capsys):
     assert "--repair" not in str(caught.value)
     assert error_message(caught.value).endswith("; run `cablestore check STORE --repair`")
     assert error_message(_needs_targets("drop")) == "drop needs --post HASHes or --channel C"
-    assert error_message(_needs_targets("hide")) == "hide needs --user KEYs, --post HASHes"
+    assert error_message(_needs_targets("hide")) == "hide needs --user PUBKEYs, --post HASHes"
     Store(tmp_path / "s").close()
     assert main(["rebuild", str(tmp_path / "s"), "--engine", "local", "--master", "local[1]"]) == 2
     err = capsys.readouterr().err

@@ -266,3 +266,52 @@ def test_ctrl_c_during_the_demos_spark_phase_prints_one_line(tmp_path):
     assert proc.returncode == 130, err
     assert one_clean_line(err) == "cablestore demo: interrupted"
     assert "rebuild verify (spark engine)..." in out and "consistent" not in out.split("rebuild verify (spark engine)...", 1)[1]
+
+
+def run_on_terminal(args, env, timeout=240) -> tuple[int, str]:
+    """Run ``python -m cablestore ARGS`` with stdout and stderr on a pseudo-terminal (the progress line is drawn); its exit status and all it wrote."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "cablestore", *args], env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child's side of the terminal is closed
+                break
+            if not data:
+                break
+            out += data
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return proc.returncode, out.decode("utf-8", "replace")
+
+
+def test_no_third_party_warning_reaches_the_terminal_with_pandas_3_installed(tmp_path, small_store):
+    """Issue 36: pyspark's FutureWarning about pandas 3 goes to the Spark log, not through the progress line."""
+    import pandas
+
+    assert int(pandas.__version__.split(".")[0]) >= 3  # the test extras install pandas 3, which pyspark warns about
+    env = bare_env(tmp_path)
+    env.pop("PYTHONWARNINGS", None)
+    log = tmp_path / "spark.log"  # a new file: --spark-log creates it
+    status, seen = run_on_terminal(["rebuild", str(small_store), "--partitions", "4", "--spark-log", str(log)], env)
+    assert status == 0, seen
+    assert "\r\x1b[K" in seen  # the progress line was drawn (a terminal, no --quiet)
+    assert "Warning" not in seen and "warn(" not in seen, seen
+    assert seen.rstrip().endswith("result: consistent")
+    assert "FutureWarning" in log.read_text()  # where it went instead (pyspark 4 on pandas 3: "does not yet fully support")

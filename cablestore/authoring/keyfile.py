@@ -53,7 +53,7 @@ def write_keyfile(path: str | os.PathLike, keypair: Keypair | None = None) -> Ke
 
 def read_keyfile(path: str | os.PathLike) -> Keypair:
     """Load the keypair of a key file; refuse one that is unreadable, malformed or too open."""
-    return parse_keyfile(_read_secret(path, "key file"), str(path))
+    return _read_secret(path, "key file", lambda raw: parse_keyfile(raw, str(path)))
 
 
 CABAL_KEY_SIZE = 32
@@ -70,7 +70,10 @@ def write_cabal_key(path: str | os.PathLike, key: bytes | None = None) -> bytes:
 
 def read_cabal_key(path: str | os.PathLike) -> bytes:
     """The 32-byte cabal key of a cabal key file; refuse one that is unreadable, malformed or too open."""
-    raw = _read_secret(path, "cabal key file")
+    return _read_secret(path, "cabal key file", lambda raw: _parse_cabal_key(raw, path))
+
+
+def _parse_cabal_key(raw: bytes, path) -> bytes:
     try:
         text = raw.decode("ascii").strip()
         key = bytes.fromhex(text)
@@ -92,14 +95,21 @@ def _create_secret(path, data: bytes, what: str) -> None:
         os.fchmod(fd, 0o600)  # whatever the umask allowed
         os.write(fd, data)
         os.fsync(fd)
-    except OSError as exc:
+    except BaseException as exc:  # an error, or a signal (Ctrl-C, SIGTERM): no empty or short key file is left
         os.close(fd)
         Path(path).unlink(missing_ok=True)
-        raise KeyFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        if isinstance(exc, OSError):
+            raise KeyFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise
     os.close(fd)
 
 
-def _read_secret(path, what: str) -> bytes:
+def _read_secret(path, what: str, parse):
+    """``parse(the file's bytes)``, for a regular file of at most ``MAX_SIZE`` bytes that only its owner can access.
+
+    A file that is not a ``what`` at all (``--key /etc/passwd``) is refused as
+    such by ``parse``, before its mode is looked at: ``chmod`` would not fix it.
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
@@ -108,9 +118,6 @@ def _read_secret(path, what: str) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise KeyFileError(f"{what} {path} is not a regular file")
-        if info.st_mode & 0o077:
-            mode = stat.S_IMODE(info.st_mode)
-            raise KeyFileError(f"{what} {path} is accessible by others (mode {mode:04o}); run: chmod 600 {path}")
         raw = os.read(fd, MAX_SIZE + 1)
     except OSError as exc:
         raise KeyFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
@@ -118,7 +125,11 @@ def _read_secret(path, what: str) -> bytes:
         os.close(fd)
     if len(raw) > MAX_SIZE:
         raise KeyFileError(f"{what} {path} is larger than {MAX_SIZE} bytes: not a {what}")
-    return raw
+    value = parse(raw)
+    if info.st_mode & 0o077:
+        mode = stat.S_IMODE(info.st_mode)
+        raise KeyFileError(f"{what} {path} is accessible by others (mode {mode:04o}); run: chmod 600 {path}")
+    return value
 
 
 def parse_keyfile(raw: bytes, name: str = "key file") -> Keypair:

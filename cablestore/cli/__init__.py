@@ -82,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from cablestore.cli.args import report_error, served_store
+    from cablestore.cli.args import report_error, served_store, signals_as_interrupt
     from cablestore.errors import CableError, StoreLockedError
 
     try:
         try:
-            return args.func(args)
+            with signals_as_interrupt():
+                return args.func(args)
         except StoreLockedError as exc:
             if served_store() is not None:
                 raise

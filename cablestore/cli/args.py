@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
+import shlex
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -65,7 +68,6 @@ def error_line(command: str, exc: BaseException) -> str:
 # same with its flags.  Each pair: (a library phrase, the command line's).
 _CLI_WORDS = (
     ("; Store.check(fix=True) sets it aside", "; run `cablestore check STORE --repair`"),
-    ("(verify it as a snapshot: snapshot=", "(read it with --snapshot "),
     ("(hold it open with that local_user)", "(serve it with --local-user)"),
     ("(master with engine='local')", "(--master with --engine local)"),
     ("give a store path (repair needs one), or snapshot=DIR to verify a snapshot", "give a STORE (repair needs one), or --snapshot DIR to verify a snapshot"),
@@ -75,10 +77,12 @@ _CLI_WORDS = (
     ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
     ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
 )
-_CLI_PATTERNS = (  # a moderation action given nothing to act on (cablestore.authoring.moderating)
-    (
+_CLI_PATTERNS = (
+    # A snapshot given where a store is wanted: only check and rebuild read one (every command may get it).
+    (re.compile(r"\(verify it as a snapshot: snapshot=(.*)\)$"), lambda m: f"(verify it with `cablestore check --snapshot {shlex.quote(m[1])}`)"),
+    (  # a moderation action given nothing to act on (cablestore.authoring.moderating)
         re.compile(r"^(\S+) needs (user keys, )?post hashes( or a channel)?$"),
-        lambda m: f"{m[1]} needs {'--user KEYs, ' if m[2] else ''}--post HASHes{' or --channel C' if m[3] else ''}",
+        lambda m: f"{m[1]} needs {'--user PUBKEYs, ' if m[2] else ''}--post HASHes{' or --channel C' if m[3] else ''}",
     ),
 )
 
@@ -111,6 +115,42 @@ def require_store(path: str) -> None:
     refused = opening.refusal(p, opening.classify(p), create=False)
     if refused is not None:
         raise refused
+
+
+#: The signals that end a command as Ctrl-C does: kill, a closed terminal.
+INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_as_interrupt():
+    """SIGTERM and SIGHUP unwind like Ctrl-C (SIGINT) while a command runs: exit 130, ``cablestore COMMAND: interrupted``.
+
+    So every writer's clean-up runs whatever stops it: ``generate``'s hidden
+    ``.FILE.PID.partial``, an export's ``DIR.partial-XXXX``, the temporary
+    snapshot of a Spark rebuild and a key file begun are removed.  Only in
+    the main thread (a command run through ``serve`` is not signalled); an
+    asyncio loop (``serve``, ``sync --live``) sets its own handlers while it runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    # py4j logs an interrupted call through the root logger, which would print a traceback.
+    root = logging.getLogger()
+    quiet = logging.NullHandler() if not root.handlers else None
+    if quiet:
+        root.addHandler(quiet)
+    previous = {sig: signal.signal(sig, interrupt) for sig in INTERRUPTING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if quiet:
+            root.removeHandler(quiet)
 
 
 _served = threading.local()  # in a serving process, the thread running a command for a control client
@@ -179,22 +219,45 @@ def require_channel(store, channel: str) -> str:
     return wanted
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``minimum``."""
+def channel_name(text: str) -> str:
+    """An argparse type: a channel name, given as ``general`` or as ``channels`` prints it, ``#general``.
+
+    One leading ``#`` is dropped, so a channel whose name itself begins with
+    ``#`` is written with two (``##x``), as ``channels`` prints it.
+    """
+    return text[1:] if text.startswith("#") else text  # an empty name is the library's to refuse, as any bad name
+
+
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (and at most ``maximum``: every option counting work to do has one).
+
+    A number out of range is refused while parsing, in one line naming the
+    range, so ``generate --posts 99999999999999999999`` never starts.
+    """
+    span = f"an integer of at least {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer of at least {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected {span}, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {span.removeprefix('an integer ')}, got {value}")
         return value
 
     return parse
 
 
+# The largest value of each kind of count option (--limit has none: a limit beyond any count shows all).
+MAX_POSTS = 100_000_000  # generate --posts, demo --posts: about three hours of signing
+MAX_BATCH = 1_000_000  # ingest --batch
+MAX_WORKERS = 256  # --workers (Store's verify_workers takes at most 256)
+MAX_CACHE_MB = 65_536  # --cache-mb (Store's cache_mb takes at most 65536)
+MAX_CONNECTIONS = 100_000  # serve --max-connections, --max-per-address, --max-per-user, --max-live
+MAX_MEMORY_MB = 1 << 20  # --memory-mb (1 TiB)
+
 positive_int = int_at_least(1)
+partitions_int = int_at_least(1, 256)  # a partition count: one hash-prefix byte
 
 
 def positive_float(text: str) -> float:
@@ -208,18 +271,10 @@ def positive_float(text: str) -> float:
     return value
 
 
-def partitions_int(text: str) -> int:
-    """An argparse type: a partition count, 1 to 256 (one hash-prefix byte)."""
-    value = positive_int(text)
-    if value > 256:
-        raise argparse.ArgumentTypeError(f"must be at most 256, got {value}")
-    return value
-
-
-def add_local_user_flag(p) -> None:
+def add_local_user_flag(p, default=None) -> None:
     """Add ``--local-user HEX``: the store's local user, the root of moderation authority (kept once set)."""
     p.add_argument(
-        "--local-user", default=None, metavar="HEX",
+        "--local-user", default=default, metavar="HEX",
         help="the public key whose moderation this store applies (kept in the store once set; a different one is refused)",
     )
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 from cablestore.cli.args import (
     add_local_user_flag,
+    channel_name,
     client_path,
     open_existing,
     print_json,
@@ -12,6 +15,7 @@ from cablestore.cli.args import (
     served_store,
     store_or_path,
 )
+from cablestore.errors import ArgumentError
 
 
 def _cmd_keygen(args) -> int:
@@ -34,6 +38,8 @@ def _cmd_post(args) -> int:
     from cablestore.authoring.author import post_with_keyfile
     from cablestore.wire.codec import post_hash
 
+    if args.key is None:
+        raise ArgumentError("post needs --key KEYFILE: the key file of the post's author (see `cablestore keygen`)")
     values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
     if args.kind == "delete" and served_store() is None:  # a delete needs the posts: refuse a missing store as every command does
         require_store(args.store)
@@ -61,12 +67,32 @@ def _cmd_heads(args) -> int:
 
 
 ARGUMENT_HELP = {
-    "channel": "the channel name (case-insensitive; written as the channel's posts spell it, see --exact-channel)",
+    "channel": "the channel name, or #name as `channels` prints it (case-insensitive; written as the channel's posts spell it, see --exact-channel)",
     "text": "the message (at most 4096 bytes of UTF-8)",
     "topic": "the new topic (at most 512 codepoints)",
     "name": "your name (1-32 codepoints)",
     "accept_role": "0: you decline roles (admins' and mods' posts about you are ignored); 1: the default",
 }
+
+
+_ARGUMENT_TYPES = {"accept_role": {"choices": ("0", "1")}, "channel": {"type": channel_name}}
+
+
+def _post_options(p) -> None:
+    """``post``'s options, on ``post`` and again on each KIND, so they may come before or after it (``post STORE text C hi --json``).
+
+    On a KIND's parser (``argument_default=SUPPRESS``) an option left out sets
+    nothing, so one given before the KIND is kept.  ``--key`` is required by
+    :func:`_cmd_post`, which sees both places.
+    """
+    unset = {} if p.argument_default is None else {"default": p.argument_default}
+    p.add_argument("--key", metavar="KEYFILE", help="the key file (required; see `cablestore keygen`)")
+    add_local_user_flag(p, **unset)
+    p.add_argument("--json", action="store_true", help="print the stored post as JSON (the fields `dump` prints)")
+    p.add_argument(
+        "--exact-channel", action="store_true",
+        help="write the channel name as given (default: as the channel's earliest post spells it, which case-sensitive peers match)",
+    )
 
 
 def register(sub) -> None:
@@ -88,13 +114,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("post", help="write a post as the key file's owner, linked to the channel's heads")
     p.add_argument("store", help="the store directory (created if missing, except for delete)")
-    p.add_argument("--key", required=True, help="the key file (see `cablestore keygen`)")
-    add_local_user_flag(p)
-    p.add_argument("--json", action="store_true", help="print the stored post as JSON (the fields `dump` prints)")
-    p.add_argument(
-        "--exact-channel", action="store_true",
-        help="write the channel name as given (default: as the channel's earliest post spells it, which case-sensitive peers match)",
-    )
+    _post_options(p)
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, names, text in (
         ("text", ("channel", "text"), "a chat message"),
@@ -104,17 +124,19 @@ def register(sub) -> None:
         ("name", ("name",), "set your name (other post/info properties are kept)"),
         ("accept-role", ("accept_role",), "accept (1) or decline (0) roles others give you (your name is kept)"),
     ):
-        k = kinds.add_parser(kind, help=text)
+        k = kinds.add_parser(kind, help=text, argument_default=argparse.SUPPRESS)
         for name in names:
-            k.add_argument(name, help=ARGUMENT_HELP[name], **({"choices": ("0", "1")} if name == "accept_role" else {}))
+            k.add_argument(name, help=ARGUMENT_HELP[name], **_ARGUMENT_TYPES.get(name, {}))
         k.set_defaults(fields=names)
-    k = kinds.add_parser("delete", help="delete your own posts")
+        _post_options(k)
+    k = kinds.add_parser("delete", help="delete your own posts", argument_default=argparse.SUPPRESS)
     k.add_argument("hashes", nargs="+", metavar="HASH", help="hex hashes of posts you wrote")
     k.set_defaults(fields=("hashes",))
+    _post_options(k)
     p.set_defaults(func=_cmd_post)
 
     p = sub.add_parser("heads", help="a channel's heads: the posts a new post links to")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("channel", help="the channel name (case-insensitive; it must exist)")
+    p.add_argument("channel", type=channel_name, help="the channel name (case-insensitive, #name too; it must exist)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_heads)

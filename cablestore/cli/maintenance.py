@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cablestore.cli.args import add_output_flags, print_json
+from cablestore.progress import plural
 
 
 def register(sub) -> None:
@@ -37,10 +38,10 @@ def format_recovery(report) -> str:
     if report.intact:
         lines.append(f"  files: all {len(report.files)} tables and logs check; nothing repaired, nothing moved")
     else:
-        lines.append(f"  files: {len(report.files)} tables and logs read, {len(damaged_files)} damaged; originals kept in {report.originals}")
+        lines.append(f"  files: {plural(len(report.files), 'table or log', 'tables and logs')} read, {len(damaged_files)} damaged; originals kept in {report.originals}")
         for f in damaged_files[:10]:
-            how = "read block by block" if f["mode"] == "blocks" else f"{f['units']} parts checked"
-            lines.append(f"      {f['file']}: {how}, {len(f['damaged'])} damaged parts, {f['posts']} posts found")
+            how = "read block by block" if f["mode"] == "blocks" else f"{plural(f['units'], 'part')} checked"
+            lines.append(f"      {f['file']}: {how}, {plural(len(f['damaged']), 'damaged part')}, {plural(f['posts'], 'post')} found")
         lines.append(
             f"  posts: {report.posts_before} kept by LevelDB's repair, {len(report.salvaged_posts)} more salvaged "
             f"(hash and signature proven), {report.posts_after} kept ({report.known_posts} known to have been stored)"
@@ -49,24 +50,26 @@ def format_recovery(report) -> str:
         if report.salvaged_rows:
             lines.append(f"  local rows salvaged: {report.salvaged_rows}")
         if report.deleted_later:
-            lines.append(f"  kept out: {len(report.deleted_later)} records LevelDB's repair brought back that were deleted later")
+            lines.append(f"  kept out: {plural(len(report.deleted_later), 'record')} LevelDB's repair brought back that were deleted later")
         if report.unproven:
-            lines.append(f"  unproven: {report.unproven} records not taken, kept in {report.quarantine}")
+            lines.append(f"  unproven: {plural(report.unproven, 'record')} not taken, kept in {report.quarantine}")
     if report.intact:
         if report.salvaged_posts:
-            lines.append(f"  salvaged: {len(report.salvaged_posts)} posts of a write cut short at the end of a log (hash and signature proven)")
+            lines.append(f"  salvaged: {plural(len(report.salvaged_posts), 'post')} of a write cut short at the end of a log (hash and signature proven)")
         lines.append(f"  posts: {report.posts_after}, tombstones: {report.tombstones_after}")
     if report.format_restored:
         lines.append("  restored the format key LevelDB's repair had lost")
     if report.deleted_again:
-        lines.append(f"  deleted again: {len(report.deleted_again)} deleted posts had come back (their deletion was in a damaged block)")
+        lines.append(f"  deleted again: {plural(len(report.deleted_again), 'deleted post')} had come back (their deletion was in a damaged block)")
     if report.view_repair:
         r = report.view_repair
-        lines.append(f"  view repair: removed {r['removed_records']} damaged records, deleted {r['deleted']} and wrote {r['written']} view entries")
+        lines.append(
+            f"  view repair: removed {plural(r['removed_records'], 'damaged record')}, deleted {r['deleted']} and wrote {plural(r['written'], 'view entry', 'view entries')}"
+        )
     for rec in report.removed_records[:10]:
         lines.append(f"      removed {rec['kind']}: {rec['hash']} {rec['detail']}")
     if report.lost:
-        lines.append(f"  LOST {len(report.lost)} posts (fetch them again from a peer):")
+        lines.append(f"  LOST {plural(len(report.lost), 'post')} (fetch them again from a peer):")
         lines += [f"      {h}" for h in report.lost[:20]]
         if len(report.lost) > 20:
             lines.append(f"      ... and {len(report.lost) - 20} more (--json lists all)")
@@ -89,10 +92,10 @@ def _cmd_reindex(args) -> int:
     if args.json:
         print_json(data)
     else:
-        faults = f"; {len(report.faults)} faulty records left for `cablestore check STORE --repair`" if report.faults else ""
+        faults = f"; {plural(len(report.faults), 'faulty record')} left for `cablestore check STORE --repair`" if report.faults else ""
         print(
-            f"reindexed {report.indexed} of {report.posts} posts ({report.tombstones} tombstones) in "
+            f"reindexed {report.indexed} of {plural(report.posts, 'post')} ({plural(report.tombstones, 'tombstone')}) in "
             f"{sum(report.seconds.values()):.1f} s ({report.posts_per_s:,.0f} posts/s): "
-            f"dropped {report.dropped} and wrote {report.written} view entries{faults}"
+            f"dropped {report.dropped} and wrote {plural(report.written, 'view entry', 'view entries')}{faults}"
         )
     return 1 if report.faults else 0

@@ -7,8 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cablestore.cli.args import client_path, open_existing, print_json, printable, served_store, store_or_path
+from cablestore.cli.args import channel_name, client_path, open_existing, print_json, printable, served_store, store_or_path
 from cablestore.errors import ArgumentError
+from cablestore.progress import plural
 
 ROLE_HELP = "admin, mod or user"
 
@@ -41,7 +42,7 @@ def _cmd_moderation(args) -> int:
         people = (f"{k[:12]} {v}" + _named(shown[bytes.fromhex(k)], k) + (" (seed)" if k in seeded else "") for k, v in sorted(table.items()))
         print(printable(f"  roles in {context}: " + (", ".join(people) or "none")))
     if summary["seed"]:
-        print(f"  moderation seed: {len(summary['seed'])} users (`cablestore seed show`)")
+        print(f"  moderation seed: {plural(len(summary['seed']), 'user')} (`cablestore seed show`)")
     for context, table in summary["hidden_users"].items():
         print(f"  hidden users in {context}: {len(table)}")
     for name in ("hidden_posts", "dropped_posts", "dropped_channels", "blocks", "unblocks", "blocked_by"):
@@ -61,10 +62,10 @@ def _cmd_users(args) -> int:
     if args.json:
         print_json({"store": str(args.store), "users": [u.to_dict() for u in users]})
         return 0
-    print(f"{len(users)} users in {args.store}")
+    print(f"{plural(len(users), 'user')} in {args.store}")
     for u in users:
         roles = ", ".join(f"{role} in {'#' + c if c else 'the cabal'}" for c, role in sorted(u.roles.items()))
-        facts = [f"{u.posts} posts", roles, "hidden in " + ", ".join("#" + c if c else "the cabal" for c in u.hidden_in) if u.hidden_in else ""]
+        facts = [plural(u.posts, "post"), roles, "hidden in " + ", ".join("#" + c if c else "the cabal" for c in u.hidden_in) if u.hidden_in else ""]
         facts += ["blocked" + (" (posts dropped)" if u.blocked["drop"] else "") if u.blocked else "", "declines roles" if u.accept_role == 0 else ""]
         print(printable(f"  {u.public_key.hex()}  {u.label if u.name is not None else '(no name)'}  " + "; ".join(f for f in facts if f)))
     return 0
@@ -79,7 +80,7 @@ def _confirm_channel_drop(args) -> bool:
             count = store.channel_post_count(args.channel)
     else:
         count = 0
-    what = f"drop --channel {args.channel} removes its {count} post{'s' if count != 1 else ''} from {args.store} and refuses new ones"
+    what = f"drop --channel {args.channel} removes its {plural(count, 'post')} from {args.store} and refuses new ones"
     if served_store() is not None or not sys.stdin.isatty():
         raise ArgumentError(f"{what}: pass --yes to confirm (no terminal to ask on)")
     print(f"{what} (undrop re-allows posts, it does not restore them). Drop? [y/N] ", end="", file=sys.stderr, flush=True)
@@ -105,7 +106,7 @@ def _cmd_seed(args) -> int:
     elif not seed:
         print("no moderation seed" + (": cleared (what its users did that was applied stays applied)" if args.seed_command == "clear" else ""))
     else:
-        print(f"moderation seed: {len(seed)} users take these roles by default (no post/role is written; `cablestore seed clear` revokes it)")
+        print(f"moderation seed: {plural(len(seed), 'user')} with these roles by default (no post/role is written; `cablestore seed clear` revokes it)")
         for pk, role in sorted(seed.items()):
             print(f"  {role:<6} {pk.hex()}")
     return 0
@@ -117,7 +118,7 @@ def _cmd_write(args) -> int:
 
     posts = getattr(args, "post", None)
     if posts and args.targets:
-        raise ArgumentError(f"{args.command}: give --user KEYs or --post HASHes, not both")
+        raise ArgumentError(f"{args.command}: give --user PUBKEYs or --post HASHes, not both")
     if not _confirm_channel_drop(args):
         return 1
     buf = moderate_with_keyfile(
@@ -140,7 +141,7 @@ def register(sub) -> None:
     """Add the moderation commands to the ``cablestore`` parser's subparsers."""
     p = sub.add_parser("roles", help="the admins and mods the store's local user recognises (read only)")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("--channel", default=None, help="in this channel (default: the whole cabal)")
+    p.add_argument("--channel", type=channel_name, default=None, help="in this channel (default: the whole cabal)")
     p.add_argument("--json", action="store_true", help="print the roles as JSON")
     p.set_defaults(func=_cmd_roles)
 
@@ -178,7 +179,7 @@ def register(sub) -> None:
     for name, text in texts.items():
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("store", help="the store directory (created if missing; the key's owner becomes its local user)")
-        p.add_argument("--key", required=True, help="the key file of the local user (see `cablestore keygen`)")
+        p.add_argument("--key", required=True, metavar="KEYFILE", help="the key file of the local user (see `cablestore keygen`)")
         if name == "role":
             p.add_argument("targets", nargs=1, metavar="USER", help="the recipient's public key (hex)")
             p.add_argument("role", choices=("admin", "mod", "user"), help=ROLE_HELP)
@@ -186,12 +187,12 @@ def register(sub) -> None:
             p.add_argument("targets", nargs="+", metavar="USER", help="public keys (hex), 1 to 16")
         else:
             if name in ("hide", "unhide"):
-                p.add_argument("--user", dest="targets", nargs="+", default=[], metavar="KEY", help="act on these users (public keys in hex)")
+                p.add_argument("--user", dest="targets", nargs="+", default=[], metavar="PUBKEY", help="act on these users (public keys in hex, as `users` lists them)")
             else:
                 p.set_defaults(targets=[])
             p.add_argument("--post", nargs="+", default=None, metavar="HASH", help="act on these posts (hashes in hex)")
         p.add_argument(
-            "--channel", default=None,
+            "--channel", type=channel_name, default=None,
             help="refused: blocks act in the whole cabal" if name in ("block", "unblock") else "the channel context (default: the whole cabal)",
         )
         p.add_argument("--reason", default="", help="why (shown to others; at most 128 characters)")

@@ -6,9 +6,10 @@ import asyncio
 import json
 import os
 
-from cablestore.cli.args import add_local_user_flag, int_at_least, open_existing, positive_float, positive_int, print_json
+from cablestore.cli.args import MAX_CONNECTIONS, MAX_MEMORY_MB, add_local_user_flag, channel_name, int_at_least, open_existing, positive_float, print_json
 from cablestore.errors import ArgumentError
 from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
+from cablestore.progress import plural
 
 
 def _write_port_file(path: str, port: int) -> None:
@@ -122,8 +123,8 @@ def _cmd_sync(args) -> int:
     else:
         state = "complete" if summary["complete"] else f"INCOMPLETE: {summary['reason']}"
         print(
-            f"synced {len(summary['channels'])} channels from {summary['peer']}: {summary['posts_ingested']} posts ingested, "
-            f"{summary['posts_refused']} refused, {summary['messages_dropped']} messages dropped; {state}"
+            f"synced {plural(len(summary['channels']), 'channel')} from {summary['peer']}: {plural(summary['posts_ingested'], 'post')} ingested, "
+            f"{summary['posts_refused']} refused, {plural(summary['messages_dropped'], 'message')} dropped; {state}"
         )
     return 0 if summary["complete"] else 1
 
@@ -163,21 +164,24 @@ def register(sub) -> None:
     )
     g = p.add_argument_group("limits (a peer over its share is refused or closed; others are not affected)")
     g.add_argument(
-        "--max-connections", type=positive_int, default=d.max_connections, metavar="N", help=f"connections at once; more are closed at once (default: {d.max_connections})"
+        "--max-connections", type=int_at_least(1, MAX_CONNECTIONS), default=d.max_connections, metavar="N",
+        help=f"connections at once; more are closed at once (default: {d.max_connections})",
     )
     g.add_argument(
-        "--memory-mb", type=positive_int, default=d.memory_mb, metavar="MB",
+        "--memory-mb", type=int_at_least(1, MAX_MEMORY_MB), default=d.memory_mb, metavar="MB",
         help=f"memory budget of the process; the peers' buffers get what the base and --max-connections leave (default: {d.memory_mb})",
     )
     g.add_argument(
-        "--max-per-address", type=int_at_least(0), default=d.connections_per_address, metavar="N",
+        "--max-per-address", type=int_at_least(0, MAX_CONNECTIONS), default=d.connections_per_address, metavar="N",
         help="connections from one host at once; more are closed at once (default: 0, no limit)",
     )
     g.add_argument(
-        "--max-per-user", type=int_at_least(0), default=d.connections_per_user, metavar="N",
+        "--max-per-user", type=int_at_least(0, MAX_CONNECTIONS), default=d.connections_per_user, metavar="N",
         help=f"connections of one user identified by the handshake; their live requests count together (default: {d.connections_per_user})",
     )
-    g.add_argument("--max-live", type=int_at_least(0), default=d.live_per_peer, metavar="N", help=f"live requests per peer; more are refused (default: {d.live_per_peer})")
+    g.add_argument(
+        "--max-live", type=int_at_least(0, MAX_CONNECTIONS), default=d.live_per_peer, metavar="N", help=f"live requests per peer; more are refused (default: {d.live_per_peer})"
+    )
     g.add_argument(
         "--idle-timeout", type=positive_float, default=d.idle_timeout / 1000, metavar="S",
         help=f"close a peer that sends nothing and has nothing open (default: {d.idle_timeout // 1000})",
@@ -209,12 +213,14 @@ def register(sub) -> None:
     p.add_argument("store", help="the store directory to fill (created if missing)")
     add_local_user_flag(p)
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")
-    p.add_argument("--channel", action="append", metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
+    p.add_argument("--channel", action="append", type=channel_name, metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
     p.add_argument("--live", action="store_true", help="stay connected and keep receiving new posts (Ctrl-C stops)")
     p.add_argument("--duration", type=positive_float, metavar="S", help="with --live: stop after this many seconds")
     p.add_argument("--timeout", type=positive_float, default=600.0, metavar="S", help="give up a finite sync after this many seconds (default: 600)")
     p.add_argument("--progress-timeout", type=positive_float, default=30.0, metavar="S", help="give up when the peer brings no answer or post for this long (default: 30)")
-    p.add_argument("--memory-mb", type=positive_int, default=d.memory_mb, metavar="MB", help=f"memory budget: bounds the posts waited on at once (default: {d.memory_mb})")
+    p.add_argument(
+        "--memory-mb", type=int_at_least(1, MAX_MEMORY_MB), default=d.memory_mb, metavar="MB", help=f"memory budget: bounds the posts waited on at once (default: {d.memory_mb})"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     g = p.add_argument_group("a private cabal (docs/security.md)")

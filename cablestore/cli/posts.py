@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cablestore.cli.args import add_local_user_flag, add_output_flags, int_at_least, positive_int, print_json
+from cablestore.cli.args import MAX_BATCH, MAX_CACHE_MB, MAX_POSTS, MAX_WORKERS, add_local_user_flag, add_output_flags, int_at_least, print_json
+from cablestore.progress import plural
 
 
 def _cmd_demo(args) -> int:
@@ -28,7 +29,7 @@ def _cmd_generate(args) -> int:
     n = write_posts(args.out, counted())
     progress.done()
     summary = {"posts": n, "seed": args.seed, "out": str(args.out)}
-    print_json(summary) if args.json else print(f"wrote {n} posts (seed {args.seed}) to {args.out}")
+    print_json(summary) if args.json else print(f"wrote {plural(n, 'post')} (seed {args.seed}) to {args.out}")
     return 0
 
 
@@ -64,7 +65,7 @@ def format_ingest(summary: dict, args) -> str:
     """The ingest summary as lines: new, already stored, refused by reason."""
     files = len(args.files)
     lines = [
-        f"read {summary['read']} posts from {files} file{'s' if files != 1 else ''} into {args.store}",
+        f"read {plural(summary['read'], 'post')} from {plural(files, 'file')} into {args.store}",
         f"  new:            {summary['new']}",
         f"  already stored: {summary['already_stored']}",
         f"  refused:        {sum(summary['refused'].values())}",
@@ -78,7 +79,7 @@ def register(sub) -> None:
     """Add ``demo``, ``generate`` and ``ingest`` to the ``cablestore`` parser's subparsers."""
     p = sub.add_parser("demo", help="build a sample store, show its answers, verify it (on Spark where Java 17+ is found)")
     p.add_argument("--dir", default=None, help="where to build the store (default: a temporary directory)")
-    p.add_argument("--posts", type=positive_int, default=2000, help="posts to generate (default: 2000)")
+    p.add_argument("--posts", type=int_at_least(1, MAX_POSTS), default=2000, help=f"posts to generate, 1 to {MAX_POSTS:,} (default: 2000)")
     p.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
     p.add_argument("--engine", choices=("auto", "spark", "local"), default="auto",
                    help="rebuild engine (default: auto: spark where Java 17+ is found, else local, said in one line)")
@@ -87,7 +88,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
     p.add_argument("--seed", type=int, default=1, help="workload seed: the same seed gives the same bytes (default: 1)")
-    p.add_argument("--posts", type=positive_int, default=1000, help="posts to generate (default: 1000)")
+    p.add_argument("--posts", type=int_at_least(1, MAX_POSTS), default=1000, help=f"posts to generate, 1 to {MAX_POSTS:,} (default: 1000)")
     p.add_argument("out", help="output file ([u32 big-endian length][post] records)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_generate)
@@ -96,13 +97,13 @@ def register(sub) -> None:
     p.add_argument("store", help="the store directory (created if missing)")
     add_local_user_flag(p)
     p.add_argument("files", nargs="+", help="posts files ([u32 big-endian length][post] records)")
-    p.add_argument("--batch", type=positive_int, default=1000, help="posts per WriteBatch (default: 1000)")
+    p.add_argument("--batch", type=int_at_least(1, MAX_BATCH), default=1000, help=f"posts per WriteBatch, 1 to {MAX_BATCH:,} (default: 1000)")
     p.add_argument("--sync", action="store_true", help="sync every batch to disk")
-    p.add_argument("--workers", type=positive_int, default=1,
-                   help="workers verifying signatures while this process indexes: threads with the compiled hot path "
-                        "(default: 1), else worker processes (1: in this process)")
+    p.add_argument("--workers", type=int_at_least(0, MAX_WORKERS), default=1,
+                   help=f"workers verifying signatures while this thread indexes, 0 to {MAX_WORKERS}: 0 verifies in this one thread; "
+                        "N: N threads with the compiled hot path, else N worker processes (1: in this process) (default: 1)")
     p.add_argument("--no-verify-signatures", action="store_true", help="trust signatures (re-indexing only)")
-    p.add_argument("--cache-mb", type=int_at_least(0), default=None,
+    p.add_argument("--cache-mb", type=int_at_least(0, MAX_CACHE_MB), default=None,
                    help="LevelDB block cache in MB, 0 to 65536 (default: 128; a bulk load of a large store runs faster with 256)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_ingest)

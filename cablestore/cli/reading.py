@@ -16,8 +16,9 @@ import sys
 import unicodedata
 from itertools import islice
 
-from cablestore.cli.args import error_line, error_message, int_at_least, json_text, open_existing, print_json, printable, require_channel
+from cablestore.cli.args import channel_name, error_line, error_message, int_at_least, json_text, open_existing, print_json, printable, require_channel
 from cablestore.errors import CableError
+from cablestore.progress import plural
 
 
 def _cmd_show(args) -> int:
@@ -31,8 +32,8 @@ def _cmd_show(args) -> int:
                     "messages": [m.to_dict() for m in messages]})
         return 0
     shown = f"the last {len(messages)}" if len(messages) < total else f"all {total}"
-    print(printable(f"#{args.channel}: {'topic ' + repr(topic) if topic else '(no topic)'}, {members} members, "
-                    f"{total} messages ({shown}, oldest first, times in UTC)"))
+    print(printable(f"#{args.channel}: {'topic ' + repr(topic) if topic else '(no topic)'}, {plural(members, 'member')}, "
+                    f"{plural(total, 'message')} ({shown}, oldest first, times in UTC)"))
     names = [printable(shown_as[m.author]) for m in messages]
     width = max(map(_columns, names), default=0)
     for m, who in zip(messages, names, strict=True):
@@ -49,8 +50,7 @@ def format_message(m) -> str:
     """A message's text (marked when hidden by moderation), or a marker for a post/delete."""
     if m.text is not None:
         return f"[hidden] {m.text}" if getattr(m, "hidden_by", None) is not None else m.text
-    n = len(m.deleted)
-    return f"[deleted {n} post{'s' if n != 1 else ''}]"
+    return f"[deleted {plural(len(m.deleted), 'post')}]"
 
 
 def _cmd_channels(args) -> int:
@@ -63,7 +63,8 @@ def _cmd_channels(args) -> int:
     width = max(map(_columns, names), default=0)
     for c, name in zip(channels, names, strict=True):
         topic = printable(f"topic {c.topic!r}") if c.topic else "(no topic)"
-        print(f"{name}{' ' * (width - _columns(name))}  {c.messages:>6,} messages  {c.members:>4,} members  {topic}")
+        messages, members = plural(c.messages, "message", spec=">6,"), plural(c.members, "member", spec=">4,")
+        print(f"{name}{' ' * (width - _columns(name))}  {messages:<15}  {members:<12}  {topic}")
     if not channels:
         print(f"no channels in {printable(str(args.store))}")
     return 0
@@ -122,7 +123,7 @@ def register(sub) -> None:
     """Add ``show``, ``channels``, ``stats`` and ``dump`` to the ``cablestore`` subcommands."""
     p = sub.add_parser("show", help="print a channel as a person reads it: time (UTC), name, text, deletions")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("channel", help="the channel name (case-insensitive; it must exist: see `cablestore channels`)")
+    p.add_argument("channel", type=channel_name, help="the channel name (case-insensitive, #name too; it must exist: see `cablestore channels`)")
     p.add_argument("--limit", type=int_at_least(0), default=50, help="the newest N messages (default: 50; 0: all)")
     p.add_argument("--all", action="store_true", help="also the messages hidden by moderation, marked [hidden]")
     p.add_argument("--json", action="store_true", help="print the channel and its messages as JSON")
@@ -140,7 +141,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("dump", help="write every post as a JSON line: decoded fields and the raw post in hex")
     p.add_argument("store", help="the store directory (read only)")
-    p.add_argument("--channel", default=None, help="only the posts of this channel (and the deletes listed in it); it must exist")
+    p.add_argument("--channel", type=channel_name, default=None, help="only the posts of this channel (and the deletes listed in it); it must exist")
     p.add_argument("--limit", type=int_at_least(0), default=0, help="at most N posts, in hash order (default: 0, all)")
     p.add_argument("--json", action="store_true", help="one JSON document {store, channel, limit, posts: [...], count} instead of JSON lines")
     p.set_defaults(func=_cmd_dump)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import shlex
-import signal
 import sys
-import threading
 
-from cablestore.cli.args import add_output_flags, partitions_int, positive_int, print_json, store_or_path
+from cablestore.cli.args import MAX_WORKERS, add_output_flags, int_at_least, partitions_int, print_json, store_or_path
+from cablestore.progress import plural
 
 
 def _cmd_export(args) -> int:
@@ -18,7 +15,7 @@ def _cmd_export(args) -> int:
     from cablestore.store.store import Store
 
     progress = Progress(quiet=args.quiet)
-    with terminate_as_interrupt(), Store(args.store, readonly=True) as store:
+    with Store(args.store, readonly=True) as store:
         manifest = export_store(
             store,
             args.dir,
@@ -34,10 +31,10 @@ def _cmd_export(args) -> int:
     if args.json:
         print_json(summary)
         return 0
-    decoded = f"; {summary['decoded']} decoded posts" if args.decoded else ""
+    decoded = f"; {plural(summary['decoded'], 'decoded post')}" if args.decoded else ""
     print(
-        f"exported {summary['posts']} posts, {summary['tombstones']} tombstones and {summary['live']} view entries "
-        f"to {args.dir} ({args.partitions} partitions{decoded})"
+        f"exported {plural(summary['posts'], 'post')}, {plural(summary['tombstones'], 'tombstone')} and "
+        f"{plural(summary['live'], 'view entry', 'view entries')} to {args.dir} ({plural(args.partitions, 'partition')}{decoded})"
     )
     return 0
 
@@ -49,19 +46,18 @@ def _cmd_rebuild(args) -> int:
     if args.store is None and args.snapshot is None:
         print(f"cablestore {args.command}: give a STORE or --snapshot SNAPSHOT", file=sys.stderr)
         return 2
-    with terminate_as_interrupt():
-        report = rebuild(
-            store_or_path(args.store) if args.store is not None else None,
-            snapshot=args.snapshot,
-            repair=args.repair,
-            engine=args.engine,
-            master=args.master,
-            partitions=args.partitions,
-            check_signatures=not args.no_verify_signatures,
-            progress=Progress(quiet=args.quiet or args.json),
-            spark_log=args.spark_log,
-            ship_env=not args.no_ship_env,
-        )
+    report = rebuild(
+        store_or_path(args.store) if args.store is not None else None,
+        snapshot=args.snapshot,
+        repair=args.repair,
+        engine=args.engine,
+        master=args.master,
+        partitions=args.partitions,
+        check_signatures=not args.no_verify_signatures,
+        progress=Progress(quiet=args.quiet or args.json),
+        spark_log=args.spark_log,
+        ship_env=not args.no_ship_env,
+    )
     if args.json:
         print_json(report.to_dict())
     else:
@@ -84,44 +80,20 @@ def repair_hint(args) -> str:
     return f"run `{' '.join(parts + ['--repair'])}` to fix them"
 
 
-@contextlib.contextmanager
-def terminate_as_interrupt():
-    """SIGTERM unwinds like Ctrl-C (partial or temporary snapshot removed, exit 130), during an export or rebuild only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    # py4j logs an interrupted call through the root logger, which would print a traceback.
-    root = logging.getLogger()
-    quiet = logging.NullHandler() if not root.handlers else None
-    if quiet:
-        root.addHandler(quiet)
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if quiet:
-            root.removeHandler(quiet)
-
-
 def format_report(report, args) -> str:
     """A rebuild or check report as the lines ``cablestore rebuild`` / ``check`` print."""
     data = report.to_dict()
     mode = "repair" if args.repair else "verify"
     lines = [
         # With a snapshot the report is the snapshot's (its name and counts), whether or not a STORE was named too.
-        f"cablestore {args.command} --{mode}: {args.snapshot or args.store} ({data['engine']} engine, {data['partitions']} partitions)",
-        f"  primary data: {data['posts']} posts, {data['tombstones']} tombstones",
+        f"cablestore {args.command} --{mode}: {args.snapshot or args.store} ({data['engine']} engine, {plural(data['partitions'], 'partition')})",
+        f"  primary data: {plural(data['posts'], 'post')}, {plural(data['tombstones'], 'tombstone')}",
     ]
     if data["repaired"]:
         r = data["repaired"]
         lines.append(
-            f"  repaired: removed {r['removed_records']} deleted posts, quarantined {r.get('quarantined', 0)} faulty records, "
-            f"deleted {r['deleted']} and wrote {r['written']} view entries"
+            f"  repaired: removed {plural(r['removed_records'], 'deleted post')}, quarantined {plural(r.get('quarantined', 0), 'faulty record')}, "
+            f"deleted {r['deleted']} and wrote {plural(r['written'], 'view entry', 'view entries')}"
         )
     lines.append(f"  {'view':<10}{'live':>10}{'recomputed':>12}{'missing':>9}{'extra':>7}{'different':>11}")
     for name, v in data["views"].items():
@@ -139,6 +111,8 @@ def format_report(report, args) -> str:
         lines.append("  result: consistent")
     elif args.repair:
         lines.append("  result: DIFFERENCES REMAIN after repair")
+    elif report.reindex_interrupted:
+        lines.append(f"  result: DIFFERENCES FOUND; a reindex of this store was interrupted: run `cablestore reindex {shlex.quote(str(args.store))}` again to finish it")
     else:
         lines.append(f"  result: DIFFERENCES FOUND; {repair_hint(args)}")
     return "\n".join(lines)
@@ -152,7 +126,10 @@ def register(sub) -> None:
     p.add_argument("dir", help="where to write the snapshot: a new or empty directory, or a file://, hdfs:// or s3a:// URI")
     p.add_argument("--partitions", type=partitions_int, default=16, help="partitions by hash prefix, 1-256 (default: 16)")
     p.add_argument("--decoded", action="store_true", help="also write the decoded table (type, author, channel, time, text, ...) for data teams")
-    p.add_argument("--workers", type=positive_int, default=None, help="threads writing partitions (default: one per core, at most 4)")
+    p.add_argument(
+        "--workers", type=int_at_least(0, MAX_WORKERS), default=None,
+        help=f"threads writing partitions, 0 to {MAX_WORKERS} (0: one thread; default: one per core, at most 4)",
+    )
     add_output_flags(p)
     p.set_defaults(func=_cmd_export)
 

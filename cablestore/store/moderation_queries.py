@@ -9,6 +9,7 @@ still stores and serves moderation posts.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +18,7 @@ from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY,
 from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
 from cablestore.store import indexer
 from cablestore.store.indexing import IndexState
+from cablestore.store.inflight import Gate
 from cablestore.store.resolving import moderation_posts, refresh, stored_seed
 from cablestore.store.txn import Txn
 from cablestore.views import actions, blocks, roles
@@ -292,3 +294,26 @@ def _is_public(blob: bytes | None, to: bytes | None = None) -> bool:
 
 
 __all__ = ["ModerationQueries", "adopt_local_user"]
+
+
+class _SnapshotReader:
+    """A LevelDB snapshot read as :class:`ModerationQueries` reads its ``db``: ``snapshot()`` is the snapshot itself, left open."""
+
+    def __init__(self, snap: Any) -> None:
+        self._snap = snap
+
+    def get(self, key: bytes, *args: Any, **kw: Any) -> bytes | None:
+        return self._snap.get(key, *args, **kw)
+
+    def iterator(self, **kw: Any) -> Any:
+        return self._snap.iterator(**kw)
+
+    def snapshot(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext(self._snap)
+
+
+def snapshot_moderation(snap: Any, local_user: bytes | None) -> dict[str, Any]:
+    """:meth:`ModerationQueries.moderation_summary` of a LevelDB snapshot: an export's, so it agrees with the posts it exports."""
+    queries = ModerationQueries.__new__(ModerationQueries)  # reads only: no lock nor caches; a gate of its own, never closed
+    queries.db, queries.local_user, queries._gate, queries.path = _SnapshotReader(snap), local_user, Gate(), "(a snapshot)"
+    return queries.moderation_summary()
