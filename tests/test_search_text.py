@@ -109,6 +109,10 @@ def test_terms_are_short_have_no_nul_and_normalizing_is_idempotent(text):
     once = normalize(text)
     assert normalize(once) == once
     assert index_terms(once) == terms
+    doc = rules.Normalized(text)
+    for word, start, end in doc.words():  # each word maps back to the piece of the text it comes from
+        a, b = doc.span(start, end)
+        assert word in normalize(text[a:b])
 
 
 @PROPERTY
@@ -198,6 +202,7 @@ def test_examples_match_or_not(query, text, found):
         ("full", "ｆｕｌｌ", [(0, 4)]),
         ("file", "a ﬁle", [(2, 5)]),
         ("ガ", "xｶﾞ", [(1, 3)]),
+        ("가", "x \u1100\uffc2 y", [(2, 4)]),  # a Hangul jamo and a halfwidth vowel make one syllable
         ("cafe", "cafe\u0301!", [(0, 5)]),
         ("deploy friday", "deploy on friday, deploy", [(0, 6), (10, 16), (18, 24)]),
         ('"deploy the app"', "x Deploy the app", [(2, 16)]),

@@ -69,6 +69,8 @@ class Query:
         """None when ``text`` does not satisfy the query's words, phrases,
         prefixes and exclusions; else the spans ``(start, end)`` (indices
         into ``text`` itself, sorted, not overlapping) to highlight."""
+        if not self.clauses:  # not made by parse()
+            return None
         doc = Normalized(text)
         found = find_all(self.clauses, doc)
         if found is None or any(c.find(doc) for c in self.exclusions):

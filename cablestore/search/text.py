@@ -173,7 +173,7 @@ def index_terms(text: str) -> set[str]:
 
     A term is a non-empty ``str`` of at most 64 UTF-8 bytes with no NUL.
     A query's lookups (:attr:`Query.lookups`) name only terms this can give.
-    At most about two terms per character of the text.
+    At most about two terms per character of the normalized text.
     """
     if len(text) > MAX_INDEXED_CHARS:
         text = text[:MAX_INDEXED_CHARS]
@@ -212,14 +212,17 @@ def _terms(norm: str, cls: SimpleNamespace | None = None) -> set[str]:
 
 
 def _attaches(ch: str) -> bool:
-    """Whether ``ch`` may normalize together with the character before it (a mark, a Hangul vowel or final
-    jamo, a character decomposing to a mark first such as halfwidth ﾞ)."""
-    cp = ord(ch)
-    if cp < 0x300:
+    """Whether ``ch`` may normalize together with the character before it: a mark, or a character whose
+    decomposition starts with a mark or a Hangul vowel or final jamo (halfwidth ﾞ and ￄ)."""
+    if ch < "\u0300":
         return False
-    if unicodedata.category(ch)[0] == "M" or 0x1160 <= cp <= 0x11FF or 0xD7B0 <= cp <= 0xD7FF:
-        return True
-    return unicodedata.combining(unicodedata.normalize("NFKD", ch)[0]) != 0
+    first = unicodedata.normalize("NFKD", ch)[0]
+    return (
+        unicodedata.category(ch)[0] == "M"
+        or unicodedata.combining(first) != 0
+        or "\u1160" <= first <= "\u11ff"
+        or "\ud7b0" <= first <= "\ud7ff"
+    )
 
 
 class Normalized:
