@@ -177,37 +177,25 @@ def index_terms(text: str) -> set[str]:
     """
     if len(text) > MAX_INDEXED_CHARS:
         text = text[:MAX_INDEXED_CHARS]
-    if not text.isascii():
-        return _terms(normalize(text)[:MAX_NORMALIZED_CHARS])
-    text = text.lower()
-    if "\x00" in text:
-        text = text.replace("\x00", " ")
-    word = _ASCII.word
-    terms = set(word.findall(text))
-    if len(text) > MAX_TERM_BYTES and max(map(len, terms), default=0) > MAX_TERM_BYTES:
-        terms = {t[:MAX_TERM_BYTES] for t in terms}
-    for chunk in text.split():
-        if not chunk.isalnum():
-            chunk = chunk.strip(STRIP)
-            if chunk and not chunk.isalnum() and word.search(chunk):
-                terms.add(chunk[:MAX_TERM_BYTES])
-    return terms
+    return _terms(normalize(text)[:MAX_NORMALIZED_CHARS])
 
 
 def _terms(norm: str, cls: SimpleNamespace | None = None) -> set[str]:
-    """The terms of normalized text, any script (:func:`index_terms` without its ASCII shortcut)."""
+    """The terms of normalized text (``cls``: its classes, by default :func:`classes`)."""
     cls = cls or classes(norm)
     terms = set(cls.word.findall(norm))
     if len(norm) > MAX_TERM_BYTES // 4 and max(map(len, terms), default=0) > MAX_TERM_BYTES // 4:
         terms = {cut(t) for t in terms}
-    for run in cls.nospace.findall(norm):
-        terms.update(run)
-        terms.update(map(str.__add__, run, run[1:]))
+    if cls is not _ASCII:
+        for run in cls.nospace.findall(norm):
+            terms.update(run)
+            terms.update(map(str.__add__, run, run[1:]))
     for chunk in norm.split():
         if not chunk.isalnum():  # letters and digits only: W or S, never a chunk term
-            term = chunk_term(chunk, cls)
-            if term:
-                terms.add(cut(term))
+            chunk = chunk.strip(STRIP)
+            if chunk and not chunk.isalnum():  # chunk_term(chunk), sooner for ASCII
+                if _ASCII.word.search(chunk) if chunk.isascii() else chunk_term(chunk, cls):
+                    terms.add(cut(chunk))
     return terms
 
 
