@@ -247,7 +247,7 @@ def test_terms_per_text_are_bounded():
 
 
 def test_filters():
-    q = parse("deploy in:#dev from:alice from:ab12 from:alice after:2024-05-01 before:2024-05-02T12:30")
+    q = parse("deploy in:#dev from:alice from:ab12 from:@alice after:2024-05-01 before:2024-05-02T12:30")
     assert (q.channel, q.authors) == ("dev", ("alice", "ab12"))
     assert q.after == int(datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000)
     assert q.before == int(datetime(2024, 5, 2, 12, 30, tzinfo=UTC).timestamp() * 1000)
@@ -282,6 +282,8 @@ def test_words_make_lookups():
         ("deploy in:", "in: needs a value"),
         ("deploy from:", "from: needs a value"),
         ("deploy in:#", "channel name"),
+        ("deploy from:@", "name or key prefix"),
+        ("deploy from:" + "a" * 65, "name or key prefix"),
         ("deploy in:a in:b", "one in:"),
         ("x before:2024-13-01", "before:2024-13-01: not a date"),
         ("x after:yesterday", "after:yesterday: not a date"),
@@ -292,6 +294,7 @@ def test_words_make_lookups():
         ("#*", "prefix needs letters or digits"),
         ("d*", "at least 2 characters"),
         ("x" * 1025, "too long"),
+        ("deploy \udcff", "not valid Unicode"),
         (" ".join(f"w{i}" for i in range(33)), "too many search terms"),
         ("".join(map(chr, range(0x4E00, 0x4E46))), "too many search terms"),  # 70 characters: 35 pairs
     ],

@@ -162,7 +162,7 @@ def phrase_clause(raw: str) -> Clause | None:
     found = list(classes(norm).atoms.finditer(norm))
     if not found:
         return None
-    if len(found) == 1 and found[0].group() and not classes(norm).nospace.fullmatch(found[0].group()):
+    if len(found) == 1 and not classes(norm).nospace.fullmatch(found[0].group()):  # one word: as if unquoted
         return Clause(WORD, found[0].group())
     atoms = tuple(
         (m.group(), i + 1 < len(found) and found[i + 1].start() == m.end()) for i, m in enumerate(found)

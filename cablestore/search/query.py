@@ -28,7 +28,7 @@ deploy friday     posts with every word, in any order; no stop words: the, a, is
 depl*             words starting with depl (at least 2 characters, 1 in Chinese, Japanese, Korean)
 -word  -"a b"     leave out posts with this word or phrase
 in:dev            only in channel dev (in:#dev too)
-from:alice        only by alice: a name or a public key's first hex digits (several: any of them)
+from:alice        only by alice: a name (@alice too) or a public key's first hex digits; several: any
 after:2024-05-01  on or after that day (UTC); before:2024-05-01 is strictly before it
                   a time too: after:2024-05-01T14:30 or before:2024-05-01T14:30:15Z
 Case, accents and width do not matter: cafe finds Café, straße finds STRASSE.
@@ -88,7 +88,11 @@ def parse(query: str) -> Query:
     """Parse ``query``; :class:`cablestore.errors.QueryError` (one line) when it is not a query."""
     if not isinstance(query, str):
         raise QueryError(f"a search query is a str, not {type(query).__name__}")
-    if len(query.encode("utf-8", "surrogatepass")) > MAX_QUERY_BYTES:
+    try:
+        size = len(query.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise QueryError("the search query is not valid Unicode text (a lone surrogate)") from None
+    if size > MAX_QUERY_BYTES:
         raise QueryError(f"search query too long: at most {MAX_QUERY_BYTES} bytes")
     clauses: list[Clause] = []
     exclusions: list[Clause] = []
@@ -121,8 +125,9 @@ def parse(query: str) -> Query:
         raise QueryError("after: is not earlier than before:, so nothing can match")
     authors = []
     for who in filters["from"]:
-        if len(who) > MAX_FILTER_CHARS:
-            raise QueryError(f"from:{who[:16]}...: a name or key prefix has at most {MAX_FILTER_CHARS} characters")
+        who = who[1:] if who.startswith("@") else who
+        if not who or len(who) > MAX_FILTER_CHARS:
+            raise QueryError(f"from:{who[:16]}: a name or key prefix has 1 to {MAX_FILTER_CHARS} characters")
         if who not in authors:
             authors.append(who)
     return Query(

@@ -4,8 +4,8 @@ looks up, so that what :meth:`Query.match` can accept is always indexed.
 
 The rules (docs/search.md says them for users):
 
-- **normalize**: ``’ ‘ ʼ`` become ``'`` and NUL a space; then NFKC, casefold,
-  NFKC again, and the accents dropped (NFD, the combining diacritics used with
+- **normalize**: NFKC, casefold, NFKC again; ``’ ‘ ʼ`` become ``'`` and NUL
+  a space; the accents dropped (NFD, the combining diacritics used with
   Latin, Greek and Cyrillic, Hebrew points, Arabic harakat and variation
   selectors removed, NFC).
   So ``café``, ``CAFÉ``, ``cafe`` and ``ｃａｆｅ`` are all ``cafe``, and
@@ -217,26 +217,26 @@ class Normalized:
     """A text's normalized form, its tokens, and the way back to the text's own indices.
 
     ``text``: :func:`normalize` of the original's first
-    :data:`MAX_INDEXED_CHARS` characters, cut to :data:`MAX_NORMALIZED_CHARS`.  :meth:`span` maps a span of
-    ``text`` to the span of the original it came from (NFKC and casefolding
-    change lengths: ``ß`` is ``ss``, ``ﬁ`` is ``fi``).
+    :data:`MAX_INDEXED_CHARS` characters, cut to :data:`MAX_NORMALIZED_CHARS`.
+    :meth:`span` maps a span of ``text`` to the span of the original it came
+    from (NFKC and casefolding change lengths: ``ß`` is ``ss``, ``ﬁ`` is ``fi``).
     """
 
-    __slots__ = ("original", "text", "cls", "_starts", "_ends", "_words", "_chunks", "_atoms")
+    __slots__ = ("original", "text", "cls", "_full", "_starts", "_ends", "_words", "_chunks", "_atoms")
 
     def __init__(self, original: str) -> None:
         self.original = original[:MAX_INDEXED_CHARS]
         full = normalize(self.original)
         self.text = full[:MAX_NORMALIZED_CHARS]
         self.cls = classes(self.text)
+        self._full = full
         self._starts = self._ends = None
         self._words = self._chunks = self._atoms = None
-        if not self.original.isascii():
-            self._align(full)
 
-    def _align(self, full: str) -> None:
+    def _align(self) -> None:
         """Normalize the original piece by piece (a character and what attaches to it); when the pieces
-        join to :attr:`text`, each normalized character maps to its piece, else (never seen) to the whole text."""
+        join to the whole text's form, each normalized character maps to its piece, else (never seen) to the whole text."""
+        full = self._full
         pieces: list[list[int]] = []  # [start, end] of each piece in the original
         for i, ch in enumerate(self.original):
             if pieces and _attaches(ch):
@@ -255,8 +255,10 @@ class Normalized:
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         """The span of the original text that ``text[start:end]`` comes from."""
-        if self._starts is None:
+        if self.original.isascii():
             return start, end
+        if self._starts is None:
+            self._align()
         return self._starts[start], self._ends[end - 1]
 
     def words(self) -> list[tuple[str, int, int]]:
