@@ -31,7 +31,7 @@ PIECES = [
     "ŉ", "Ω", "ω", "Ｃ", "＋", "１", "①", "．", "ｶ", "ﾞ", "が", "か", "\u3099", "東", "京", "都", "大阪", "서울", "에",
     "ก", "ิ", "น", "ข้", "हि", "न्", "ʼ", "’", "'", "-", "_", ".", ",", "+", "#", "@", "/", ":", "?", "=", "*", '"', "(",
     ")", " ", " ", "  ", "\n", "\x00", "\u200d", "👍", "\U00010400", "\U00020000", "C++20", "v1.2.3", "https://",
-    "in:", "\u0301",
+    "in:", "\u0301", "\u1100", "\u314f", "\uffc2", "가",
 ]
 TEXTS = st.one_of(st.lists(st.sampled_from(PIECES), max_size=24).map("".join), st.text(max_size=16))
 DECORATIONS = ["{}", "{}", "-{}", '"{}"', '-"{}"', "{}*"]
@@ -109,6 +109,8 @@ def test_terms_are_short_have_no_nul_and_normalizing_is_idempotent(text):
     once = normalize(text)
     assert normalize(once) == once
     assert index_terms(once) == terms
+    pieces = rules._unicode()[1].pieces.finditer(text[: rules.MAX_INDEXED_CHARS])
+    assert "".join(normalize(m.group()) for m in pieces) == normalize(text[: rules.MAX_INDEXED_CHARS])  # spans are exact
     doc = rules.Normalized(text)
     for word, start, end in doc.words():  # each word maps back to the piece of the text it comes from
         a, b = doc.span(start, end)
@@ -203,6 +205,7 @@ def test_examples_match_or_not(query, text, found):
         ("file", "a ﬁle", [(2, 5)]),
         ("ガ", "xｶﾞ", [(1, 3)]),
         ("가", "x \u1100\uffc2 y", [(2, 4)]),  # a Hangul jamo and a halfwidth vowel make one syllable
+        ("가", "\u1100\u314f", [(0, 2)]),  # and a compatibility vowel
         ("cafe", "cafe\u0301!", [(0, 5)]),
         ("deploy friday", "deploy on friday, deploy", [(0, 6), (10, 16), (18, 24)]),
         ('"deploy the app"', "x Deploy the app", [(2, 16)]),

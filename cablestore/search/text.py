@@ -93,15 +93,20 @@ def _ranges(flags: bytearray, cp: int = 0) -> str:
 def _unicode() -> tuple[SimpleNamespace, SimpleNamespace]:
     """The W and S character classes for text within the BMP and for any text, built once from the Unicode
     database (tens of ms, at the first non-ASCII text)."""
-    word, nospace = bytearray(_SCAN_END), bytearray(_SCAN_END)
+    word, nospace, attach = bytearray(_SCAN_END), bytearray(_SCAN_END), bytearray(_SCAN_END)
     for a, b in _NOSPACE_BLOCKS:
         nospace[a : b + 1] = b"\x01" * (min(b, _SCAN_END - 1) - a + 1)
-    category = unicodedata.category
+    attach[0x1160:0x1200] = b"\x01" * 0xA0  # Hangul vowel and final jamo
+    attach[0xD7B0:0xD800] = b"\x01" * 0x50
+    category, decomposition = unicodedata.category, unicodedata.decomposition
     for cp in range(_SCAN_END):
-        if category(chr(cp))[0] in "LNM":
-            if nospace[cp]:
-                continue
-            word[cp] = 1
+        ch = chr(cp)
+        kind = category(ch)[0]
+        if kind == "M" or (cp >= 0x300 and decomposition(ch) and _joins(unicodedata.normalize("NFKD", ch)[0])):
+            attach[cp] = 1
+        if kind in "LNM":
+            if not nospace[cp]:
+                word[cp] = 1
         else:
             nospace[cp] = 0
     # A class holding many characters outside the BMP is a slow scan for every character it misses, so
@@ -113,11 +118,19 @@ def _unicode() -> tuple[SimpleNamespace, SimpleNamespace]:
         word=re.compile(f"[{w}]+"), word_char=re.compile(f"[{w}]"), nospace=re.compile(f"[{s}]+"),
         atoms=re.compile(f"[{w}]+|[{s}]"),
     )
+    joins = f"(?:[{_ranges(attach[:0x10000])}]|(?=[\U00010000-\U0010ffff])[{_ranges(attach, 0x10000)}\U000e0100-\U000e01ef])"
     full = SimpleNamespace(
         word=re.compile(f"{w_full}+"), word_char=re.compile(w_full), nospace=re.compile(f"{s_full}+"),
         atoms=re.compile(f"{w_full}+|{s_full}"),
+        # What normalizes on its own: a run of ASCII characters (each alone), or a character and what joins it.
+        pieces=re.compile(f"[\\x00-\\x7f]+(?!{joins})|.{joins}*", re.S),
     )
     return bmp, full
+
+
+def _joins(first: str) -> bool:
+    """Whether a character whose decomposition starts with ``first`` may join the character before it."""
+    return unicodedata.combining(first) != 0 or "\u1160" <= first <= "\u11ff" or "\ud7b0" <= first <= "\ud7ff"
 
 
 def classes(text: str) -> SimpleNamespace:
@@ -199,20 +212,6 @@ def _terms(norm: str, cls: SimpleNamespace | None = None) -> set[str]:
     return terms
 
 
-def _attaches(ch: str) -> bool:
-    """Whether ``ch`` may normalize together with the character before it: a mark, or a character whose
-    decomposition starts with a mark or a Hangul vowel or final jamo (halfwidth ﾞ and ￄ)."""
-    if ch < "\u0300":
-        return False
-    first = unicodedata.normalize("NFKD", ch)[0]
-    return (
-        unicodedata.category(ch)[0] == "M"
-        or unicodedata.combining(first) != 0
-        or "\u1160" <= first <= "\u11ff"
-        or "\ud7b0" <= first <= "\ud7ff"
-    )
-
-
 class Normalized:
     """A text's normalized form, its tokens, and the way back to the text's own indices.
 
@@ -234,21 +233,22 @@ class Normalized:
         self._words = self._chunks = self._atoms = None
 
     def _align(self) -> None:
-        """Normalize the original piece by piece (a character and what attaches to it); when the pieces
+        """Normalize the original piece by piece (a character and what joins it); when the pieces
         join to the whole text's form, each normalized character maps to its piece, else (never seen) to the whole text."""
         full = self._full
-        pieces: list[list[int]] = []  # [start, end] of each piece in the original
-        for i, ch in enumerate(self.original):
-            if pieces and _attaches(ch):
-                pieces[-1][1] = i + 1
-            else:
-                pieces.append([i, i + 1])
-        starts, ends, parts = [], [], []
-        for a, b in pieces:
-            part = normalize(self.original[a:b])
+        starts: list[int] = []
+        ends: list[int] = []
+        parts = []
+        for m in _unicode()[1].pieces.finditer(self.original):
+            a, b = m.span()
+            part = normalize(m.group())
             parts.append(part)
-            starts += [a] * len(part)
-            ends += [b] * len(part)
+            if m.group().isascii():  # one character each
+                starts += range(a, b)
+                ends += range(a + 1, b + 1)
+            else:
+                starts += [a] * len(part)
+                ends += [b] * len(part)
         if "".join(parts) != full:
             starts, ends = [0] * len(full), [len(self.original)] * len(full)
         self._starts, self._ends = starts[: len(self.text)], ends[: len(self.text)]
