@@ -112,9 +112,9 @@ def test_terms_are_short_have_no_nul_and_normalizing_is_idempotent(text):
     pieces = rules._unicode()[1].pieces.finditer(text[: rules.MAX_INDEXED_CHARS])
     assert "".join(normalize(m.group()) for m in pieces) == normalize(text[: rules.MAX_INDEXED_CHARS])  # spans are exact
     doc = rules.Normalized(text)
-    for word, start, end in doc.words():  # each word maps back to the piece of the text it comes from
-        a, b = doc.span(start, end)
-        assert word in normalize(text[a:b])
+    for m in doc.cls.word.finditer(doc.text):  # each word maps back to the piece of the text it comes from
+        a, b = doc.span(*m.span())
+        assert m.group() in normalize(text[a:b])
 
 
 @PROPERTY

@@ -5,7 +5,8 @@ Four kinds, chosen by what the normalized word holds (see :mod:`.text` for W
 and S characters):
 
 - ``word``: only W characters (``deploy``, ``depl*``): equal to a word of the
-  text (or, as a prefix, the start of one);
+  text (or, as a prefix, the start of one), found as a substring whose ends
+  are word boundaries;
 - ``chunk``: W and other characters, no S (``c++20``, ``#general``, a URL):
   equal to a chunk of the text (or its start), both stripped of sentence
   punctuation;
@@ -80,21 +81,26 @@ class Clause:
     def find(self, doc: Normalized) -> list[tuple[int, int]]:
         """Where this clause is in ``doc``: spans of ``doc.text``, empty when it is not there."""
         t = self.text
-        if self.kind in (WORD, CHUNK):
-            tokens = doc.words() if self.kind == WORD else doc.chunks()
+        if (self.atoms[0][0] if self.atoms else t) not in doc.text:  # the usual miss, without tokenizing
+            return []
+        if self.kind == CHUNK:
             if self.prefix:
-                return [(a, b) for tok, a, b in tokens if tok.startswith(t)]
-            return [(a, b) for tok, a, b in tokens if tok == t]
+                return [(a, b) for chunk, a, b in doc.chunks() if chunk.startswith(t)]
+            return [(a, b) for chunk, a, b in doc.chunks() if chunk == t]
         if self.kind == PHRASE:
             return self._find_phrase(doc.atoms())
-        cls, spans = classes(t), []
-        word_start = cls.word_char.match(t, 0) is not None
-        word_end = not self.prefix and cls.word_char.match(t, len(t) - 1) is not None
+        if self.kind == WORD:  # a word: a substring of whole words (or, as a prefix, the start of one)
+            word_start, word_end = True, not self.prefix
+        else:
+            cls = classes(t)
+            word_start = cls.word_char.match(t, 0) is not None
+            word_end = not self.prefix and cls.word_char.match(t, len(t) - 1) is not None
+        spans = []
         at = doc.text.find(t)
         while at >= 0:
             end = at + len(t)
             if not (word_start and doc.is_word_char(at - 1)) and not (word_end and doc.is_word_char(end)):
-                spans.append((at, end))
+                spans.append((at, doc.word_end(end) if self.prefix and self.kind == WORD else end))
             at = doc.text.find(t, at + 1)
         return spans
 

@@ -221,7 +221,7 @@ class Normalized:
     from (NFKC and casefolding change lengths: ``ß`` is ``ss``, ``ﬁ`` is ``fi``).
     """
 
-    __slots__ = ("original", "text", "cls", "_full", "_starts", "_ends", "_words", "_chunks", "_atoms")
+    __slots__ = ("original", "text", "cls", "_full", "_starts", "_ends", "_chunks", "_atoms")
 
     def __init__(self, original: str) -> None:
         self.original = original[:MAX_INDEXED_CHARS]
@@ -230,7 +230,7 @@ class Normalized:
         self.cls = classes(self.text)
         self._full = full
         self._starts = self._ends = None
-        self._words = self._chunks = self._atoms = None
+        self._chunks = self._atoms = None
 
     def _align(self) -> None:
         """Normalize the original piece by piece (a character and what joins it); when the pieces
@@ -261,12 +261,6 @@ class Normalized:
             self._align()
         return self._starts[start], self._ends[end - 1]
 
-    def words(self) -> list[tuple[str, int, int]]:
-        """``(word, start, end)``: the maximal runs of W characters."""
-        if self._words is None:
-            self._words = [(m.group(), m.start(), m.end()) for m in self.cls.word.finditer(self.text)]
-        return self._words
-
     def chunks(self) -> list[tuple[str, int, int]]:
         """``(chunk, start, end)``: the whitespace-separated chunks that are terms (:func:`chunk_term`)."""
         if self._chunks is None:
@@ -285,6 +279,11 @@ class Normalized:
         if self._atoms is None:
             self._atoms = [(m.group(), m.start(), m.end()) for m in self.cls.atoms.finditer(self.text)]
         return self._atoms
+
+    def word_end(self, i: int) -> int:
+        """Where the run of W characters at ``i`` ends (``i`` itself when there is none)."""
+        m = self.cls.word.match(self.text, i)
+        return m.end() if m else i
 
     def is_word_char(self, i: int) -> bool:
         """Whether ``text[i]`` is a W character (False out of range)."""
