@@ -5,7 +5,7 @@ terms (:mod:`cablestore.search.text`) and the query language
 looks them up, and both call only what this package defines.
 """
 
-from .query import Query, parse
+from .query import SYNTAX, Lookup, Query, parse
 from .text import index_terms, normalize
 
-__all__ = ["Query", "index_terms", "normalize", "parse"]
+__all__ = ["SYNTAX", "Lookup", "Query", "index_terms", "normalize", "parse"]
