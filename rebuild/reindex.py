@@ -36,7 +36,8 @@ import plyvel
 from cablestore import views
 from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, next_prefix
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, SEARCH_KEY, next_prefix
+from cablestore.keyspace.records import Indexed
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -50,7 +51,8 @@ from cablestore.rebuild.recompute import (
 )
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.resolving import moderation_posts, stored_seed
-from cablestore.wire.codec import post_hash
+from cablestore.views import search as search_view
+from cablestore.wire.codec import TEXT, TOPIC, decode_post, post_hash, post_type_of
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -133,6 +135,9 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("latest")
         report.written += _write_resolved(db, writer)
         lap("moderation")
+        if db.get(SEARCH_KEY) is not None:
+            report.written += write_search(db, writer)
+            lap("search")
     # In the order `check` lists them, not the order the checks ran in.
     report.faults.sort(key=Fault.sort_key)
     if progress:
@@ -147,6 +152,28 @@ def _write_resolved(db, writer: BatchWriter) -> int:
     if not posts and not seed.roles:
         return 0
     written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts, seed)))
+    writer.flush()
+    return written
+
+
+def write_search(db, writer: BatchWriter) -> int:
+    """The search entries (``views/search.py``) of every indexed post: those with a reverse entry, read in hash order.
+
+    A pass of its own, run only for a store with search enabled: the
+    compiled posts pass knows nothing of the view, so a store without it
+    pays nothing.  Returns how many entries were written.
+    """
+    written, start = 0, len(reverse.PREFIX)
+    searched = (TEXT, TOPIC)
+    with db.snapshot() as snap:
+        for key in snap.iterator(prefix=reverse.PREFIX, include_value=False):
+            if len(key) != start + 32:  # a linker entry (``!rev!<target>l<hash>``)
+                continue
+            h = key[start:]
+            blob = snap.get(POSTS + h)
+            if blob is None or post_type_of(blob) not in searched:
+                continue
+            written += writer.put_all(search_view.entries(Indexed.of(blob, decode_post(blob), h)))
     writer.flush()
     return written
 

@@ -1,0 +1,59 @@
+"""``!search``: the full-text index of post/text texts and post/topic topics (opt-in).
+
+    !search!<term>\\x00<mono>    -> ''    the post <mono> is found by <term>
+
+``<term>``: one of :func:`cablestore.search.index_terms` of the post's text
+(a post/text) or topic (a post/topic), UTF-8 (at most 64 bytes, never a
+NUL, so the ``00`` ends it).  Term first, then time: a term's postings are
+one range, newest last, so a search reads them newest first with a reverse
+iterator and intersects the words of a query by seeking (leapfrog), and a
+prefix lookup (``depl*``) is the range of every term starting with it.
+
+The view is kept only by a store with search enabled (``!meta!search``,
+``Store(path, search=True)``): it is not in :data:`views.VIEWS` (nor in the
+compiled entries), and the store, the reindex and both rebuild engines add
+:func:`entries` where the flag is set.  A removal derives the keys from the
+post's bytes, which every removal reads (the reverse entry carries no text).
+"""
+
+from cablestore.keyspace import keys
+from cablestore.search import index_terms
+from cablestore.wire.codec import TEXT, TOPIC
+
+from .base import View
+
+NAME = "search"
+PREFIX = keys.SEARCH
+END = b"\x00"  # ends a term in a key (index_terms never gives a NUL)
+
+
+def term_prefix(term: str) -> bytes:
+    """The keys of every post ``term`` finds."""
+    return PREFIX + term.encode("utf-8") + END
+
+
+def searched_text(post) -> str | None:
+    """What the index holds of a post: a post/text's text, a post/topic's topic, else None."""
+    if post.post_type == TEXT:
+        return post.text
+    if post.post_type == TOPIC:
+        return post.topic
+    return None
+
+
+def entries(ip):
+    text = searched_text(ip.post)
+    if not text:
+        return []
+    m = END + ip.mono
+    return [(PREFIX + t.encode("utf-8") + m, b"") for t in sorted(index_terms(text))]
+
+
+class SearchView(View):
+    """The ``search`` view: :data:`VIEW`."""
+
+    NAME, PREFIX = NAME, PREFIX
+    entries = staticmethod(entries)
+
+
+VIEW = SearchView()
