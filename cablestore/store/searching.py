@@ -3,10 +3,11 @@
 The index is the ``search`` view (``views/search.py``: ``!search!<term>\\x00<mono>``),
 kept by a store with search enabled.  A query (:func:`cablestore.search.parse`)
 is a conjunction of disjunctions of lookups.  Each lookup is one term's
-postings, read newest first with a reverse iterator; a prefix lookup is
-the union of every term in its range (at most :data:`MAX_PREFIX_TERMS`).
-The conjuncts are intersected by leapfrogging down: each in turn seeks to
-the newest posting at or below the current candidate, until all agree.
+postings, read newest first in key order (the view keys them by the flipped
+mono); a prefix lookup is the union of every term in its range (at most
+:data:`MAX_PREFIX_TERMS`).  The conjuncts are intersected by leapfrogging:
+each in turn moves to its first posting at or after the current candidate
+(a few steps, else a seek), until all agree.
 Each agreed candidate is read and confirmed by :meth:`Query.match` (phrases,
 exclusions), then the filters apply: channel, authors, time, moderation.
 
@@ -44,7 +45,6 @@ MAX_SEEKS = 20_000
 MAX_PREFIX_TERMS = 256
 """Indexed terms one prefix lookup may expand to; a broader prefix is a :class:`QueryError`."""
 MAX_LIMIT = 1000
-_TOP = b"\xff" * (MONO_SIZE + 1)  # above every mono: no upper bound
 _CURSOR = "s1."
 
 
@@ -81,35 +81,48 @@ class SearchPage(list):
 
 
 class _Postings:
-    """One term's postings, newest first: :meth:`below` is the newest mono under a bound (one seek, or none when cached)."""
+    """One term's postings, newest first (``<rmono>`` ascending): :meth:`ge` is the first at or after a rank."""
 
     __slots__ = ("it", "prefix", "cur", "done", "budget")
 
     def __init__(self, snap, term_bytes: bytes, budget: list) -> None:
         self.prefix = search_view.PREFIX + term_bytes + search_view.END
-        self.it = snap.iterator(prefix=self.prefix, reverse=True, include_value=False)
-        self.cur: bytes | None = None  # the newest mono under the last bound
+        self.it = snap.iterator(prefix=self.prefix, include_value=False)
+        self.cur: bytes | None = None  # the posting the iterator returned last
         self.done = False
         self.budget = budget
 
-    def below(self, bound: bytes) -> bytes | None:
-        """The newest mono ``< bound``; bounds only go down."""
+    def ge(self, r: bytes) -> bytes | None:
+        """The first ``rmono >= r`` (None: none); ``r`` only grows.  A few steps, then a seek."""
         if self.done:
             return None
-        if self.cur is not None and self.cur < bound:
-            return self.cur
+        cur = self.cur
+        if cur is not None:
+            if cur >= r:
+                return cur
+            n = len(self.prefix)
+            for _ in range(_STEPS):  # a near target: stepping is 6x cheaper than a seek
+                key = next(self.it, None)
+                if key is None or not key.startswith(self.prefix):
+                    self.done, self.cur = True, None
+                    return None
+                cur = self.cur = key[n:]
+                if cur >= r:
+                    return cur
         self.budget[0] -= 1
-        self.it.seek(self.prefix + bound)
+        self.it.seek(self.prefix + r)
         key = next(self.it, None)
-        if key is None or not key.startswith(self.prefix):  # (a reverse seek below the range can leave it)
-            self.done = True
-            self.cur = None
+        if key is None or not key.startswith(self.prefix):
+            self.done, self.cur = True, None
             return None
         self.cur = key[len(self.prefix) :]
         return self.cur
 
     def close(self) -> None:
         self.it.close()
+
+
+_STEPS = 3  # steps tried before a seek
 
 
 class _Union:
@@ -120,11 +133,11 @@ class _Union:
     def __init__(self, parts: list) -> None:
         self.parts = parts
 
-    def below(self, bound: bytes) -> bytes | None:
+    def ge(self, r: bytes) -> bytes | None:
         best = None
         for p in self.parts:
-            v = p.below(bound)
-            if v is not None and (best is None or v > best):
+            v = p.ge(r)
+            if v is not None and (best is None or v < best):
                 best = v
         return best
 
@@ -159,23 +172,23 @@ def _conjuncts(snap, query: Query, budget: list) -> tuple[list, list]:
     return out, opened
 
 
-def _leapfrog(conjuncts: list, bound: bytes, budget: list):
-    """Yield ``(mono, None)`` of the posts under every conjunct, newest first, below ``bound``;
-    ``(None, bound)`` when the seek budget ran out (``bound``: where to go on)."""
+def _leapfrog(conjuncts: list, r: bytes, budget: list):
+    """Yield ``(rmono, None)`` of the posts under every conjunct, newest first, from ``r`` on;
+    ``(None, r)`` when the seek budget ran out (``r``: where to go on)."""
     n = len(conjuncts)
     while True:
         if budget[0] <= 0:
-            yield None, bound
+            yield None, r
             return
-        x = conjuncts[0].below(bound)
+        x = conjuncts[0].ge(r)
         if x is None:
             return
         agree, i = 1, 1
         while agree < n:
             if budget[0] <= 0:
-                yield None, x + b"\x00"  # nothing above x is left
+                yield None, x  # nothing before x is left
                 return
-            y = conjuncts[i % n].below(x + b"\x00")  # the newest at or below x
+            y = conjuncts[i % n].ge(x)
             if y is None:
                 return
             if y == x:
@@ -184,32 +197,35 @@ def _leapfrog(conjuncts: list, bound: bytes, budget: list):
                 x, agree = y, 1
             i += 1
         yield x, None
-        bound = x
+        r = x + b"\x00"
 
 
-def _cursor_bound(cursor: str | None) -> bytes:
+def _cursor_start(cursor: str | None) -> bytes:
+    """Where a page starts, as an ``<rmono>`` bound (inclusive)."""
     if cursor is None:
-        return _TOP
+        return b""
+    bad = QueryError(f"not a search cursor: {cursor!r} (pass a SearchPage.next)")
     if not isinstance(cursor, str) or not cursor.startswith(_CURSOR):
-        raise QueryError(f"not a search cursor: {cursor!r} (pass a SearchPage.next)")
+        raise bad
     try:
-        bound = bytes.fromhex(cursor[len(_CURSOR) :])
+        r = bytes.fromhex(cursor[len(_CURSOR) :])
     except ValueError:
-        raise QueryError(f"not a search cursor: {cursor!r} (pass a SearchPage.next)") from None
-    if not 0 < len(bound) <= len(_TOP):
-        raise QueryError(f"not a search cursor: {cursor!r} (pass a SearchPage.next)")
-    return bound
+        raise bad from None
+    if not 0 < len(r) <= MONO_SIZE + 1:
+        raise bad
+    return r
 
 
-def _time_bounds(query: Query, start: int, end: int) -> tuple[bytes, bytes]:
-    """``(lowest, above highest)`` as mono bounds: ``[max(start, after), min(end, before))``."""
+def _time_bounds(query: Query, start: int, end: int) -> tuple[bytes, bytes | None]:
+    """``(first, last)`` ``<rmono>`` bounds (both inclusive; last None: none) of ``[max(start, after), min(end, before))``."""
     for name, value in (("start", start), ("end", end)):
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 64:
             raise QueryError(f"{name} is a timestamp in ms (an int from 0 to 2**64-1), not {value!r}")
     lo = max(start, query.after or 0)
     his = [v for v in (end or None, query.before) if v is not None]
-    hi = _TOP if not his else min(his).to_bytes(8, "big")
-    return lo.to_bytes(8, "big"), hi
+    first = b"" if not his else search_view.flip(min(his).to_bytes(8, "big") + bytes(32)) + b"\x00"  # mono < end
+    last = None if not lo else search_view.flip(lo.to_bytes(8, "big") + bytes(32))  # mono >= start
+    return first, last
 
 
 class _Authors:
@@ -309,8 +325,8 @@ class Searching:
             raise QueryError(f"a search query is a str, not {type(query).__name__}")
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
             raise QueryError(f"limit is an int from 1 to {MAX_LIMIT}, not {limit!r}")
-        lo, hi = _time_bounds(q, start, end)
-        bound = min(hi, _cursor_bound(cursor))
+        first, last = _time_bounds(q, start, end)
+        first = max(first, _cursor_start(cursor))
         channels = {canonical_channel(c) for c in (channel, q.channel) if c is not None}
         if any(not isinstance(c, str) for c in (channel,) if c is not None):
             raise QueryError(f"a channel name is a str, not {type(channel).__name__}")
@@ -322,9 +338,9 @@ class Searching:
             wanted_authors = ([q.authors] if q.authors else []) + ([author] if author is not None else [])
             authors = _Authors(snap, wanted_authors)
             moderated, blocked, dropped, dropped_channels = _moderation(snap)
-            return self._run(snap, q, lo, bound, limit, include_hidden, channels, authors, (moderated, blocked, dropped, dropped_channels))
+            return self._run(snap, q, first, last, limit, include_hidden, channels, authors, (moderated, blocked, dropped, dropped_channels))
 
-    def _run(self, snap, q: Query, lo: bytes, bound: bytes, limit: int, include_hidden: bool, channels: set, authors: _Authors, moderation) -> SearchPage:
+    def _run(self, snap, q: Query, first: bytes, last: bytes | None, limit: int, include_hidden: bool, channels: set, authors: _Authors, moderation) -> SearchPage:
         moderated, blocked, dropped, dropped_channels = moderation
         budget = [MAX_SEEKS]
         conjuncts, opened = _conjuncts(snap, q, budget)
@@ -332,14 +348,14 @@ class Searching:
         names: dict[bytes, str | None] = {}
         hidden_users: dict[str, dict] = {}
         try:
-            for x, stop in _leapfrog(conjuncts, bound, budget):
+            for x, stop in _leapfrog(conjuncts, first, budget):
                 if x is None:  # out of seeks: go on from ``stop``
                     hits.next = _CURSOR + stop.hex()
                     break
-                if x < lo:
+                if last is not None and x > last:
                     break
                 if hits.examined == MAX_EXAMINED:
-                    hits.next = _CURSOR + (x + b"\x00").hex()  # x itself not yet read
+                    hits.next = _CURSOR + x.hex()  # x itself not yet read
                     break
                 hits.examined += 1
                 hit = self._confirm(snap, x, q, include_hidden, channels, authors, moderated, blocked, dropped, dropped_channels, names, hidden_users)
@@ -347,30 +363,30 @@ class Searching:
                     continue
                 hits.append(hit)
                 if len(hits) == limit:
-                    hits.next = _CURSOR + x.hex()
+                    hits.next = _CURSOR + (x + b"\x00").hex()
                     break
         finally:
             for p in opened:
                 p.close()
-        if hits.next is not None and len(hits) == limit and not self._more(snap, q, lo, _cursor_bound(hits.next)):
+        if hits.next is not None and len(hits) == limit and not self._more(snap, q, _cursor_start(hits.next), last):
             hits.next = None
         return hits
 
-    def _more(self, snap, q: Query, lo: bytes, bound: bytes) -> bool:
-        """Whether any candidate is left under ``bound`` (a full page's cursor is None when none is: one seek per conjunct, not a read)."""
+    def _more(self, snap, q: Query, first: bytes, last: bytes | None) -> bool:
+        """Whether any candidate is left from ``first`` on (a full page's cursor is None when none is: a few seeks, no read)."""
         budget = [MAX_SEEKS]
         conjuncts, opened = _conjuncts(snap, q, budget)
         try:
-            for x, stop in _leapfrog(conjuncts, bound, budget):
-                return x is None or x >= lo
+            for x, _ in _leapfrog(conjuncts, first, budget):
+                return x is None or last is None or x <= last
             return False
         finally:
             for p in opened:
                 p.close()
 
     def _confirm(self, snap, x, q, include_hidden, channels, authors, moderated, blocked, dropped, dropped_channels, names, hidden_users):
-        """The hit for candidate ``x`` (a mono), or None when the post does not match or the filters leave it out."""
-        h = x[8:]
+        """The hit for candidate ``x`` (an ``<rmono>``), or None when the post does not match or the filters leave it out."""
+        h = search_view.flip(x)[8:]
         blob = snap.get(POSTS + h)
         if blob is None:
             return None
