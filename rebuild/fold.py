@@ -37,7 +37,6 @@ from .recompute import (
     unpack_tombstone,
 )
 
-
 SEARCHED = (TEXT, TOPIC)  # the post types the search view indexes
 
 

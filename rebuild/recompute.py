@@ -18,8 +18,8 @@ from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
-from cablestore.views import search as search_view
 from cablestore.store.enforcing import refusal
+from cablestore.views import search as search_view
 from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
 

@@ -37,7 +37,6 @@ from cablestore import views
 from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, SEARCH_KEY, next_prefix
-from cablestore.keyspace.records import Indexed
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -50,9 +49,9 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
+from cablestore.store.postings import index_entries
 from cablestore.store.resolving import moderation_posts, stored_seed
-from cablestore.views import search as search_view
-from cablestore.wire.codec import TEXT, TOPIC, decode_post, post_hash, post_type_of
+from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -157,23 +156,17 @@ def _write_resolved(db, writer: BatchWriter) -> int:
 
 
 def write_search(db, writer: BatchWriter) -> int:
-    """The search entries (``views/search.py``) of every indexed post: those with a reverse entry, read in hash order.
+    """The search entries of every indexed post (``cablestore.store.searching.index_entries``); returns how many.
 
     A pass of its own, run only for a store with search enabled: the
     compiled posts pass knows nothing of the view, so a store without it
-    pays nothing.  Returns how many entries were written.
+    pays nothing.
     """
-    written, start = 0, len(reverse.PREFIX)
-    searched = (TEXT, TOPIC)
+    written = 0
     with db.snapshot() as snap:
-        for key in snap.iterator(prefix=reverse.PREFIX, include_value=False):
-            if len(key) != start + 32:  # a linker entry (``!rev!<target>l<hash>``)
-                continue
-            h = key[start:]
-            blob = snap.get(POSTS + h)
-            if blob is None or post_type_of(blob) not in searched:
-                continue
-            written += writer.put_all(search_view.entries(Indexed.of(blob, decode_post(blob), h)))
+        entries = index_entries(snap)
+        while chunk := list(islice(entries, writer.batch_keys)):
+            written += writer.put_all(chunk)
     writer.flush()
     return written
 

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cablestore import DELETE, INFO, TEXT, TOPIC, Store, decode_post, post_hash
-from cablestore.authoring.author import Author
 from cablestore.cli.search import BOLD, highlighted
 from cablestore.errors import CableError, QueryError, ReadOnlyStoreError, SearchNotEnabledError
 from cablestore.keyspace.keys import POSTS, SEARCH, SEARCH_KEY
@@ -227,7 +226,7 @@ PEOPLE = (LOCAL, ALICE, BOB)
 @st.composite
 def workloads(draw):
     made = []
-    for i in range(draw(st.integers(3, 10))):
+    for _ in range(draw(st.integers(3, 10))):
         kp = draw(st.sampled_from(PEOPLE))
         body = " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)))
         ts = 1000 + draw(st.integers(0, 20))  # equal timestamps happen: the hash breaks ties

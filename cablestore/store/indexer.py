@@ -27,7 +27,6 @@ rules make that so:
 from __future__ import annotations
 
 from cablestore import views
-from cablestore.views import search as search_view
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
 from cablestore.keyspace import facts, reverse
 from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
@@ -36,6 +35,7 @@ from cablestore.store import enforcing
 from cablestore.store.indexing import ENFORCE_UNREAD, IndexState
 from cablestore.store.queries import channel_names
 from cablestore.store.resolving import needed, refresh, worth_resolving
+from cablestore.views import search as search_view
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
 

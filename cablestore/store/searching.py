@@ -1,18 +1,14 @@
 """Full-text search of a store: :meth:`Searching.search`, mixed into :class:`cablestore.Store`.
 
-The index is the ``search`` view (``views/search.py``: ``!search!<term>\\x00<mono>``),
-kept by a store with search enabled.  A query (:func:`cablestore.search.parse`)
-is a conjunction of disjunctions of lookups.  Each lookup is one term's
-postings, read newest first in key order (the view keys them by the flipped
-mono); a prefix lookup is the union of every term in its range (at most
-:data:`MAX_PREFIX_TERMS`).  The conjuncts are intersected by leapfrogging:
-each in turn moves to its first posting at or after the current candidate
-(a few steps, else a seek), until all agree.
-Each agreed candidate is read and confirmed by :meth:`Query.match` (phrases,
+The index is the ``search`` view (``views/search.py``), kept by a store
+with search enabled (``!meta!search``: :meth:`Searching.enable_search`).
+A query (:func:`cablestore.search.parse`) is a conjunction of disjunctions
+of lookups, walked by :mod:`cablestore.store.postings` (a leapfrog over
+each term's postings, newest first).  Each candidate they agree on is read and confirmed by :meth:`Query.match` (phrases,
 exclusions), then the filters apply: channel, authors, time, moderation.
 
 Work per call is bounded: at most :data:`MAX_EXAMINED` candidates read and
-:data:`MAX_SEEKS` iterator seeks.  A call that reaches either bound returns
+:data:`cablestore.store.postings.MAX_SEEKS` iterator seeks.  A call that reaches either bound returns
 what it found with a :attr:`SearchPage.next` cursor where it stopped, so a
 caller pages on; ``next`` is None only when nothing is left.
 
@@ -26,26 +22,25 @@ here; hidden posts (a hidden post, or a hidden user's, as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from cablestore.errors import QueryError, SearchNotEnabledError
-from cablestore.keyspace.keys import MONO_SIZE, POSTS, SEARCH_KEY, HashLike, as_hash, canonical_channel, escape
+from cablestore.keyspace.keys import POSTS, SEARCH, SEARCH_KEY, HashLike, as_hash, canonical_channel, escape
 from cablestore.search import Query, normalize, parse
+from cablestore.store import postings
 from cablestore.store.reading import StoredPost, _checked_post, _hidden_users, _name_key, _text, hidden_by
 from cablestore.views import actions as actions_view
 from cablestore.views import blocks as blocks_view
 from cablestore.views import search as search_view
 
-__all__ = ["MAX_EXAMINED", "MAX_PREFIX_TERMS", "MAX_SEEKS", "SearchHit", "SearchPage", "Searching"]
+__all__ = ["MAX_EXAMINED", "SearchHit", "SearchPage", "Searching"]
 
 MAX_EXAMINED = 2000
 """Candidates (posts indexed under every conjunct) one call reads and confirms at most."""
-MAX_SEEKS = 20_000
-"""Iterator seeks one call makes at most (a leapfrog over two frequent words that rarely meet)."""
-MAX_PREFIX_TERMS = 256
-"""Indexed terms one prefix lookup may expand to; a broader prefix is a :class:`QueryError`."""
 MAX_LIMIT = 1000
-_CURSOR = "s1."
+"""The most hits one page holds."""
+_BUILD_BATCH = 100_000  # search entries per WriteBatch when the index is built or removed
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -78,154 +73,6 @@ class SearchPage(list):
         super().__init__(hits)
         self.next = next
         self.examined = examined
-
-
-class _Postings:
-    """One term's postings, newest first (``<rmono>`` ascending): :meth:`ge` is the first at or after a rank."""
-
-    __slots__ = ("it", "prefix", "cur", "done", "budget")
-
-    def __init__(self, snap, term_bytes: bytes, budget: list) -> None:
-        self.prefix = search_view.PREFIX + term_bytes + search_view.END
-        self.it = snap.iterator(prefix=self.prefix, include_value=False)
-        self.cur: bytes | None = None  # the posting the iterator returned last
-        self.done = False
-        self.budget = budget
-
-    def ge(self, r: bytes) -> bytes | None:
-        """The first ``rmono >= r`` (None: none); ``r`` only grows.  A few steps, then a seek."""
-        if self.done:
-            return None
-        cur = self.cur
-        if cur is not None:
-            if cur >= r:
-                return cur
-            n = len(self.prefix)
-            for _ in range(_STEPS):  # a near target: stepping is 6x cheaper than a seek
-                key = next(self.it, None)
-                if key is None or not key.startswith(self.prefix):
-                    self.done, self.cur = True, None
-                    return None
-                cur = self.cur = key[n:]
-                if cur >= r:
-                    return cur
-        self.budget[0] -= 1
-        self.it.seek(self.prefix + r)
-        key = next(self.it, None)
-        if key is None or not key.startswith(self.prefix):
-            self.done, self.cur = True, None
-            return None
-        self.cur = key[len(self.prefix) :]
-        return self.cur
-
-    def close(self) -> None:
-        self.it.close()
-
-
-_STEPS = 3  # steps tried before a seek
-
-
-class _Union:
-    """A conjunct: the postings of any of its lookups."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self, parts: list) -> None:
-        self.parts = parts
-
-    def ge(self, r: bytes) -> bytes | None:
-        best = None
-        for p in self.parts:
-            v = p.ge(r)
-            if v is not None and (best is None or v < best):
-                best = v
-        return best
-
-
-def _terms_with_prefix(snap, prefix: str) -> list[bytes]:
-    """Every indexed term starting with ``prefix`` (UTF-8), at most :data:`MAX_PREFIX_TERMS`."""
-    start = len(search_view.PREFIX)
-    found = []
-    with snap.iterator(prefix=search_view.PREFIX + prefix.encode("utf-8"), include_value=False) as it:
-        for key in it:
-            term = key[start : key.index(search_view.END, start)]
-            if len(found) == MAX_PREFIX_TERMS:
-                raise QueryError(f"{prefix}* matches more than {MAX_PREFIX_TERMS} indexed words: give it more letters")
-            found.append(term)
-            it.seek(search_view.PREFIX + term + b"\x01")  # past every posting of this term
-    return found
-
-
-def _conjuncts(snap, query: Query, budget: list) -> tuple[list, list]:
-    """``(conjuncts, every postings iterator)`` of a parsed query."""
-    opened: list = []
-    out = []
-    for alternatives in query.lookups:
-        parts = []
-        for lk in alternatives:
-            terms = _terms_with_prefix(snap, lk.term) if lk.prefix else [lk.term.encode("utf-8")]
-            for t in terms:
-                p = _Postings(snap, t, budget)
-                opened.append(p)
-                parts.append(p)
-        out.append(parts[0] if len(parts) == 1 else _Union(parts))
-    return out, opened
-
-
-def _leapfrog(conjuncts: list, r: bytes, budget: list):
-    """Yield ``(rmono, None)`` of the posts under every conjunct, newest first, from ``r`` on;
-    ``(None, r)`` when the seek budget ran out (``r``: where to go on)."""
-    n = len(conjuncts)
-    while True:
-        if budget[0] <= 0:
-            yield None, r
-            return
-        x = conjuncts[0].ge(r)
-        if x is None:
-            return
-        agree, i = 1, 1
-        while agree < n:
-            if budget[0] <= 0:
-                yield None, x  # nothing before x is left
-                return
-            y = conjuncts[i % n].ge(x)
-            if y is None:
-                return
-            if y == x:
-                agree += 1
-            else:
-                x, agree = y, 1
-            i += 1
-        yield x, None
-        r = x + b"\x00"
-
-
-def _cursor_start(cursor: str | None) -> bytes:
-    """Where a page starts, as an ``<rmono>`` bound (inclusive)."""
-    if cursor is None:
-        return b""
-    bad = QueryError(f"not a search cursor: {cursor!r} (pass a SearchPage.next)")
-    if not isinstance(cursor, str) or not cursor.startswith(_CURSOR):
-        raise bad
-    try:
-        r = bytes.fromhex(cursor[len(_CURSOR) :])
-    except ValueError:
-        raise bad from None
-    if not 0 < len(r) <= MONO_SIZE + 1:
-        raise bad
-    return r
-
-
-def _time_bounds(query: Query, start: int, end: int) -> tuple[bytes, bytes | None]:
-    """``(first, last)`` ``<rmono>`` bounds (both inclusive; last None: none) of ``[max(start, after), min(end, before))``."""
-    for name, value in (("start", start), ("end", end)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 64:
-            raise QueryError(f"{name} is a timestamp in ms (an int from 0 to 2**64-1), not {value!r}")
-    lo = max(start, query.after or 0)
-    his = [v for v in (end or None, query.before) if v is not None]
-    first = b"" if not his else search_view.flip(min(his).to_bytes(8, "big") + bytes(32)) + b"\x00"  # mono < end
-    last = None if not lo else search_view.flip(lo.to_bytes(8, "big") + bytes(32))  # mono >= start
-    return first, last
 
 
 class _Authors:
@@ -293,7 +140,53 @@ def _moderation(snap) -> tuple[bool, set, set, set]:
 
 
 class Searching:
-    """Mixed into Store; expects ``self.db``, ``self.path`` and ``self._search_enabled()``."""
+    """Mixed into Store; expects ``self.db``, ``self.path``, ``self.sync``, ``self._write_lock``, ``self._writable()``
+    and sets ``self._search`` (whether the store's batches keep the view)."""
+
+    def enable_search(self) -> int:
+        """Keep the full-text index from now on, and build it for the posts held; returns the entries written.
+
+        Every later ingest and removal keeps it in the same WriteBatch;
+        ``check`` verifies it, ``reindex`` rebuilds it.  Already kept: 0.
+        """
+        self._writable()
+        with self._write_lock:
+            if self.db.get(SEARCH_KEY) is not None:
+                self._search = True
+                return 0
+            written = 0
+            with self.db.snapshot() as snap:
+                entries = postings.index_entries(snap)
+                while chunk := list(islice(entries, _BUILD_BATCH)):
+                    with self.db.write_batch(sync=self.sync) as wb:
+                        for key, value in chunk:
+                            wb.put(key, value)
+                    written += len(chunk)
+            self.db.put(SEARCH_KEY, b"1", sync=True)  # after the rows: an interrupted build leaves no flag (check reports the rows)
+            self._search = True
+        return written
+
+    def disable_search(self) -> int:
+        """Stop keeping the full-text index and remove it; returns the entries removed."""
+        self._writable()
+        with self._write_lock:
+            self.db.delete(SEARCH_KEY, sync=True)  # first: an interrupted removal leaves rows check reports, never a flag without rows
+            self._search = False
+            removed = 0
+            while True:
+                with self.db.iterator(prefix=SEARCH, include_value=False) as it:
+                    keys = list(islice(it, _BUILD_BATCH))
+                if not keys:
+                    return removed
+                with self.db.write_batch(sync=self.sync) as wb:
+                    for k in keys:
+                        wb.delete(k)
+                removed += len(keys)
+
+    @property
+    def search_enabled(self) -> bool:
+        """Whether the store keeps the full-text index (:meth:`search` needs it)."""
+        return self.db.get(SEARCH_KEY) is not None
 
     def search(
         self,
@@ -325,8 +218,8 @@ class Searching:
             raise QueryError(f"a search query is a str, not {type(query).__name__}")
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
             raise QueryError(f"limit is an int from 1 to {MAX_LIMIT}, not {limit!r}")
-        first, last = _time_bounds(q, start, end)
-        first = max(first, _cursor_start(cursor))
+        first, last = postings.time_bounds(q, start, end)
+        first = max(first, postings.cursor_start(cursor))
         channels = {canonical_channel(c) for c in (channel, q.channel) if c is not None}
         if any(not isinstance(c, str) for c in (channel,) if c is not None):
             raise QueryError(f"a channel name is a str, not {type(channel).__name__}")
@@ -342,20 +235,20 @@ class Searching:
 
     def _run(self, snap, q: Query, first: bytes, last: bytes | None, limit: int, include_hidden: bool, channels: set, authors: _Authors, moderation) -> SearchPage:
         moderated, blocked, dropped, dropped_channels = moderation
-        budget = [MAX_SEEKS]
-        conjuncts, opened = _conjuncts(snap, q, budget)
+        budget = [postings.MAX_SEEKS]
+        conjuncts, opened = postings.conjuncts(snap, q, budget)
         hits = SearchPage()
         names: dict[bytes, str | None] = {}
         hidden_users: dict[str, dict] = {}
         try:
-            for x, stop in _leapfrog(conjuncts, first, budget):
+            for x, stop in postings.leapfrog(conjuncts, first, budget):
                 if x is None:  # out of seeks: go on from ``stop``
-                    hits.next = _CURSOR + stop.hex()
+                    hits.next = postings.CURSOR + stop.hex()
                     break
                 if last is not None and x > last:
                     break
                 if hits.examined == MAX_EXAMINED:
-                    hits.next = _CURSOR + x.hex()  # x itself not yet read
+                    hits.next = postings.CURSOR + x.hex()  # x itself not yet read
                     break
                 hits.examined += 1
                 hit = self._confirm(snap, x, q, include_hidden, channels, authors, moderated, blocked, dropped, dropped_channels, names, hidden_users)
@@ -363,21 +256,21 @@ class Searching:
                     continue
                 hits.append(hit)
                 if len(hits) == limit:
-                    hits.next = _CURSOR + (x + b"\x00").hex()
+                    hits.next = postings.CURSOR + (x + b"\x00").hex()
                     break
         finally:
             for p in opened:
                 p.close()
-        if hits.next is not None and len(hits) == limit and not self._more(snap, q, _cursor_start(hits.next), last):
+        if hits.next is not None and len(hits) == limit and not self._more(snap, q, postings.cursor_start(hits.next), last):
             hits.next = None
         return hits
 
     def _more(self, snap, q: Query, first: bytes, last: bytes | None) -> bool:
         """Whether any candidate is left from ``first`` on (a full page's cursor is None when none is: a few seeks, no read)."""
-        budget = [MAX_SEEKS]
-        conjuncts, opened = _conjuncts(snap, q, budget)
+        budget = [postings.MAX_SEEKS]
+        conjuncts, opened = postings.conjuncts(snap, q, budget)
         try:
-            for x, _ in _leapfrog(conjuncts, first, budget):
+            for x, _ in postings.leapfrog(conjuncts, first, budget):
                 return x is None or last is None or x <= last
             return False
         finally:

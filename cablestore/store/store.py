@@ -30,7 +30,7 @@ from cablestore.errors import (
     StoreClosedError,
     StoreError,
 )
-from cablestore.keyspace.keys import LOCAL, POSTS, SEARCH, SEARCH_KEY, HashLike, as_hash, channel_key, check_horizon
+from cablestore.keyspace.keys import LOCAL, POSTS, SEARCH_KEY, HashLike, as_hash, channel_key, check_horizon
 from cablestore.store import arguments, indexer, membership, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
@@ -416,51 +416,6 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
             self._commit(batch)
         self._listeners.notify(batch.committed())
         return len(hashes)
-
-    # --- the search index (cablestore.store.searching) --------------------
-    def enable_search(self) -> int:
-        """Keep the full-text index from now on, and build it for the posts held; returns the entries written.
-
-        Every later ingest and removal keeps it in the same WriteBatch;
-        ``check`` verifies it, ``reindex`` rebuilds it.  Already kept: 0.
-        """
-        self._writable()
-        from cablestore.rebuild.batchwriter import BatchWriter
-        from cablestore.rebuild.reindex import write_search
-
-        with self._write_lock:
-            if self.db.get(SEARCH_KEY) is not None:
-                self._search = True
-                return 0
-            writer = BatchWriter(self.db, self.sync, 200_000)
-            try:
-                written = write_search(self.db, writer)
-            finally:
-                writer.close()
-            self.db.put(SEARCH_KEY, b"1", sync=True)  # after the rows: an interrupted build leaves no flag (check reports the rows)
-            self._search = True
-        return written
-
-    def disable_search(self) -> int:
-        """Stop keeping the full-text index and remove it; returns the entries removed."""
-        self._writable()
-        with self._write_lock:
-            self.db.delete(SEARCH_KEY, sync=True)  # first: an interrupted removal leaves rows check reports, never a flag without rows
-            self._search = False
-            removed = 0
-            while True:
-                keys = [k for _, k in zip(range(200_000), self.db.iterator(prefix=SEARCH, include_value=False), strict=False)]
-                if not keys:
-                    return removed
-                with self.db.write_batch(sync=self.sync) as wb:
-                    for k in keys:
-                        wb.delete(k)
-                removed += len(keys)
-
-    @property
-    def search_enabled(self) -> bool:
-        """Whether the store keeps the full-text index (:meth:`search` needs it)."""
-        return self.db.get(SEARCH_KEY) is not None
 
     # --- verification ---------------------------------------------------
     def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
