@@ -65,6 +65,27 @@ class Postings:
         self.cur = key[len(self.prefix) :]
         return self.cur
 
+    def step(self) -> bytes | None:
+        """The posting after the current one (None: none)."""
+        if self.done:
+            return None
+        key = next(self.it, None)
+        if key is None or not key.startswith(self.prefix):
+            self.done, self.cur = True, None
+            return None
+        self.cur = key[len(self.prefix) :]
+        return self.cur
+
+    def reach(self, r: bytes, steps: int) -> bytes | None:
+        """Where ``steps`` postings from ``r`` on end (None: fewer are left), leaving the walk to start over."""
+        x = self.ge(r)
+        for _ in range(steps):
+            if x is None:
+                break
+            x = self.step()
+        self.cur, self.done = None, False
+        return x
+
     def close(self) -> None:
         self.it.close()
 
@@ -117,6 +138,47 @@ def conjuncts(snap, query: Query, budget: list) -> tuple[list, list]:
                 parts.append(p)
         out.append(parts[0] if len(parts) == 1 else Union(parts))
     return out, opened
+
+
+_SAMPLE = 32  # postings each term is stepped through to tell the sparsest
+
+
+def walk(snap, conjuncts: list, r: bytes, budget: list):
+    """:func:`leapfrog`, or when every conjunct is one term, :func:`probe` from the sparsest."""
+    if len(conjuncts) < 2 or not all(isinstance(c, Postings) for c in conjuncts):
+        return leapfrog(conjuncts, r, budget)
+    reached = [(c.reach(r, _SAMPLE), i) for i, c in enumerate(conjuncts)]
+    budget[0] -= len(conjuncts)
+    # Sparsest first: exhausted (None) sorts first, then the furthest reached (the largest rmono).
+    order = [conjuncts[i] for _, i in sorted(reached, key=_sparsest_first)]
+    return probe(snap.get, order[0], [c.prefix for c in order[1:]], r, budget)
+
+
+def _sparsest_first(reached: tuple) -> tuple:
+    x, i = reached
+    return (0, b"", i) if x is None else (1, search_view.flip(x), i)
+
+
+def probe(get, driver: Postings, others: list, r: bytes, budget: list):
+    """Yield ``(rmono, None)`` of the driver's postings that every other term's postings hold too (one point
+    read each: LevelDB's bloom filters answer most misses), from ``r`` on; ``(None, r)`` when the budget ran out.
+
+    The driver is the sparsest term: a walk of its postings in key order
+    (a step each, 6x cheaper than a seek) costs less than a leapfrog's seeks
+    into the dense one (measured: about half at 100k posts).
+    """
+    x = driver.ge(r)
+    while x is not None:
+        if budget[0] <= 0:
+            yield None, x
+            return
+        for prefix in others:
+            budget[0] -= 1
+            if get(prefix + x) is None:
+                break
+        else:
+            yield x, None
+        x = driver.step()
 
 
 def leapfrog(conjuncts: list, r: bytes, budget: list):

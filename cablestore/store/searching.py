@@ -241,7 +241,7 @@ class Searching:
         names: dict[bytes, str | None] = {}
         hidden_users: dict[str, dict] = {}
         try:
-            for x, stop in postings.leapfrog(conjuncts, first, budget):
+            for x, stop in postings.walk(snap, conjuncts, first, budget):
                 if x is None:  # out of seeks: go on from ``stop``
                     hits.next = postings.CURSOR + stop.hex()
                     break
@@ -270,7 +270,7 @@ class Searching:
         budget = [postings.MAX_SEEKS]
         conjuncts, opened = postings.conjuncts(snap, q, budget)
         try:
-            for x, _ in postings.leapfrog(conjuncts, first, budget):
+            for x, _ in postings.walk(snap, conjuncts, first, budget):
                 return x is None or last is None or x <= last
             return False
         finally:
