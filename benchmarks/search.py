@@ -224,7 +224,9 @@ def fts5(posts_file: Path, db_path: Path, kinds: dict[str, list[str]], rounds: i
     return out
 
 
-def run(n: int, work: Path, with_fts5: bool, rounds: int = 2) -> dict:
+def run(n: int, work: Path, with_fts5: bool, rounds: int = 2, queries_only: bool = False) -> dict:
+    if queries_only:  # the searchable store an earlier run left: time the queries again
+        return {"posts": n, "queries": time_queries(work / f"search-{n}.ldb", queries(work / f"search-{n}.ldb"))}
     posts_file = work / f"search-{n}.posts"
     if not posts_file.exists():
         make_posts(n, posts_file)
@@ -256,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp") + "/cablestore-bench-search", help="where posts files and stores go")
     parser.add_argument("--fts5", action="store_true", help="also measure a contentless SQLite FTS5 table fed the same terms")
     parser.add_argument("--rounds", type=int, default=2, help="alternating ingest rounds, with and without search (default: 2; the best of each)")
+    parser.add_argument("--queries-only", action="store_true", help="only time the queries, on the searchable stores an earlier run left in --dir")
     args = parser.parse_args(argv)
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
     for n in (int(x) for x in args.posts.split(",")):
-        print(json.dumps(run(n, work, args.fts5, args.rounds), ensure_ascii=False), flush=True)
+        print(json.dumps(run(n, work, args.fts5, args.rounds, args.queries_only), ensure_ascii=False), flush=True)
     return 0
 
 

@@ -93,6 +93,29 @@ def test_search_finds_texts_and_topics_newest_first_with_spans_pages_and_filters
         s.search(b"deploy")
 
 
+def test_the_work_bounds_stop_a_page_early_and_its_cursor_goes_on_from_there(searchable, monkeypatch):
+    from cablestore.search.query import Lookup, Query
+    from cablestore.store import postings, searching
+
+    s = searchable
+    bufs = [text(ALICE, 1000 + i, f"ab{i % 3} same") for i in range(6)]
+    s.ingest_many(bufs)
+    newest_first = [H(b) for b in reversed(bufs)]
+    monkeypatch.setattr(searching, "MAX_EXAMINED", 1)
+    page = s.search("same")
+    assert page.examined == 1 and len(page) == 1 and page.next is not None
+    assert all_pages(s, "same") == newest_first
+    monkeypatch.setattr(searching, "MAX_EXAMINED", 2000)
+    monkeypatch.setattr(postings, "MAX_SEEKS", 3)
+    assert all_pages(s, "same ab1") == [H(bufs[4]), H(bufs[1])]  # probes run out: each page goes on where the last stopped
+    monkeypatch.setattr(postings, "MAX_SEEKS", 20_000)
+    prefix = Query("ab*", ((Lookup("ab", prefix=True),),))
+    assert [h.hash for h in s.search(prefix)] == newest_first  # a union of the three terms ab0, ab1, ab2
+    monkeypatch.setattr(postings, "MAX_PREFIX_TERMS", 2)
+    with pytest.raises(QueryError, match="more letters"):
+        s.search(prefix)
+
+
 def test_a_store_without_the_index_refuses_to_search_and_costs_nothing_until_enabled(tmp_path):
     with Store(tmp_path / "s", now=lambda: NOW) as s:
         h = s.ingest(text(ALICE, 1000, "deploy"))

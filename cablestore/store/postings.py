@@ -167,9 +167,9 @@ def probe(get, driver: Postings, others: list, r: bytes, budget: list):
     (a step each, 6x cheaper than a seek) costs less than a leapfrog's seeks
     into the dense one (measured: about half at 100k posts).
     """
-    x = driver.ge(r)
+    start, x = r, driver.ge(r)
     while x is not None:
-        if budget[0] <= 0:
+        if budget[0] <= 0 and x > start:  # (a page always gets past where it started)
             yield None, x
             return
         for prefix in others:
@@ -184,9 +184,9 @@ def probe(get, driver: Postings, others: list, r: bytes, budget: list):
 def leapfrog(conjuncts: list, r: bytes, budget: list):
     """Yield ``(rmono, None)`` of the posts under every conjunct, newest first, from ``r`` on;
     ``(None, r)`` when the seek budget ran out (``r``: where to go on)."""
-    n = len(conjuncts)
+    n, start = len(conjuncts), r
     while True:
-        if budget[0] <= 0:
+        if budget[0] <= 0 and r > start:  # (a page always gets past where it started)
             yield None, r
             return
         x = conjuncts[0].ge(r)
@@ -194,7 +194,7 @@ def leapfrog(conjuncts: list, r: bytes, budget: list):
             return
         agree, i = 1, 1
         while agree < n:
-            if budget[0] <= 0:
+            if budget[0] <= 0 and x > start:
                 yield None, x  # nothing before x is left
                 return
             y = conjuncts[i % n].ge(x)
