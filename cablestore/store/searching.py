@@ -128,15 +128,22 @@ def _names_by_fold(snap) -> dict[str, set[bytes]]:
     return out
 
 
-def _moderation(snap) -> tuple[bool, set, set, set]:
-    """``(anything hidden, blocked users, dropped posts, dropped channels)`` as the store holds them now."""
-    hidden = any(True for prefix in (actions_view.PREFIX + b"h", actions_view.PREFIX + b"u") for _ in snap.iterator(prefix=prefix, include_value=False))
-    bp = blocks_view.PREFIX + b"b"
+def _any(snap, prefix: bytes) -> bool:
+    with snap.iterator(prefix=prefix, include_value=False) as it:
+        return next(it, None) is not None
+
+
+def _moderation(snap) -> tuple[bool, set, bool, set]:
+    """``(anything hidden, blocked users, any post dropped, dropped channels)`` as the store holds them now.
+
+    Dropped posts and channels are gone from the store (the drop removed
+    them in its WriteBatch); they are checked again here only as a guard.
+    """
+    hidden = _any(snap, actions_view.PREFIX + b"h") or _any(snap, actions_view.PREFIX + b"u")
+    bp, xp = blocks_view.PREFIX + b"b", actions_view.PREFIX + b"x"
     blocked = {k[len(bp) :] for k in snap.iterator(prefix=bp, include_value=False)}
-    dp, xp = actions_view.PREFIX + b"d", actions_view.PREFIX + b"x"
-    dropped = {k[len(dp) :] for k in snap.iterator(prefix=dp, include_value=False)}
     channels = {k[len(xp) :] for k in snap.iterator(prefix=xp, include_value=False)}
-    return hidden, blocked, dropped, channels
+    return hidden, blocked, _any(snap, actions_view.PREFIX + b"d"), channels
 
 
 class Searching:
@@ -220,9 +227,9 @@ class Searching:
             raise QueryError(f"limit is an int from 1 to {MAX_LIMIT}, not {limit!r}")
         first, last = postings.time_bounds(q, start, end)
         first = max(first, postings.cursor_start(cursor))
-        channels = {canonical_channel(c) for c in (channel, q.channel) if c is not None}
-        if any(not isinstance(c, str) for c in (channel,) if c is not None):
+        if channel is not None and not isinstance(channel, str):
             raise QueryError(f"a channel name is a str, not {type(channel).__name__}")
+        channels = {canonical_channel(c) for c in (channel, q.channel) if c is not None}
         with self.db.snapshot() as snap:
             if snap.get(SEARCH_KEY) is None:
                 raise SearchNotEnabledError(
@@ -285,7 +292,7 @@ class Searching:
             return None
         post = _checked_post(self.path, h, blob)
         text = search_view.searched_text(post)
-        if not text or post.public_key in blocked or h in dropped:
+        if not text or post.public_key in blocked or (dropped and snap.get(actions_view.PREFIX + b"d" + h) is not None):
             return None
         ch = canonical_channel(post.channel) if post.channel is not None else None
         if (channels and (len(channels) > 1 or ch not in channels)) or (dropped_channels and ch is not None and escape(ch) in dropped_channels):
