@@ -49,8 +49,8 @@ class Postings:
                 return cur
             n = len(self.prefix)
             for _ in range(_STEPS):  # a near target: stepping is 6x cheaper than a seek
-                key = next(self.it, None)
-                if key is None or not key.startswith(self.prefix):
+                key = next(self.it, None)  # (the iterator's prefix bounds it: None past the term)
+                if key is None:
                     self.done, self.cur = True, None
                     return None
                 cur = self.cur = key[n:]
@@ -59,7 +59,7 @@ class Postings:
         self.budget[0] -= 1
         self.it.seek(self.prefix + r)
         key = next(self.it, None)
-        if key is None or not key.startswith(self.prefix):
+        if key is None:
             self.done, self.cur = True, None
             return None
         self.cur = key[len(self.prefix) :]
@@ -70,7 +70,7 @@ class Postings:
         if self.done:
             return None
         key = next(self.it, None)
-        if key is None or not key.startswith(self.prefix):
+        if key is None:
             self.done, self.cur = True, None
             return None
         self.cur = key[len(self.prefix) :]
@@ -168,6 +168,19 @@ def probe(get, driver: Postings, others: list, r: bytes, budget: list):
     into the dense one (measured: about half at 100k posts).
     """
     start, x = r, driver.ge(r)
+    if x is not None and len(others) == 1:  # two terms, the common case: the driver's keys read straight off its iterator
+        other, n, it = others[0], len(driver.prefix), driver.it
+        while True:
+            if budget[0] <= 0 and x > start:
+                yield None, x
+                return
+            budget[0] -= 1
+            if get(other + x) is not None:
+                yield x, None
+            key = next(it, None)
+            if key is None:
+                return
+            x = key[n:]
     while x is not None:
         if budget[0] <= 0 and x > start:  # (a page always gets past where it started)
             yield None, x
