@@ -87,6 +87,7 @@ class Postings:
         return x
 
     def close(self) -> None:
+        """Close the iterator."""
         self.it.close()
 
 
@@ -102,6 +103,7 @@ class Union:
         self.parts = parts
 
     def ge(self, r: bytes) -> bytes | None:
+        """The first ``rmono >= r`` any of the lookups holds (None: none)."""
         best = None
         for p in self.parts:
             v = p.ge(r)
