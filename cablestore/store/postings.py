@@ -12,6 +12,9 @@ all agree, within a budget of :data:`MAX_SEEKS` seeks.  Positions are
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 from cablestore.errors import CableError, QueryError
 from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import MONO_SIZE, POSTS
@@ -32,7 +35,7 @@ class Postings:
 
     __slots__ = ("it", "prefix", "cur", "done", "budget")
 
-    def __init__(self, snap, term_bytes: bytes, budget: list) -> None:
+    def __init__(self, snap: Any, term_bytes: bytes, budget: list) -> None:
         self.prefix = search_view.PREFIX + term_bytes + search_view.END
         self.it = snap.iterator(prefix=self.prefix, include_value=False)
         self.cur: bytes | None = None  # the posting the iterator returned last
@@ -112,7 +115,7 @@ class Union:
         return best
 
 
-def terms_with_prefix(snap, prefix: str) -> list[bytes]:
+def terms_with_prefix(snap: Any, prefix: str) -> list[bytes]:
     """Every indexed term starting with ``prefix`` (UTF-8), at most :data:`MAX_PREFIX_TERMS`."""
     start = len(search_view.PREFIX)
     found = []
@@ -126,7 +129,7 @@ def terms_with_prefix(snap, prefix: str) -> list[bytes]:
     return found
 
 
-def conjuncts(snap, query: Query, budget: list) -> tuple[list, list]:
+def conjuncts(snap: Any, query: Query, budget: list) -> tuple[list, list]:
     """``(conjuncts, every postings iterator)`` of a parsed query."""
     opened: list = []
     out = []
@@ -145,7 +148,7 @@ def conjuncts(snap, query: Query, budget: list) -> tuple[list, list]:
 _SAMPLE = 32  # postings each term is stepped through to tell the sparsest
 
 
-def walk(snap, conjuncts: list, r: bytes, budget: list):
+def walk(snap: Any, conjuncts: list, r: bytes, budget: list) -> Iterator[tuple]:
     """:func:`leapfrog`, or when every conjunct is one term, :func:`probe` from the sparsest."""
     if len(conjuncts) < 2 or not all(isinstance(c, Postings) for c in conjuncts):
         return leapfrog(conjuncts, r, budget)
@@ -161,7 +164,7 @@ def _sparsest_first(reached: tuple) -> tuple:
     return (0, b"", i) if x is None else (1, search_view.flip(x), i)
 
 
-def probe(get, driver: Postings, others: list, r: bytes, budget: list):
+def probe(get: Callable[[bytes], bytes | None], driver: Postings, others: list, r: bytes, budget: list) -> Iterator[tuple]:
     """Yield ``(rmono, None)`` of the driver's postings that every other term's postings hold too (one point
     read each: LevelDB's bloom filters answer most misses), from ``r`` on; ``(None, r)`` when the budget ran out.
 
@@ -196,7 +199,7 @@ def probe(get, driver: Postings, others: list, r: bytes, budget: list):
         x = driver.step()
 
 
-def leapfrog(conjuncts: list, r: bytes, budget: list):
+def leapfrog(conjuncts: list, r: bytes, budget: list) -> Iterator[tuple]:
     """Yield ``(rmono, None)`` of the posts under every conjunct, newest first, from ``r`` on;
     ``(None, r)`` when the seek budget ran out (``r``: where to go on)."""
     n, start = len(conjuncts), r
@@ -252,7 +255,7 @@ def time_bounds(query: Query, start: int, end: int) -> tuple[bytes, bytes | None
     return first, last
 
 
-def index_entries(snap):
+def index_entries(snap: Any) -> Iterator[tuple[bytes, bytes]]:
     """The search entries (``views/search.py``) of every indexed post of a store: those with a
     reverse entry, read in hash order (what ``enable_search`` and ``reindex`` write)."""
     start, searched = len(reverse.PREFIX), (TEXT, TOPIC)
