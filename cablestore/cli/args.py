@@ -76,6 +76,7 @@ _CLI_WORDS = (
     ("(install a JDK, or use engine='local')", "(install a JDK, or use --engine local)"),
     ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
     ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
+    ("(open it with Store(path, search=True), or call Store.enable_search())", "(build it with `cablestore search --enable STORE`)"),
 )
 _CLI_PATTERNS = (
     # A snapshot given where a store is wanted: only check and rebuild read one (every command may get it).
