@@ -20,7 +20,7 @@ from cablestore.cli.search import BOLD, highlighted
 from cablestore.errors import CableError, QueryError, ReadOnlyStoreError, SearchNotEnabledError
 from cablestore.keyspace.keys import POSTS, SEARCH, SEARCH_KEY
 from cablestore.keyspace.records import Indexed
-from cablestore.search import parse
+from cablestore.search import Lookup, parse
 from cablestore.store import indexer
 from cablestore.store.searching import SearchHit
 from cablestore.views import search as search_view
@@ -94,7 +94,6 @@ def test_search_finds_texts_and_topics_newest_first_with_spans_pages_and_filters
 
 
 def test_the_work_bounds_stop_a_page_early_and_its_cursor_goes_on_from_there(searchable, monkeypatch):
-    from cablestore.search.query import Lookup, Query
     from cablestore.store import postings, searching
 
     s = searchable
@@ -109,7 +108,8 @@ def test_the_work_bounds_stop_a_page_early_and_its_cursor_goes_on_from_there(sea
     monkeypatch.setattr(postings, "MAX_SEEKS", 3)
     assert all_pages(s, "same ab1") == [H(bufs[4]), H(bufs[1])]  # probes run out: each page goes on where the last stopped
     monkeypatch.setattr(postings, "MAX_SEEKS", 20_000)
-    prefix = Query("ab*", ((Lookup("ab", prefix=True),),))
+    prefix = parse("ab*")
+    assert prefix.lookups == ((Lookup("ab", prefix=True),),)
     assert [h.hash for h in s.search(prefix)] == newest_first  # a union of the three terms ab0, ab1, ab2
     monkeypatch.setattr(postings, "MAX_PREFIX_TERMS", 2)
     with pytest.raises(QueryError, match="more letters"):
