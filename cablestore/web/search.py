@@ -1,0 +1,67 @@
+"""The search page: ``Store.search`` hits, newest first, their matches cut into marked and unmarked pieces.
+
+The template marks each matched span with ``<mark>``; the pieces are plain
+strings, escaped like every other value, so a match never lets markup through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cablestore import errors
+from cablestore.errors import QueryError
+from cablestore.web import pages
+
+MAX_QUERY = 1000  # characters of a search query
+
+
+def pieces(text: str, spans) -> list[tuple[str, bool]]:
+    """``text`` as ``(piece, matched)`` pairs, in order: the ``(start, end)`` spans matched (overlaps merged, out-of-range clipped)."""
+    out: list[tuple[str, bool]] = []
+    at = 0
+    for start, end in sorted((max(0, s), min(len(text), e)) for s, e in spans):
+        start = max(start, at)
+        if end <= start:
+            continue
+        if start > at:
+            out.append((text[at:start], False))
+        out.append((text[start:end], True))
+        at = end
+    if at < len(text) or not out:
+        out.append((text[at:], False))
+    return out
+
+
+def results(store, request) -> dict[str, Any]:
+    """The search form's answer: ``q`` (the query language), ``channel``, ``hidden=1`` to include hidden posts, ``cursor``."""
+    query = request.query
+    for name in ("q", "channel", "cursor", "hidden"):
+        if len(query.getall(name, [])) > 1:
+            raise QueryError(f"{name} given more than once")
+    q, channel, cursor = query.get("q", "").strip(), query.get("channel") or None, query.get("cursor") or None
+    include_hidden = query.get("hidden") == "1"
+    data: dict[str, Any] = {"q": q, "channel": channel or "", "hidden": include_hidden, "hits": [], "next": None, "notice": None}
+    if len(q) > MAX_QUERY:
+        raise QueryError(f"a search query is at most {MAX_QUERY} characters")
+    if not q:
+        return data
+    if not hasattr(store, "search"):
+        data["notice"] = "this version of cablestore has no search"
+        return data
+    not_enabled = getattr(errors, "SearchNotEnabledError", None)
+    try:
+        page = store.search(q, channel=channel, include_hidden=include_hidden, cursor=cursor, limit=pages.PAGE_SIZE)
+    except Exception as exc:
+        if not_enabled is not None and isinstance(exc, not_enabled):
+            data["notice"] = "this store keeps no search index (Store.enable_search() builds it)"
+            return data
+        raise
+    listed = pages.shown(store, list(page))
+    data["hits"] = [(s, pieces(_searched(s.post), getattr(s.post, "spans", ()))) for s in listed]
+    data["next"] = page.next
+    return data
+
+
+def _searched(post) -> str:
+    """The text a hit's spans index into: its text, or its topic."""
+    return post.text if post.text is not None else post.topic or ""
