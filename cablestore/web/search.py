@@ -25,7 +25,10 @@ def pieces(text: str, spans) -> list[tuple[str, bool]]:
             continue
         if start > at:
             out.append((text[at:start], False))
-        out.append((text[start:end], True))
+        if out and out[-1][1] and start == at:  # overlapping or touching spans: one mark
+            out[-1] = (out[-1][0] + text[start:end], True)
+        else:
+            out.append((text[start:end], True))
         at = end
     if at < len(text) or not out:
         out.append((text[at:], False))
