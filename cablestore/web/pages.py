@@ -63,7 +63,7 @@ class Shown:
             return "set " + ", ".join(f"{k}={v}" for k, v in (p.info or ()))
         if p.post_type in (4, 5):
             return f"{'joined' if p.post_type == 4 else 'left'} #{p.channel}"
-        return moderation_words(p)
+        return moderation_words(p) + (f": {p.reason}" if p.reason else "")
 
 
 def moderation_words(p: StoredPost) -> str:

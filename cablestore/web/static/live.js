@@ -13,6 +13,9 @@
     return el;
   }
   var source = new EventSource(list.dataset.live);
+  source.onopen = function () {
+    list.dataset.liveState = "open";
+  };
   source.onmessage = function (event) {
     var post = JSON.parse(event.data);
     if (document.getElementById("p-" + post.hash)) {
