@@ -77,12 +77,12 @@ def test_every_page_loads_unharmed_and_is_screenshotted(site, page, tmp_path):
     for name, path in [("channels", "/"), ("channel", "/channel/general"), ("users", "/users"), ("moderation", "/moderation"),
                        ("status", "/status"), ("post", f"/post/{built.reply.hex()}"), ("search", "/search?q=message"),
                        ("markup-channel", "/channel/" + W.MARKUP_CHANNEL.replace("<", "%3C").replace(">", "%3E").replace(" ", "%20")),
-                       ("missing", "/post/" + "0" * 64)]:
+                       ("missing", "/post/" + "0" * 64), ("readme", f"/channel/general?n=12&before={W.T0 + 1010}-{'0' * 64}")]:
         response = page.goto(base + path)
         assert response.status == (404 if name == "missing" else 200), (name, response.status)
         page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=name != "channel")
         if os.environ.get("CABLESTORE_WEB_SHOTS"):  # docs/web.png is made so: CABLESTORE_WEB_SHOTS=docs pytest tests/test_web_browser.py
-            page.screenshot(path=os.path.join(os.environ["CABLESTORE_WEB_SHOTS"], f"web-{name}.png"))
+            page.locator("body").screenshot(path=os.path.join(os.environ["CABLESTORE_WEB_SHOTS"], f"web-{name}.png"))
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
         unharmed(page)
     assert page.errors == []
