@@ -104,6 +104,15 @@ def test_bad_paths_and_queries_get_4xx_pages_never_a_traceback(site):
         assert "Traceback" not in body and f"<h1>{code}</h1>" in body, path
 
 
+def test_a_100_kb_url_is_a_400_without_a_traceback_even_in_the_log(site, caplog):
+    _, _, base = site
+    for path in ("/channel/" + "x" * 100_000, "/search?q=" + "y" * 100_000):
+        status, _, body = fetch(base, path)
+        assert status == 400 and "Traceback" not in body
+    logged = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert logged and all(r.exc_info is None and "LineTooLong" in r.getMessage() for r in logged)
+
+
 def test_no_route_writes_and_other_methods_are_refused(site, tmp_path):
     built, store, base = site
     before = list(store.items())

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from cablestore.errors import ArgumentError, CableError, NotFoundError, QueryError, StoreClosedError
 from cablestore.web import pages, search, status
@@ -49,8 +50,22 @@ def templates() -> jinja2.Environment:
     return env
 
 
+class _OneLineBadRequests(logging.Filter):
+    """aiohttp logs a malformed request (a 100 KB URL, a bad header) with its traceback; one line says enough."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg, record.args, record.exc_info, record.exc_text = "%s: %s", (record.getMessage(), type(exc).__name__), None, None
+        return True
+
+
+_BAD_REQUESTS = _OneLineBadRequests()
+
+
 def make_app(store, *, node=None) -> web.Application:
     """The web archive of ``store``; ``node``: the serving peer (its peers on the status page, live channel pages)."""
+    logging.getLogger("aiohttp.server").addFilter(_BAD_REQUESTS)  # (the same filter twice is kept once)
     app = web.Application(middlewares=[_pages_and_headers], client_max_size=64 * 1024)
     app[STORE], app[NODE], app[TEMPLATES] = store, node, templates()
     app[POOL] = ThreadPoolExecutor(READERS, thread_name_prefix="cablestore-web")
