@@ -74,11 +74,11 @@ def make_app(store, *, node=None) -> web.Application:
     app.on_shutdown.append(_stop_feed)
     app.on_cleanup.append(_stop_pool)
     get = app.router.add_get
-    get("/", _page("channels.html", pages.channels))
+    get("/", _page("channels.html", lambda store, request: pages.channels(store)))
     get("/channel/{name:.+}", _page("channel.html", _channel))
     get("/post/{hash}", _page("post.html", lambda store, request: pages.post(store, request.match_info["hash"])))
-    get("/users", _page("users.html", pages.users))
-    get("/moderation", _page("moderation.html", pages.moderation))
+    get("/users", _page("users.html", lambda store, request: pages.users(store)))
+    get("/moderation", _page("moderation.html", lambda store, request: pages.moderation(store)))
     get("/status", _page("status.html", _status))
     get("/search", _page("search.html", search.results))
     get("/live/{name:.+}", _live)
@@ -126,13 +126,11 @@ def _status(store, request: web.Request) -> dict[str, Any]:
 
 
 def _page(template: str, read):
-    """A route rendering ``template`` with ``read(store[, request])``, run in the reader pool."""
-    takes_request = read.__code__.co_argcount > 1
+    """A route rendering ``template`` with ``read(store, request)``, run in the reader pool."""
 
     async def handler(request: web.Request) -> web.Response:
         app = request.app
-        call = partial(read, app[STORE], request) if takes_request else partial(read, app[STORE])
-        data = await asyncio.get_running_loop().run_in_executor(app[POOL], call)
+        data = await asyncio.get_running_loop().run_in_executor(app[POOL], partial(read, app[STORE], request))
         return _html(request, template, data)
 
     return handler
