@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 import http.client
 import re
+import subprocess
+import sys
 import urllib.parse
 
 import pytest
@@ -22,6 +24,7 @@ from cablestore.web.search import pieces
 from cablestore.web.status import NEVER
 
 from . import web_helpers as W
+from .conftest import stop
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +190,19 @@ def test_the_command_refuses_a_bad_address_and_a_missing_store_in_one_line(tmp_p
     assert main(["web", str(tmp_path / "none"), "--listen", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and err[0].startswith("cablestore web: TransportError") and err[1].startswith("cablestore web: StoreNotFoundError")
+
+
+def test_the_command_serves_a_store_read_only_until_stopped(site, tmp_path):
+    """`cablestore web STORE` in a process of its own: the same pages, beside the module's read-only open; SIGTERM ends it with 0."""
+    _, store, _ = site
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "cablestore", "web", str(store.path), "--listen", "127.0.0.1:0", "--port-file", str(port_file)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"web archive of {store.path} at http://127.0.0.1:") and "read-only" in line, proc.stderr.read() if not line else line
+        base = f"http://127.0.0.1:{int(port_file.read_text())}"
+        assert "#general" in ok(base, "/")
+    finally:
+        assert stop(proc) == 0
+    assert not port_file.exists()
