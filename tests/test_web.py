@@ -206,3 +206,20 @@ def test_the_command_serves_a_store_read_only_until_stopped(site, tmp_path):
     finally:
         assert stop(proc) == 0
     assert not port_file.exists()
+
+
+def test_cached_labels_follow_a_rename_and_a_new_namesake(tmp_path):
+    from cablestore.web.names import Labels
+    from cablestore.wire.codec import INFO
+
+    from .conftest import post
+
+    with Store(tmp_path / "s", now=lambda: W.NOW) as s:
+        s.ingest(post(W.SAM1, INFO, W.T0, info=[("name", "sam")]))
+        labels = Labels(s)
+        assert labels([W.SAM1.public_key]) == {W.SAM1.public_key: "sam"}
+        s.ingest(post(W.SAM2, INFO, W.T0, info=[("name", "SAM")]))  # a namesake: sam now needs key digits
+        assert labels([W.SAM1.public_key])[W.SAM1.public_key] == f"sam [{W.SAM1.public_key.hex()[:8]}]"
+        s.ingest(post(W.SAM1, INFO, W.T0 + 1, info=[("name", "samuel")]))
+        assert labels([W.SAM1.public_key, W.SAM2.public_key]) == {W.SAM1.public_key: "samuel", W.SAM2.public_key: "SAM"}
+        labels.close()

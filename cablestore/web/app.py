@@ -25,6 +25,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from cablestore.errors import ArgumentError, CableError, NotFoundError, QueryError, StoreClosedError
 from cablestore.web import pages, search, status
 from cablestore.web.live import LiveFeed
+from cablestore.web.names import Labels
 
 log = logging.getLogger("cablestore.web")
 
@@ -41,6 +42,7 @@ NODE = web.AppKey("node", object)
 FEED = web.AppKey("feed", object)
 POOL = web.AppKey("pool", ThreadPoolExecutor)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
+LABELS = web.AppKey("labels", Labels)
 
 
 def templates() -> jinja2.Environment:
@@ -70,17 +72,18 @@ def make_app(store, *, node=None) -> web.Application:
     app[STORE], app[NODE], app[TEMPLATES] = store, node, templates()
     app[POOL] = ThreadPoolExecutor(READERS, thread_name_prefix="cablestore-web")
     app[FEED] = None
+    app[LABELS] = Labels(store)
     app.on_startup.append(_start_feed)
     app.on_shutdown.append(_stop_feed)
     app.on_cleanup.append(_stop_pool)
     get = app.router.add_get
     get("/", _page("channels.html", lambda store, request: pages.channels(store)))
     get("/channel/{name:.+}", _page("channel.html", _channel))
-    get("/post/{hash}", _page("post.html", lambda store, request: pages.post(store, request.match_info["hash"])))
+    get("/post/{hash}", _page("post.html", lambda store, request: pages.post(store, request.match_info["hash"], request.app[LABELS])))
     get("/users", _page("users.html", lambda store, request: pages.users(store)))
     get("/moderation", _page("moderation.html", lambda store, request: pages.moderation(store)))
     get("/status", _page("status.html", _status))
-    get("/search", _page("search.html", search.results))
+    get("/search", _page("search.html", lambda store, request: search.results(store, request, request.app[LABELS])))
     get("/live/{name:.+}", _live)
     app.router.add_static("/static/", _static_dir(), append_version=False)
     return app
@@ -104,6 +107,7 @@ async def _stop_feed(app: web.Application) -> None:
 
 async def _stop_pool(app: web.Application) -> None:
     app[POOL].shutdown(wait=False, cancel_futures=True)
+    app[LABELS].close()
 
 
 def _one(request: web.Request, name: str) -> str | None:
@@ -116,7 +120,7 @@ def _one(request: web.Request, name: str) -> str | None:
 
 def _channel(store, request: web.Request) -> dict[str, Any]:
     name = request.match_info["name"]
-    data = pages.channel(store, name, pages.parse_cursor(_one(request, "before")), pages.parse_count(_one(request, "n")))
+    data = pages.channel(store, name, pages.parse_cursor(_one(request, "before")), pages.parse_count(_one(request, "n")), request.app[LABELS])
     data["live"] = "/live/" + quote(name, safe="") if request.app[NODE] is not None and data["first"] else None
     return data
 
@@ -161,7 +165,7 @@ async def _live(request: web.Request) -> web.StreamResponse:
                 continue
             if h is None:  # the feed closed, or this page fell behind
                 break
-            shown = await loop.run_in_executor(request.app[POOL], _live_post, store, h)
+            shown = await loop.run_in_executor(request.app[POOL], _live_post, store, request.app[LABELS], h)
             if shown is not None:
                 await response.write(b"data: " + json.dumps(shown).encode() + b"\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
@@ -171,11 +175,11 @@ async def _live(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def _live_post(store, h: bytes) -> dict | None:
+def _live_post(store, labels: Labels, h: bytes) -> dict | None:
     found = store.post(h)
     if found is None:
         return None
-    shown = pages.Shown(found, store.user_labels([found.author])[found.author])
+    shown = pages.Shown(found, labels([found.author])[found.author])
     return {"hash": shown.hash, "who": shown.label, "key": found.author.hex(), "time": shown.time, "text": shown.summary, "hidden": shown.hidden}
 
 

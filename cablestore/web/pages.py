@@ -81,9 +81,10 @@ def moderation_words(p: StoredPost) -> str:
     return p.type_name
 
 
-def shown(store, posts: list[StoredPost]) -> list[Shown]:
-    labels = store.user_labels({p.author for p in posts})
-    return [Shown(p, labels[p.author]) for p in posts]
+def shown(store, posts: list[StoredPost], labels=None) -> list[Shown]:
+    """``posts`` with their authors' labels (``labels``: a :class:`cablestore.web.names.Labels`, else the store's)."""
+    names = (labels or store.user_labels)({p.author for p in posts})
+    return [Shown(p, names[p.author]) for p in posts]
 
 
 def parse_hash(text: str) -> bytes:
@@ -122,12 +123,12 @@ def _known_channel(store, channel: str) -> None:
         raise NotFoundError(f"no channel {channel!r} in this store")
 
 
-def channel(store, name: str, before: tuple[int, bytes] | None, n: int) -> dict[str, Any]:
+def channel(store, name: str, before: tuple[int, bytes] | None, n: int, labels=None) -> dict[str, Any]:
     """A channel's messages, newest first, ``n`` a page from ``before``; hidden posts kept and marked."""
     _known_channel(store, name)
     page, more = _page(store, name, before, n)
     nxt = f"{page[-1].timestamp}-{page[-1].hash.hex()}" if more else None
-    return {"name": name, "topic": store.topic(name), "members": len(store.members(name)), "posts": shown(store, page), "next": nxt, "n": n, "first": before is None}
+    return {"name": name, "topic": store.topic(name), "members": len(store.members(name)), "posts": shown(store, page, labels), "next": nxt, "n": n, "first": before is None}
 
 
 def _page(store, name: str, before: tuple[int, bytes] | None, n: int) -> tuple[list[StoredPost], bool]:
@@ -150,7 +151,7 @@ def _page(store, name: str, before: tuple[int, bytes] | None, n: int) -> tuple[l
         fetch *= 2
 
 
-def post(store, text: str) -> dict[str, Any]:
+def post(store, text: str, labels=None) -> dict[str, Any]:
     """One post with the posts it links to and the stored posts linking to it (a post not held: 404)."""
     h = parse_hash(text)
     found = store.post(h)
@@ -158,7 +159,7 @@ def post(store, text: str) -> dict[str, Any]:
         raise NotFoundError("this store holds no post with that hash (never seen, deleted, or dropped by a moderator)")
     linked = [(link.hex(), store.post(link)) for link in found.links]
     linking = [p for p in (store.post(x) for x in store.reverse_links(h)) if p is not None]
-    listed = shown(store, [found] + [p for _, p in linked if p is not None] + linking)
+    listed = shown(store, [found] + [p for _, p in linked if p is not None] + linking, labels)
     by_hash = {s.post.hash: s for s in listed}
     return {
         "post": by_hash[found.hash],

@@ -35,7 +35,7 @@ def pieces(text: str, spans) -> list[tuple[str, bool]]:
     return out
 
 
-def results(store, request) -> dict[str, Any]:
+def results(store, request, labels=None) -> dict[str, Any]:
     """The search form's answer: ``q`` (the query language), ``channel``, ``hidden=1`` to include hidden posts, ``cursor``."""
     query = request.query
     for name in ("q", "channel", "cursor", "hidden"):
@@ -59,7 +59,7 @@ def results(store, request) -> dict[str, Any]:
             data["notice"] = "this store keeps no search index (Store.enable_search() builds it)"
             return data
         raise
-    listed = pages.shown(store, list(page))
+    listed = pages.shown(store, list(page), labels)
     data["hits"] = [(s, pieces(_searched(s.post), getattr(s.post, "spans", ()))) for s in listed]
     data["next"] = page.next
     return data
