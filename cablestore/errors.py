@@ -218,6 +218,10 @@ class ReadOnlyStoreError(StoreError):
     """A write to a store opened with ``readonly=True`` (``Store(path, readonly=True)``, the read-only commands); nothing was written."""
 
 
+class SearchNotEnabledError(StoreError):
+    """A search of a store that keeps no search index (``Store(path, search=True)`` or ``Store.enable_search()`` builds it)."""
+
+
 # --- moderation (cablestore.moderation, cablestore.store.moderation_queries) ---
 
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from cablestore.errors import RebuildError
 from cablestore.keyspace import facts
-from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, META, POSTS
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, META, POSTS, SEARCH_KEY
 from cablestore.moderation import Seed, format_seed, parse_seed
 from cablestore.store.resolving import held_facts, stored_seed
 
@@ -316,6 +316,11 @@ def _remove(fs, staging: str) -> None:
         fs.delete_dir(staging)
     except (pa.ArrowException, OSError):
         pass
+
+
+def manifest_search(manifest: dict) -> bool:
+    """Whether the exported store kept the search view: its ``!meta!search`` row, recorded with the store's meta."""
+    return SEARCH_KEY[len(META) :].decode() in manifest.get("store", {}).get("meta", {})
 
 
 def manifest_facts(manifest: dict) -> list:

@@ -17,7 +17,10 @@ from itertools import islice
 import blake3
 
 from cablestore.compiled import native as _native
+from cablestore.keyspace.records import Indexed
 from cablestore.moderation import RELEVANT_TYPES
+from cablestore.views import search as search_view
+from cablestore.wire.codec import TEXT, TOPIC
 from cablestore.wire.crypto import verify_many
 
 from .recompute import (
@@ -34,14 +37,17 @@ from .recompute import (
     unpack_tombstone,
 )
 
+SEARCHED = (TEXT, TOPIC)  # the post types the search view indexes
+
 
 class Fold:
     """Digests, counts, faults and latest-group candidates of part of the data."""
 
-    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation", "rows")
+    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation", "rows", "search")
 
-    def __init__(self, parts: int, wanted: frozenset | None = None):
+    def __init__(self, parts: int, wanted: frozenset | None = None, search: bool = False):
         self.parts = parts
+        self.search = search  # the store keeps the search view: its entries are recomputed too (views/search.py)
         self.wanted = wanted  # (view, bucket) pairs whose entries to keep, or None
         self.digests: dict = {}  # (view, bucket) -> [sum mod 2**256, count]
         self.entries: dict = {}  # key -> value, for wanted buckets only
@@ -89,6 +95,8 @@ class Fold:
         if post is None:
             return
         entries, candidates = recompute_post(h, blob, post, made)
+        if self.search and post.post_type in SEARCHED:
+            entries += search_view.entries(Indexed.of(blob, post, h))
         self.add_entries(entries)
         if post.post_type in RELEVANT_TYPES:
             self.moderation.append((h, blob))

@@ -19,7 +19,7 @@ from .result import EngineResult
 
 def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=frozenset(), progress=None, pool=None, local_user=None) -> tuple[Fold, Fold]:
     """``(recomputed, live)`` folds of a source (a StoreSource or SnapshotSource)."""
-    rec = Fold(parts, wanted)
+    rec = Fold(parts, wanted, search=source.search())
     tombs = parse_tombstones(source.tombstones(), rec)
     makers = {t.by for t in tombs}
     by_blobs = {h: blob for h, blob in source.posts() if h in makers} if makers else {}

@@ -19,11 +19,13 @@ from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANT
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.store.enforcing import refusal
+from cablestore.views import search as search_view
 from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
 
 PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED, FACTS)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
+VIEW_PREFIXES[search_view.NAME] = search_view.PREFIX  # opt-in: recomputed only for a store that keeps it
 VIEW_PREFIXES["reverse"] = reverse.PREFIX
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
 FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "unverified_tombstone", "bad_tombstone", "kept_out")

@@ -36,7 +36,7 @@ import plyvel
 from cablestore import views
 from cablestore.compiled import native as _native
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, next_prefix
+from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, SEARCH_KEY, next_prefix
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -49,6 +49,7 @@ from cablestore.rebuild.recompute import (
     unpack_tombstone,
 )
 from cablestore.store.gcpause import gc_paused
+from cablestore.store.postings import index_entries
 from cablestore.store.resolving import moderation_posts, stored_seed
 from cablestore.wire.codec import post_hash
 
@@ -133,6 +134,9 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("latest")
         report.written += _write_resolved(db, writer)
         lap("moderation")
+        if db.get(SEARCH_KEY) is not None:
+            report.written += write_search(db, writer)
+            lap("search")
     # In the order `check` lists them, not the order the checks ran in.
     report.faults.sort(key=Fault.sort_key)
     if progress:
@@ -147,6 +151,22 @@ def _write_resolved(db, writer: BatchWriter) -> int:
     if not posts and not seed.roles:
         return 0
     written = writer.put_all(views.resolved_entries(resolve(db.get(LOCAL_USER_KEY), posts, seed)))
+    writer.flush()
+    return written
+
+
+def write_search(db, writer: BatchWriter) -> int:
+    """The search entries of every indexed post (``cablestore.store.searching.index_entries``); returns how many.
+
+    A pass of its own, run only for a store with search enabled: the
+    compiled posts pass knows nothing of the view, so a store without it
+    pays nothing.
+    """
+    written = 0
+    with db.snapshot() as snap:
+        entries = index_entries(snap)
+        while chunk := list(islice(entries, writer.batch_keys)):
+            written += writer.put_all(chunk)
     writer.flush()
     return written
 

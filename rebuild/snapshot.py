@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from cablestore.keyspace.keys import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
 from cablestore.store.resolving import held_facts, stored_seed
 
-from .exporter import export, manifest_facts, manifest_seed
+from .exporter import export, manifest_facts, manifest_search, manifest_seed
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
 from .recompute import PRIMARY_PREFIXES
 
@@ -66,6 +66,10 @@ class StoreSource:
         """The store's moderation seed (``cablestore.store.resolving.stored_seed``)."""
         return stored_seed(self._snap.get)
 
+    def search(self) -> bool:
+        """Whether the store keeps the search view (``!meta!search``)."""
+        return self._snap.get(SEARCH_KEY) is not None
+
     def tombstones(self):
         """``("t", target, by, value)`` of every tombstone."""
         for key, value in self._snap.iterator(prefix=DELETED, verify_checksums=True):
@@ -110,6 +114,10 @@ class SnapshotSource:
     def seed(self):
         """The moderation seed the export recorded."""
         return manifest_seed(self.manifest)
+
+    def search(self) -> bool:
+        """Whether the exported store kept the search view (its ``!meta!search``, in the manifest's store meta)."""
+        return manifest_search(self.manifest)
 
     def _rows(self, table: str):
         for name, info in files_of(self.manifest, table):

@@ -37,7 +37,7 @@ from cablestore.errors import RebuildError
 from cablestore.moderation import RELEVANT_TYPES
 from cablestore.wire.codec import post_type_of
 
-from .exporter import manifest_facts, manifest_seed
+from .exporter import manifest_facts, manifest_search, manifest_seed
 from .fold import Fold, check_tombstones, fold_posts, parse_tombstones
 from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
@@ -132,16 +132,17 @@ def _routes(checked: list, parts: int) -> tuple[dict, list]:
     return {k: pickle.dumps(v) for k, v in per.items()}, faults
 
 
-def _fold_task(infos: dict, parts: int, routes, check_signatures: bool, wanted, skip, kept_out_rows=None):
+def _fold_task(infos: dict, parts: int, routes, check_signatures: bool, wanted, skip, kept_out_rows=None, search: bool = False):
     """One file's fold: a posts file recomputed (with the tombstones routed to its partition), a live file digested.
 
     ``kept_out_rows``: a broadcast of the resolved rows that keep posts out (None: nothing is kept out).
+    ``search``: the store keeps the search view, so its entries are recomputed too.
     """
 
     def one(item):
         name, data = item
         info = infos[name]
-        fold = Fold(parts, wanted)
+        fold = Fold(parts, wanted, search)
         fold.rows = kept_out_rows.value if kept_out_rows is not None else None
         if info["part"] is None:  # a live file
             fold.add_entries(rows(data, name, info))
@@ -200,7 +201,7 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     infos = {n: i for table in ("posts", "live") for n, i in files_of(manifest, table)}
     kept_out_rows = _kept_out_rows(spark, uri, manifest, routing, local_user, check_signatures)
     if infos:
-        task = _fold_task(infos, parts, routes, check_signatures, wanted, skip, kept_out_rows)
+        task = _fold_task(infos, parts, routes, check_signatures, wanted, skip, kept_out_rows, manifest_search(manifest))
 
         def latest(items):
             fold, out = Fold(parts, wanted), []

@@ -40,7 +40,7 @@ from .conftest import NOW, keypair, post, stop
 from .moderation_helpers import URSULA, cabal
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "type": 1, "peer": 32}
+FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "rmono": 40, "type": 1, "peer": 32}
 ESCAPED = {"ch", "key"}
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 TOUR = ROOT / "docs" / "tour.md"  # the library and every command, run step by step
@@ -70,6 +70,11 @@ def _matches(template: str, key: bytes) -> bool:
                 return False
         elif name == "rest":  # the rest of the key, whatever it holds
             pos = len(key)
+        elif name == "term":  # a search term: UTF-8 without NUL, ended by one 00
+            end = key.find(b"\x00", pos)
+            if end < 0:
+                return False
+            pos = end + 1
         elif name in ESCAPED:
             end = key.find(b"\x00\x01", pos)
             if end < 0:
@@ -81,7 +86,7 @@ def _matches(template: str, key: bytes) -> bool:
 @pytest.fixture(scope="module")
 def populated(tmp_path_factory):
     path = tmp_path_factory.mktemp("docs") / "store"
-    with Store(path, now=lambda: NOW) as s:
+    with Store(path, now=lambda: NOW, search=True) as s:  # the search view too
         s.ingest_many(read_posts(ROOT / "tests/data/cablejs-0.2.1-s7-2000/posts.bin"))
         s.ingest_many(generate(seed=3, posts=500))
         Author(s, keypair("docs"), now=lambda: NOW).text("general", "written here")  # the local clock

@@ -74,6 +74,7 @@ _CLI_WORDS = (
     ("(install a JDK, or use engine='local')", "(install a JDK, or use --engine local)"),
     ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
     ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
+    ("(open it with Store(path, search=True), or call Store.enable_search())", "(build it with `cablestore search --enable STORE`)"),
 )
 _CLI_PATTERNS = (  # a moderation action given nothing to act on (cablestore.authoring.moderating)
     (

@@ -29,6 +29,7 @@ DELETED = b"!deleted!"  # <target><by> -> a tombstone (cablestore.keyspace.recor
 # Neither primary nor derived: skipped by the rebuild.
 META = b"!meta!"
 FORMAT_KEY = META + b"format"  # the store's format, checked on open
+SEARCH_KEY = META + b"search"  # present: the store keeps the search view (``Store(search=True)``)
 LOCAL = b"!local!"  # this peer's own state (clock, sync cursors, local user)
 LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves
 SEED_KEY = LOCAL + b"seed"  # the moderation seed the local user joined with (moderation.md §4.7), as its bytes
@@ -50,6 +51,7 @@ LINKS = b"!links!"
 ROLES = b"!roles!"
 ACTIONS = b"!actions!"
 BLOCKS = b"!blocks!"
+SEARCH = b"!search!"  # the full-text index: only in a store with search enabled (``views/search.py``)
 
 # --- time --------------------------------------------------------------
 WEEK_MS = 7 * 24 * 60 * 60 * 1000

@@ -35,6 +35,7 @@ from cablestore.store import enforcing
 from cablestore.store.indexing import ENFORCE_UNREAD, IndexState
 from cablestore.store.queries import channel_names
 from cablestore.store.resolving import needed, refresh, worth_resolving
+from cablestore.views import search as search_view
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
 
@@ -208,6 +209,8 @@ def index(state: IndexState, ip: Indexed, buf: bytes) -> None:
     """Write a post, its view entries and its reverse entry."""
     state.put(POSTS + ip.hash, buf)
     state.put_many(views.entries(ip))
+    if state.search:
+        state.put_many(search_view.entries(ip))
     state.put(reverse.key(ip.hash), reverse.pack(ip))
     state.deleted.discard(ip.hash)
     state.added[ip.hash] = ip.post
@@ -232,6 +235,8 @@ def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool
     ip = Indexed.of(blob, post, h, made)
     keys = set(views.reverse_keys_or_none(h, state.get(reverse.key(h))) or ())
     keys.update(k for k, _ in views.entries(ip))  # what the post itself says: robust to a damaged reverse entry
+    if state.search:  # the search entries come from the text, which only the post holds
+        keys.update(k for k, _ in search_view.entries(ip))
     for key in keys:
         state.delete(key)
     state.delete(reverse.key(h))

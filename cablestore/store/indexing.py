@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, POSTS
+from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store.queries import channel_names
 from cablestore.store.txn import Txn
@@ -48,8 +48,10 @@ class _Unread:
 class IndexState:
     """The indexing state of one batch, over the Txn ``txn`` that buffers its writes."""
 
-    def __init__(self, txn: Txn, tomb_filter=None, winners=None, link_filter=None):
+    def __init__(self, txn: Txn, tomb_filter=None, winners=None, link_filter=None, search: bool | None = None):
         self.txn = txn
+        # The store keeps the search view (``views/search.py``): index and unindex its entries (None: ask the DB).
+        self.search = txn.db.get(SEARCH_KEY) is not None if search is None else search
         # The Txn's reads and writes, bound once: the indexer calls them for every post.
         self.get, self.put, self.put_many, self.delete = txn.get, txn.put, txn.put_many, txn.delete
         self.scan, self.current, self.writes = txn.scan, txn.current, txn.writes

@@ -34,7 +34,7 @@ import plyvel
 
 from cablestore.errors import CableError
 from cablestore.keyspace import facts
-from cablestore.keyspace.keys import DELETED, FACTS, FORMAT_KEY, LOCAL, POSTS, QUARANTINE, REFUSED
+from cablestore.keyspace.keys import DELETED, FACTS, FORMAT_KEY, LOCAL, POSTS, QUARANTINE, REFUSED, SEARCH_KEY
 from cablestore.keyspace.records import Tombstone
 from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
@@ -43,7 +43,7 @@ from cablestore.store.opening import FORMAT
 from cablestore.wire.codec import decode_post, post_hash
 from cablestore.wire.crypto import verify_many
 
-KEPT = (DELETED, FACTS, LOCAL, FORMAT_KEY, POSTS, QUARANTINE, REFUSED)  # in key order
+KEPT = (DELETED, FACTS, LOCAL, FORMAT_KEY, SEARCH_KEY, POSTS, QUARANTINE, REFUSED)  # in key order (SEARCH_KEY: a store that kept the search view keeps it)
 SALVAGED = "SALVAGED"  # in a folder of lost/: its files were salvaged once; later recovers skip it
 _TABLE_SUFFIXES = (".ldb", ".sst")
 

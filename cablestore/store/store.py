@@ -30,7 +30,7 @@ from cablestore.errors import (
     StoreClosedError,
     StoreError,
 )
-from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
+from cablestore.keyspace.keys import LOCAL, POSTS, SEARCH_KEY, HashLike, as_hash, channel_key, check_horizon
 from cablestore.store import arguments, indexer, membership, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.gcpause import gc_paused
@@ -40,6 +40,7 @@ from cablestore.store.inflight import Gate, guard_public_methods, guarded_iter
 from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user, local_user_key
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
+from cablestore.store.searching import Searching
 from cablestore.store.txn import Txn
 from cablestore.store.users import UserQueries
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
@@ -72,7 +73,7 @@ class IngestResult:
 
 
 @guard_public_methods
-class Store(Reading, Queries, ModerationQueries, UserQueries):
+class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
@@ -102,6 +103,9 @@ class Store(Reading, Queries, ModerationQueries, UserQueries):
     :class:`cablestore.errors.ReadOnlyStoreError`, and a store another
     process holds open raises :class:`cablestore.errors.StoreLockedError`
     (see :mod:`cablestore.store.readonly`).
+    ``search=True`` keeps the full-text index :meth:`search` reads (built
+    now for the posts held, as :meth:`enable_search` does); a store keeps
+    it once it has it, until :meth:`disable_search`.
     """
 
     def __init__(
@@ -117,10 +121,13 @@ class Store(Reading, Queries, ModerationQueries, UserQueries):
         write_buffer_mb: int = 64,
         local_user: HashLike | None = None,
         readonly: bool = False,
+        search: bool = False,
     ) -> None:
         self.path = arguments.store_path(path)
         if not isinstance(readonly, bool):
             raise ArgumentError(f"readonly is True or False, not {readonly!r}")
+        if not isinstance(search, bool):
+            raise ArgumentError(f"search is True or False, not {search!r}")
         self.readonly = readonly
         arguments.check_options(verify_workers=verify_workers, now=now, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         self.sync = sync
@@ -138,6 +145,9 @@ class Store(Reading, Queries, ModerationQueries, UserQueries):
         self._db, self._registered, self._links = opening.open_db(self.path, create=create, readonly=readonly, **self._sizes)
         try:
             self.local_user = adopt_local_user(self._db, local_user, readonly=readonly)
+            self._search = self._db.get(SEARCH_KEY) is not None  # the store keeps the search view (views/search.py)
+            if search and not self._search:
+                self.enable_search()
         except BaseException:
             self._db.close()
             if self._links is not None:
@@ -216,7 +226,7 @@ class Store(Reading, Queries, ModerationQueries, UserQueries):
             self._tomb_filter, self._link_filter = tombstone_filter(self.db), link_filter(self.db)
         self._tomb_filter.grow_if_full()
         self._link_filter.grow_if_full()
-        return IndexState(Txn(self.db), self._tomb_filter, self._winners, link_filter=self._link_filter)
+        return IndexState(Txn(self.db), self._tomb_filter, self._winners, link_filter=self._link_filter, search=self._search)
 
     def _commit(self, batch: IndexState) -> None:
         indexer.commit(batch, self.local_user, self.sync)
