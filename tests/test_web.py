@@ -21,6 +21,7 @@ from cablestore.cli import main
 from cablestore.web import CSP
 from cablestore.web.app import make_app
 from cablestore.web.search import pieces
+from cablestore.web.server import WebThread
 from cablestore.web.status import NEVER
 
 from . import web_helpers as W
@@ -183,6 +184,33 @@ def test_search_pieces_mark_the_spans_and_nothing_else():
     assert pieces("say <b>hello</b> world", [(7, 12)]) == [("say <b>", False), ("hello", True), ("</b> world", False)]
     assert pieces("abcdef", [(4, 99), (0, 2), (1, 3)]) == [("abc", True), ("d", False), ("ef", True)]
     assert pieces("", []) == [("", False)]
+
+
+def test_search_marks_the_matches_escaped_leaves_hidden_posts_out_and_pages(site, tmp_path):
+    _, store, base = site
+    body = ok(base, "/search?q=src%3Dx")  # the index cuts at spaces: "src=x" is a word of the hostile text
+    assert "&lt;img <mark>src=x</mark> onerror=" in body and "<script" not in body and "<img" not in body
+    hits = lambda body: re.findall(r'<a class="time" href="/post/([0-9a-f]{64})"', body)  # noqa: E731
+    assert "hidden by a moderator" not in ok(base, "/search?q=hidden") and hits(ok(base, "/search?q=hidden")) == []
+    shown = ok(base, "/search?q=hidden&hidden=1")
+    assert "hidden by a moderator" in shown and "<mark>hidden</mark>" in shown
+    seen, path = [], "/search?q=message+number&channel=general"
+    for _ in range(20):  # bounded: 130 hits, 50 a page
+        body = ok(base, path)
+        seen += hits(body)
+        more = re.search(r'<a rel="next" href="([^"]+)"', body)
+        if not more:
+            break
+        path = html.unescape(more.group(1))
+    expected = [h.hash.hex() for h in store.search("message number", channel="general", limit=1000)]
+    assert seen == expected and len(expected) == W.PAGE_TEXTS
+    assert fetch(base, "/search?q=message&cursor=nonsense")[0] == 400
+    with Store(tmp_path / "plain", now=lambda: W.NOW) as plain:  # a store without the index: said so on the page
+        web = WebThread(plain, "127.0.0.1", 0)
+        try:
+            assert "keeps no search index" in ok(f"http://127.0.0.1:{web.start()}", "/search?q=x")
+        finally:
+            web.stop()
 
 
 def test_the_command_refuses_a_bad_address_and_a_missing_store_in_one_line(tmp_path, capsys):

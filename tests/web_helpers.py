@@ -8,6 +8,7 @@ hostile texts: script tags, an ``onerror`` image, bidi overrides, and
 unbroken 4 KB texts (the spec's limit: a store refuses more; names stop
 at 32 codepoints), 100 KB of them on one page.
 A channel whose name is markup, and one whose name needs URL escaping.
+The store keeps the search index.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Built:
 def build(path) -> Built:
     """Write the store at ``path`` (closed on return)."""
     b = Built()
-    with Store(path, now=lambda: NOW, local_user=ME.public_key) as s:
+    with Store(path, now=lambda: NOW, local_user=ME.public_key, search=True) as s:
         for kp, name in ((SAM1, "sam"), (SAM2, "Sam"), (MALLORY, EVIL_NAME), (LONG, LONG_NAME), (HIDEY, "hidey"), (GONE, "gone")):
             s.ingest(post(kp, INFO, T0, info=[("name", name)]))
         for i in range(PAGE_TEXTS):  # pairs share a timestamp: ties across page boundaries

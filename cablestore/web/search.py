@@ -1,4 +1,4 @@
-"""The search page: ``Store.search`` hits, newest first, their matches cut into marked and unmarked pieces.
+"""The search page: ``Store.search`` hits (post/texts and post/topics), newest first, their matches cut into marked and unmarked pieces.
 
 The template marks each matched span with ``<mark>``; the pieces are plain
 strings, escaped like every other value, so a match never lets markup through.
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cablestore import errors
-from cablestore.errors import QueryError
+from cablestore.errors import QueryError, SearchNotEnabledError
 from cablestore.web import pages
 
 MAX_QUERY = 1000  # characters of a search query
@@ -48,23 +47,12 @@ def results(store, request, labels=None) -> dict[str, Any]:
         raise QueryError(f"a search query is at most {MAX_QUERY} characters")
     if not q:
         return data
-    if not hasattr(store, "search"):
-        data["notice"] = "this version of cablestore has no search"
-        return data
-    not_enabled = getattr(errors, "SearchNotEnabledError", None)
     try:
         page = store.search(q, channel=channel, include_hidden=include_hidden, cursor=cursor, limit=pages.PAGE_SIZE)
-    except Exception as exc:
-        if not_enabled is not None and isinstance(exc, not_enabled):
-            data["notice"] = "this store keeps no search index (Store.enable_search() builds it)"
-            return data
-        raise
+    except SearchNotEnabledError:
+        data["notice"] = "this store keeps no search index: `cablestore search --enable STORE` builds it"
+        return data
     listed = pages.shown(store, list(page), labels)
-    data["hits"] = [(s, pieces(_searched(s.post), getattr(s.post, "spans", ()))) for s in listed]
+    data["hits"] = [(s, pieces(s.post.searched, s.post.spans)) for s in listed]
     data["next"] = page.next
     return data
-
-
-def _searched(post) -> str:
-    """The text a hit's spans index into: its text, or its topic."""
-    return post.text if post.text is not None else post.topic or ""
