@@ -18,7 +18,7 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
 
 _LAZY = {"CSP": "app", "make_app": "app", "ServedWeb": "server", "WebThread": "server", "run_web": "server"}
 
-__all__ = ["CSP", "DEFAULT_LISTEN", "ServedWeb", "WebThread", "make_app", "run_web"]
+__all__ = ["DEFAULT_LISTEN"]  # and, imported on first use: CSP, make_app (web.app), ServedWeb, WebThread, run_web (web.server)
 
 
 def __getattr__(name: str):

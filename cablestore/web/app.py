@@ -15,7 +15,7 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -26,6 +26,10 @@ from cablestore.errors import ArgumentError, CableError, NotFoundError, QueryErr
 from cablestore.web import pages, search, status
 from cablestore.web.live import LiveFeed
 from cablestore.web.names import Labels
+
+if TYPE_CHECKING:
+    from cablestore.peer.node import Node
+    from cablestore.store.store import Store
 
 log = logging.getLogger("cablestore.web")
 
@@ -65,7 +69,7 @@ class _OneLineBadRequests(logging.Filter):
 _BAD_REQUESTS = _OneLineBadRequests()
 
 
-def make_app(store, *, node=None) -> web.Application:
+def make_app(store: Store, *, node: Node | None = None) -> web.Application:
     """The web archive of ``store``; ``node``: the serving peer (its peers on the status page, live channel pages)."""
     logging.getLogger("aiohttp.server").addFilter(_BAD_REQUESTS)  # (the same filter twice is kept once)
     app = web.Application(middlewares=[_pages_and_headers], client_max_size=64 * 1024)

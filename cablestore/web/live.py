@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TYPE_CHECKING
 
 from cablestore.keyspace.keys import canonical_channel
 from cablestore.store.events import Committed
 from cablestore.wire.codec import TEXT
+
+if TYPE_CHECKING:
+    from cablestore.store.store import Store
 
 QUEUE = 256  # new posts waiting for one page; more and the page is dropped
 
@@ -22,7 +26,7 @@ QUEUE = 256  # new posts waiting for one page; more and the page is dropped
 class LiveFeed:
     """The channels' new post/texts, from the store's commits to the pages watching them, on ``loop``."""
 
-    def __init__(self, store, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._watching: dict[str, set[asyncio.Queue]] = {}
         self._unsubscribe = store.subscribe(self._on_commit)
@@ -61,4 +65,5 @@ class LiveFeed:
         return queue
 
     def unwatch(self, channel: str, queue: asyncio.Queue) -> None:
+        """Stop sending ``channel``'s new posts to ``queue``."""
         self._watching.get(canonical_channel(channel), set()).discard(queue)

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cablestore.store.events import Committed
 from cablestore.wire.codec import INFO
+
+if TYPE_CHECKING:
+    from cablestore.store.store import Store
 
 MAX_KEPT = 100_000  # labels kept at most; past that the cache starts again
 
@@ -22,7 +26,7 @@ MAX_KEPT = 100_000  # labels kept at most; past that the cache starts again
 class Labels:
     """``labels(public_keys)`` -> {key: label}, as ``store.user_labels`` answers, cached (call :meth:`close` after)."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._kept: dict[bytes, str] = {}
@@ -30,6 +34,7 @@ class Labels:
         self._unsubscribe = store.subscribe(self._on_commit)
 
     def close(self) -> None:
+        """Stop following the store's commits."""
         self._unsubscribe()
 
     def _on_commit(self, change: Committed) -> None:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import NotFoundError, QueryError
 from cablestore.keyspace.keys import as_hash, canonical_channel
 from cablestore.store.reading import StoredPost
 from cablestore.wire.codec import ACTION_NAMES, ROLE_NAMES
+
+if TYPE_CHECKING:
+    from cablestore.store.store import Store
+    from cablestore.web.names import Labels
 
 PAGE_SIZE = 50  # messages on a channel page
 MAX_PAGE = 500  # ?n= at most
@@ -39,14 +43,17 @@ class Shown:
 
     @property
     def hash(self) -> str:
+        """The post's hash in hex."""
         return self.post.hash.hex()
 
     @property
     def time(self) -> str:
+        """The post's claimed time, UTC, to the second."""
         return when(self.post.timestamp)
 
     @property
     def hidden(self) -> bool:
+        """Whether a moderator hid the post (or its author) for the local user."""
         return self.post.hidden_by is not None
 
     @property
@@ -81,7 +88,7 @@ def moderation_words(p: StoredPost) -> str:
     return p.type_name
 
 
-def shown(store, posts: list[StoredPost], labels=None) -> list[Shown]:
+def shown(store: Store, posts: list[StoredPost], labels: Labels | None = None) -> list[Shown]:
     """``posts`` with their authors' labels (``labels``: a :class:`cablestore.web.names.Labels`, else the store's)."""
     names = (labels or store.user_labels)({p.author for p in posts})
     return [Shown(p, names[p.author]) for p in posts]
@@ -105,6 +112,7 @@ def parse_cursor(text: str | None) -> tuple[int, bytes] | None:
 
 
 def parse_count(text: str | None, default: int = PAGE_SIZE) -> int:
+    """``?n=``: messages on a page, 1 to :data:`MAX_PAGE` (``default`` when not given)."""
     if text is None or text == "":
         return default
     if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
@@ -112,18 +120,18 @@ def parse_count(text: str | None, default: int = PAGE_SIZE) -> int:
     return int(text)
 
 
-def channels(store) -> dict[str, Any]:
+def channels(store: Store) -> dict[str, Any]:
     """Every channel: name, topic, members, messages."""
     return {"channels": store.channels()}
 
 
-def _known_channel(store, channel: str) -> None:
+def _known_channel(store: Store, channel: str) -> None:
     """A channel page for a channel the store has never seen is a 404, not an empty page."""
     if canonical_channel(channel) not in set(store.channel_list()):
         raise NotFoundError(f"no channel {channel!r} in this store")
 
 
-def channel(store, name: str, before: tuple[int, bytes] | None, n: int, labels=None) -> dict[str, Any]:
+def channel(store: Store, name: str, before: tuple[int, bytes] | None, n: int, labels: Labels | None = None) -> dict[str, Any]:
     """A channel's messages, newest first, ``n`` a page from ``before``; hidden posts kept and marked."""
     _known_channel(store, name)
     page, more = _page(store, name, before, n)
@@ -131,7 +139,7 @@ def channel(store, name: str, before: tuple[int, bytes] | None, n: int, labels=N
     return {"name": name, "topic": store.topic(name), "members": len(store.members(name)), "posts": shown(store, page, labels), "next": nxt, "n": n, "first": before is None}
 
 
-def _page(store, name: str, before: tuple[int, bytes] | None, n: int) -> tuple[list[StoredPost], bool]:
+def _page(store: Store, name: str, before: tuple[int, bytes] | None, n: int) -> tuple[list[StoredPost], bool]:
     """``n`` messages older than ``before`` (timestamp, hash), and whether there are more.
 
     The store's range ends at a timestamp; posts sharing the cursor's are
@@ -151,7 +159,7 @@ def _page(store, name: str, before: tuple[int, bytes] | None, n: int) -> tuple[l
         fetch *= 2
 
 
-def post(store, text: str, labels=None) -> dict[str, Any]:
+def post(store: Store, text: str, labels: Labels | None = None) -> dict[str, Any]:
     """One post with the posts it links to and the stored posts linking to it (a post not held: 404)."""
     h = parse_hash(text)
     found = store.post(h)
@@ -169,12 +177,12 @@ def post(store, text: str, labels=None) -> dict[str, Any]:
     }
 
 
-def users(store) -> dict[str, Any]:
+def users(store: Store) -> dict[str, Any]:
     """Every user: label, name, key, roles, where hidden, blocked, posts."""
     return {"users": store.users(), "cabal": CABAL}
 
 
-def _action(store, h: bytes | None, labels: dict) -> dict[str, Any] | None:
+def _action(store: Store, h: bytes | None, labels: dict) -> dict[str, Any] | None:
     """Who issued the moderation post ``h``, when and why (None when the store holds no such post)."""
     found = store.post(h) if h is not None else None
     if found is None:
@@ -182,7 +190,7 @@ def _action(store, h: bytes | None, labels: dict) -> dict[str, Any] | None:
     return {"hash": h.hex(), "who": labels.get(found.author) or found.author.hex()[:8], "when": when(found.timestamp), "why": found.reason or "", "what": moderation_words(found)}
 
 
-def moderation(store) -> dict[str, Any]:
+def moderation(store: Store) -> dict[str, Any]:
     """The operator page: roles, hidden users and posts, drops and blocks per context, each with who, when and why."""
     summary = store.moderation_summary()
     roles = {c: store.roles(None if c == CABAL else c) for c in summary["roles"]}

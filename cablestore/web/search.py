@@ -6,15 +6,22 @@ strings, escaped like every other value, so a match never lets markup through.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import QueryError, SearchNotEnabledError
 from cablestore.web import pages
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from cablestore.store.store import Store
+    from cablestore.web.names import Labels
+
 MAX_QUERY = 1000  # characters of a search query
 
 
-def pieces(text: str, spans) -> list[tuple[str, bool]]:
+def pieces(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[str, bool]]:
     """``text`` as ``(piece, matched)`` pairs, in order: the ``(start, end)`` spans matched (overlaps merged, out-of-range clipped)."""
     out: list[tuple[str, bool]] = []
     at = 0
@@ -34,7 +41,7 @@ def pieces(text: str, spans) -> list[tuple[str, bool]]:
     return out
 
 
-def results(store, request, labels=None) -> dict[str, Any]:
+def results(store: Store, request: web.Request, labels: Labels | None = None) -> dict[str, Any]:
     """The search form's answer: ``q`` (the query language), ``channel``, ``hidden=1`` to include hidden posts, ``cursor``."""
     query = request.query
     for name in ("q", "channel", "cursor", "hidden"):

@@ -17,16 +17,21 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from cablestore.errors import TransportError
 from cablestore.web.app import make_app
 
+if TYPE_CHECKING:
+    from cablestore.peer.node import Node
+    from cablestore.store.store import Store
+
 SHUTDOWN_SECONDS = 2.0  # open live streams are cut after this at stop
 
 
-async def start_site(store, host: str, port: int, node=None) -> tuple[web.AppRunner, int]:
+async def start_site(store: Store, host: str, port: int, node: Node | None = None) -> tuple[web.AppRunner, int]:
     """Start the archive of ``store`` on ``host:port`` (0: any free port); return its runner and the port bound."""
     runner = web.AppRunner(make_app(store, node=node), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
@@ -40,7 +45,9 @@ async def start_site(store, host: str, port: int, node=None) -> tuple[web.AppRun
     return runner, bound
 
 
-async def run_web(store, host: str, port: int, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None, node=None) -> None:
+async def run_web(
+    store: Store, host: str, port: int, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None, node: Node | None = None
+) -> None:
     """Serve the archive of ``store`` until ``stop`` is set or SIGINT/SIGTERM; ``ready(host, port)`` once listening."""
     runner, bound = await start_site(store, host, port, node)
     stop = stop or asyncio.Event()
@@ -62,13 +69,14 @@ async def run_web(store, host: str, port: int, *, ready: Callable[[str, int], No
 class WebThread:
     """The archive of ``store`` in a thread with its own event loop: :meth:`start` returns the port, :meth:`stop` ends it."""
 
-    def __init__(self, store, host: str, port: int, node=None) -> None:
+    def __init__(self, store: Store, host: str, port: int, node: Node | None = None) -> None:
         self.store, self.host, self.port, self.node = store, host, port, node
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="cablestore-web", daemon=True)
 
     def start(self) -> int:
+        """Start the thread and the archive in it; returns the port bound (a failure to listen raises :class:`TransportError`)."""
         self._thread.start()
         try:
             self._runner, self.port = asyncio.run_coroutine_threadsafe(start_site(self.store, self.host, self.port, self.node), self._loop).result()
@@ -80,6 +88,7 @@ class WebThread:
         return self.port
 
     def stop(self) -> None:
+        """End the archive (open live streams are cut after :data:`SHUTDOWN_SECONDS`) and its thread."""
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(SHUTDOWN_SECONDS + 10)
             self._runner = None
@@ -95,9 +104,9 @@ class ServedWeb:
     _by_store: dict[int, ServedWeb] = {}
     _lock = threading.Lock()
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.node = None
+        self.node: Node | None = None
         self._threads: list[tuple[WebThread, str | None]] = []
 
     def __enter__(self) -> ServedWeb:
@@ -115,12 +124,12 @@ class ServedWeb:
                 with contextlib.suppress(OSError):
                     os.unlink(port_file)
 
-    def attach(self, node) -> None:
+    def attach(self, node: Node) -> None:
         """The serving node, once it exists (``run_server``'s ``on_node``)."""
         self.node = node
 
     @classmethod
-    def of(cls, store) -> ServedWeb | None:
+    def of(cls, store: Store) -> ServedWeb | None:
         """The ServedWeb of a store a serving process holds, or None."""
         with cls._lock:
             return cls._by_store.get(id(store))

@@ -8,7 +8,11 @@ says "never recorded" instead of inventing a date.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cablestore.peer.node import Node
+    from cablestore.store.store import Store
 
 NEVER = "never recorded"  # the last check: the store keeps no record of it
 SHOWN_LIMITS = (
@@ -17,7 +21,7 @@ SHOWN_LIMITS = (
 )
 
 
-def status(store, node=None) -> dict[str, Any]:
+def status(store: Store, node: Node | None = None) -> dict[str, Any]:
     """Counts of the store, its size on disk, the last check, and the peers of ``node`` (a served store's, else None)."""
     stats = store.stats()
     out: dict[str, Any] = {"stats": stats, "last_check": NEVER, "readonly": store.readonly}
@@ -26,7 +30,7 @@ def status(store, node=None) -> dict[str, Any]:
     return out
 
 
-def peers(node) -> dict[str, Any]:
+def peers(node: Node) -> dict[str, Any]:
     """The connected peers of a serving :class:`cablestore.peer.Node`, their traffic, and the limits they are held to."""
     policy = asdict(node.policy)
     rows = []
