@@ -155,7 +155,7 @@ def _write_resolved(db, writer: BatchWriter) -> int:
     return written
 
 
-def write_search(db, writer: BatchWriter) -> int:
+def write_search(db: plyvel.DB, writer: BatchWriter) -> int:
     """The search entries of every indexed post (``cablestore.store.searching.index_entries``); returns how many.
 
     A pass of its own, run only for a store with search enabled: the

@@ -21,6 +21,7 @@ here; hidden posts (a hidden post, or a hidden user's, as
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -74,7 +75,7 @@ class SearchPage(list):
     these (None: there are none).  ``examined``: candidates read.
     """
 
-    def __init__(self, hits=(), next: str | None = None, examined: int = 0) -> None:
+    def __init__(self, hits: Iterable[SearchHit] = (), next: str | None = None, examined: int = 0) -> None:
         super().__init__(hits)
         self.next = next
         self.examined = examined
