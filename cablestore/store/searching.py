@@ -255,8 +255,8 @@ class Searching:
         hidden_users: dict[str, dict] = {}
         try:
             for x, stop in postings.walk(snap, conjuncts, first, budget):
-                if x is None:  # out of seeks: go on from ``stop``
-                    hits.next = postings.CURSOR + stop.hex()
+                if x is None:  # out of seeks: go on from ``stop`` (unless it is past the time range)
+                    hits.next = postings.CURSOR + stop.hex() if last is None or stop <= last else None
                     break
                 if last is not None and x > last:
                     break
