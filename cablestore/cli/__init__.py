@@ -18,10 +18,10 @@ import os
 import sys
 
 from cablestore import __version__
-from cablestore.cli import authoring, maintenance, moderation, network, posts, reading, search, verification
+from cablestore.cli import archive, authoring, maintenance, moderation, network, posts, reading, search, verification
 from cablestore.compiled import HOT_PATH
 
-GROUPS = (posts, verification, maintenance, reading, search, authoring, moderation, network)
+GROUPS = (posts, verification, maintenance, reading, search, authoring, moderation, network, archive)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: Commands that run through a ``serve`` holding their store (its control socket) instead of failing on its lock.
 THROUGH_SERVE = frozenset({
     "show", "stats", "dump", "channels", "heads", "check", "post", "roles", "users", "moderation", "search",
-    "role", "hide", "unhide", "drop", "undrop", "block", "unblock",
+    "role", "hide", "unhide", "drop", "undrop", "block", "unblock", "web",
 })
 
 

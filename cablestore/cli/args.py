@@ -170,6 +170,14 @@ def serving(store, cwd: str):
         _served.store = _served.cwd = None
 
 
+def write_port_file(path: str, port: int) -> None:
+    """Write ``port`` to ``path`` at once (a reader never sees half of it): ``--port-file`` of ``serve`` and ``web``."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
 def served_store():
     """The store ``serve`` holds, when this thread runs a command for a control client; else None."""
     return getattr(_served, "store", None)

@@ -6,17 +6,10 @@ import asyncio
 import json
 import os
 
-from cablestore.cli.args import MAX_CONNECTIONS, MAX_MEMORY_MB, add_local_user_flag, channel_name, int_at_least, open_existing, positive_float, print_json
+from cablestore.cli.args import MAX_CONNECTIONS, MAX_MEMORY_MB, add_local_user_flag, channel_name, int_at_least, open_existing, positive_float, print_json, write_port_file
 from cablestore.errors import ArgumentError
 from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
 from cablestore.progress import plural
-
-
-def _write_port_file(path: str, port: int) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, path)
 
 
 def _serve_policy(args) -> PeerLimits:
@@ -50,6 +43,7 @@ def _cmd_serve(args) -> int:
     from cablestore.cli import run_served  # the package's entry point, not a command module
     from cablestore.peer import parse_address, run_server
     from cablestore.peer.control import ControlServer
+    from cablestore.web import ServedWeb
 
     policy = _serve_policy(args)
     parse_address(args.listen, listening=True)  # a bad address fails before the store is opened
@@ -63,7 +57,7 @@ def _cmd_serve(args) -> int:
         ready.seen = True
         kind = ("private" if first else "plain") if private else None
         if args.port_file and first:
-            _write_port_file(args.port_file, port)
+            write_port_file(args.port_file, port)
             wrote.append(args.port_file)
         if args.json:  # JSON lines: these now, the summary at exit
             line = {"listening": f"{host}:{port}", "port": port}
@@ -76,8 +70,10 @@ def _cmd_serve(args) -> int:
     ready.seen = False
 
     try:
-        with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ControlServer(args.store, run_served(store)):
-            summary = asyncio.run(run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, **private))
+        with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ServedWeb(store) as web, ControlServer(args.store, run_served(store)):
+            summary = asyncio.run(
+                run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, on_node=web.attach, **private)
+            )
     finally:
         for path in wrote:
             try:

@@ -173,6 +173,7 @@ async def run_server(
     keypair: Keypair | None = None,
     plain_listen: str | None = None,
     signals: bool = True,
+    on_node: Callable[[Node], None] | None = None,
 ) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts.
 
@@ -190,6 +191,8 @@ async def run_server(
     anyone who reaches it.  ``ready(host, port)`` is called for each listener,
     the private one first.  ``signals``: SIGINT and SIGTERM set ``stop``
     (False in a program that owns its signals: :class:`cablestore.peer.embedded.Peer`).
+    ``on_node(node)`` is called with the serving :class:`Node` before any
+    listener opens (``cablestore web`` shows its peers).
     """
     host, port = parse_address(address, listening=True)
     private = None
@@ -200,6 +203,8 @@ async def run_server(
         raise ArgumentError("plain_listen is the plain listener beside a private one: give cabal_key too")
     plain = parse_address(plain_listen, listening=True) if plain_listen is not None else None
     node = Node(store, policy=policy)
+    if on_node is not None:
+        on_node(node)
     server = await PeerServer(node, host, port, private=private).start()
     if plain is not None:
         try:
