@@ -83,3 +83,13 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def run_cli(capsys, argv) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit status, stdout, stderr) of ``argv`` alone."""
+    from cablestore.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err

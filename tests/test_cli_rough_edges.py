@@ -17,7 +17,7 @@ from cablestore.authoring.workload import generate, write_posts
 from cablestore.cli import main
 from cablestore.progress import Progress
 
-from .conftest import stop
+from .conftest import run_cli, stop
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,6 @@ def home(tmp_path_factory):
     return d
 
 
-def _run(capsys, argv):
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- options anywhere after the subcommand ----------------------------------------------------
@@ -41,19 +36,19 @@ def _run(capsys, argv):
 
 def test_posts_options_come_before_or_after_its_kind(home, capsys):
     key, store = home / "me.key", home / "one.ldb"
-    code, out, err = _run(capsys, ["post", store, "text", "general", "hi", "--json", "--key", key])
+    code, out, err = run_cli(capsys, ["post", store, "text", "general", "hi", "--json", "--key", key])
     assert code == 0, err
     assert json.loads(out)["text"] == "hi"
-    code, out, err = _run(capsys, ["post", store, "--key", key, "--json", "text", "general", "there"])  # before it, as always
+    code, out, err = run_cli(capsys, ["post", store, "--key", key, "--json", "text", "general", "there"])  # before it, as always
     assert code == 0 and json.loads(out)["text"] == "there", err
-    code, out, err = _run(capsys, ["post", store, "text", "general", "--key", key, "x"])  # between its arguments too
+    code, out, err = run_cli(capsys, ["post", store, "text", "general", "--key", key, "x"])  # between its arguments too
     assert code == 0 and len(out.strip()) == 64, err
-    code, out, err = _run(capsys, ["post", store, "text", "general", "no key"])
+    code, out, err = run_cli(capsys, ["post", store, "text", "general", "no key"])
     assert code == 2 and out == ""
     assert err == "cablestore post: ArgumentError: post needs --key KEYFILE: the key file of the post's author (see `cablestore keygen`)\n"
     me = read_keyfile(key).public_key
     fresh = home / "fresh.ldb"
-    code, _, err = _run(capsys, ["post", fresh, "--local-user", me.hex(), "text", "general", "x", "--key", key])  # an option before the kind is kept
+    code, _, err = run_cli(capsys, ["post", fresh, "--local-user", me.hex(), "text", "general", "x", "--key", key])  # an option before the kind is kept
     assert code == 0, err
     with Store(fresh, readonly=True) as s:
         assert s.local_user == me
@@ -64,13 +59,13 @@ def test_posts_options_come_before_or_after_its_kind(home, capsys):
 
 def test_a_channel_is_accepted_as_channels_prints_it(home, capsys):
     store, key = home / "one.ldb", home / "me.key"
-    code, out, _ = _run(capsys, ["channels", store])
+    code, out, _ = run_cli(capsys, ["channels", store])
     assert code == 0 and out.split()[0] == "#general"
     for argv in (["show", store, "{}"], ["heads", store, "{}"], ["dump", store, "--channel", "{}"], ["roles", store, "--channel", "{}"]):
-        plain = _run(capsys, [str(a).replace("{}", "general") for a in argv])
-        hashed = _run(capsys, [str(a).replace("{}", "#general") for a in argv])
+        plain = run_cli(capsys, [str(a).replace("{}", "general") for a in argv])
+        hashed = run_cli(capsys, [str(a).replace("{}", "#general") for a in argv])
         assert plain[0] == 0 and hashed == plain, argv
-    code, out, err = _run(capsys, ["post", store, "--key", key, "join", "#general"])
+    code, out, err = run_cli(capsys, ["post", store, "--key", key, "join", "#general"])
     assert code == 0, err
     with Store(store, readonly=True) as s:
         assert s.channel_list() == ["general"]  # no channel named "#general" was made
@@ -85,16 +80,16 @@ def test_one_of_anything_is_singular(tmp_path, home, capsys):
     assert [plural(n, "post") for n in (0, 1, 2)] == ["0 posts", "1 post", "2 posts"]
     assert plural(1, "view entry", "view entries") == "1 view entry" and plural(1024, "post", spec=",") == "1,024 posts"
     store = home / "one.ldb"
-    code, out, _ = _run(capsys, ["show", store, "general", "--limit", "1"])
+    code, out, _ = run_cli(capsys, ["show", store, "general", "--limit", "1"])
     assert code == 0 and ", 1 member, " in out.splitlines()[0]
-    code, out, _ = _run(capsys, ["users", store])
+    code, out, _ = run_cli(capsys, ["users", store])
     assert out.splitlines()[0] == f"1 user in {store}"
-    code, out, _ = _run(capsys, ["generate", "--posts", "1", tmp_path / "one.bin"])
+    code, out, _ = run_cli(capsys, ["generate", "--posts", "1", tmp_path / "one.bin"])
     assert out == f"wrote 1 post (seed 1) to {tmp_path / 'one.bin'}\n"
-    code, out, _ = _run(capsys, ["ingest", tmp_path / "fresh.ldb", tmp_path / "one.bin", "--quiet"])
+    code, out, _ = run_cli(capsys, ["ingest", tmp_path / "fresh.ldb", tmp_path / "one.bin", "--quiet"])
     assert out.splitlines()[0] == f"read 1 post from 1 file into {tmp_path / 'fresh.ldb'}"
-    assert _run(capsys, ["post", tmp_path / "chat.ldb", "text", "general", "hi", "--key", home / "me.key"])[0] == 0
-    code, out, _ = _run(capsys, ["channels", tmp_path / "chat.ldb"])
+    assert run_cli(capsys, ["post", tmp_path / "chat.ldb", "text", "general", "hi", "--key", home / "me.key"])[0] == 0
+    code, out, _ = run_cli(capsys, ["channels", tmp_path / "chat.ldb"])
     assert out == "#general       1 message      1 member   (no topic)\n"  # the columns of "2 messages", "2 members"
 
 
@@ -144,10 +139,10 @@ def test_a_generate_stopped_by_a_signal_leaves_no_partial_file(tmp_path, signum)
 
 def test_workers_0_is_the_one_thread_mode(tmp_path, capsys):
     write_posts(tmp_path / "p.bin", generate(seed=2, posts=120))
-    code, out, err = _run(capsys, ["ingest", tmp_path / "s.ldb", tmp_path / "p.bin", "--workers", "0", "--json"])
+    code, out, err = run_cli(capsys, ["ingest", tmp_path / "s.ldb", tmp_path / "p.bin", "--workers", "0", "--json"])
     assert code == 0, err
     assert json.loads(out)["new"] == 120
-    code, out, err = _run(capsys, ["export", tmp_path / "s.ldb", tmp_path / "snap", "--workers", "0", "--json"])
+    code, out, err = run_cli(capsys, ["export", tmp_path / "s.ldb", tmp_path / "snap", "--workers", "0", "--json"])
     assert code == 0 and json.loads(out)["posts"] > 0, err
     assert "0 verifies in this one thread" in " ".join(_parse_help(capsys, ["ingest", "--help"]).split())
 
@@ -166,19 +161,19 @@ def test_a_file_that_is_not_a_key_is_called_so_not_sent_to_chmod(home, tmp_path,
     store = home / "one.ldb"
     (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
     (tmp_path / "passwd").chmod(0o644)
-    code, _, err = _run(capsys, ["post", store, "--key", tmp_path / "passwd", "text", "general", "x"])
+    code, _, err = run_cli(capsys, ["post", store, "--key", tmp_path / "passwd", "text", "general", "x"])
     assert code == 2 and "is not a cablestore key file" in err and "chmod" not in err
     (tmp_path / "open.key").write_bytes((home / "me.key").read_bytes())
     (tmp_path / "open.key").chmod(0o644)  # a real key others can read: then chmod is the fix
-    code, _, err = _run(capsys, ["post", store, "--key", tmp_path / "open.key", "text", "general", "x"])
+    code, _, err = run_cli(capsys, ["post", store, "--key", tmp_path / "open.key", "text", "general", "x"])
     assert code == 2 and err.rstrip().endswith(f"run: chmod 600 {tmp_path / 'open.key'}")
 
 
 def test_a_snapshot_given_as_a_store_names_the_command_that_reads_it(home, tmp_path, capsys):
-    assert _run(capsys, ["export", home / "one.ldb", tmp_path / "snap", "--quiet"])[0] == 0
+    assert run_cli(capsys, ["export", home / "one.ldb", tmp_path / "snap", "--quiet"])[0] == 0
     write_posts(tmp_path / "p.bin", generate(seed=1, posts=3))
     for argv in (["ingest", tmp_path / "snap", tmp_path / "p.bin"], ["show", tmp_path / "snap", "general"]):
-        code, _, err = _run(capsys, argv)
+        code, _, err = run_cli(capsys, argv)
         assert code == 2 and err.rstrip().endswith(f"(verify it with `cablestore check --snapshot {tmp_path / 'snap'}`)"), err
 
 
@@ -199,10 +194,10 @@ def test_after_an_interrupted_reindex_check_says_to_run_reindex_again(tmp_path, 
         s.ingest_many(generate(seed=6, posts=2500))
         with pytest.raises(KeyboardInterrupt):
             reindex(s, Interrupting(quiet=True))
-    code, out, _ = _run(capsys, ["check", path])
+    code, out, _ = run_cli(capsys, ["check", path])
     assert code == 1
     assert out.splitlines()[-1] == f"  result: DIFFERENCES FOUND; a reindex of this store was interrupted: run `cablestore reindex {path}` again to finish it"
     assert "--repair" not in out
-    assert _run(capsys, ["reindex", path, "--quiet"])[0] == 0
-    code, out, _ = _run(capsys, ["check", path, "--json"])
+    assert run_cli(capsys, ["reindex", path, "--quiet"])[0] == 0
+    code, out, _ = run_cli(capsys, ["check", path, "--json"])
     assert code == 0 and json.loads(out)["reindex_interrupted"] is False

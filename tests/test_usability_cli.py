@@ -16,7 +16,7 @@ from cablestore import JOIN, TEXT, TOPIC, Store, make_post, post_hash
 from cablestore.authoring.workload import generate, read_posts, write_posts
 from cablestore.cli import main
 
-from .conftest import NOW, dump, keypair, stop
+from .conftest import NOW, dump, keypair, run_cli, stop
 
 ZERO = "0" * 64
 
@@ -31,11 +31,6 @@ def peer(tmp_path_factory):
     return d
 
 
-def _run(capsys, argv):
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _one_line(err: str) -> str:
@@ -51,7 +46,7 @@ def _files(path) -> list[str]:
 
 
 def test_show_with_a_limit_beyond_any_count_shows_all(peer, capsys):
-    code, out, err = _run(capsys, ["show", peer / "peer.ldb", "general", "--limit", "99999999999999999999999"])
+    code, out, err = run_cli(capsys, ["show", peer / "peer.ldb", "general", "--limit", "99999999999999999999999"])
     assert code == 0 and err == ""
     with Store(peer / "peer.ldb") as s:
         total = len(s.channel_time_range("general"))
@@ -90,30 +85,30 @@ def test_every_command_names_a_missing_store_alike(peer, tmp_path, capsys, kind,
     before = _files(tmp_path)
     for command in COMMANDS:
         argv = [a.format(s=target, key=peer / "me.key", out=tmp_path / "out") for a in command]
-        code, out, err = _run(capsys, argv)
+        code, out, err = run_cli(capsys, argv)
         assert code == 2, argv
         assert _one_line(err) == f"cablestore {command[0]}: " + expected.format(s=target), argv
         assert _files(tmp_path) == before, argv
 
 
 def test_a_missing_posts_file_and_an_os_error_are_one_plain_line(peer, tmp_path, capsys):
-    code, _, err = _run(capsys, ["ingest", tmp_path / "s.ldb", tmp_path / "nosuch.bin"])
+    code, _, err = run_cli(capsys, ["ingest", tmp_path / "s.ldb", tmp_path / "nosuch.bin"])
     assert code == 2 and _one_line(err) == f"cablestore ingest: PostsFileError: {tmp_path / 'nosuch.bin'} does not exist"
-    code, _, err = _run(capsys, ["ingest", tmp_path / "s.ldb", tmp_path])
+    code, _, err = run_cli(capsys, ["ingest", tmp_path / "s.ldb", tmp_path])
     assert code == 2 and _one_line(err).endswith(f"{tmp_path} is a directory, not a posts file")
-    code, _, err = _run(capsys, ["generate", "--posts", "3", tmp_path / "no" / "dir" / "p.bin"])
+    code, _, err = run_cli(capsys, ["generate", "--posts", "3", tmp_path / "no" / "dir" / "p.bin"])
     assert code == 2 and _one_line(err) == f"cablestore generate: PostsFileError: cannot write {tmp_path / 'no' / 'dir' / 'p.bin'}: No such file or directory"
     (tmp_path / "afile").write_bytes(b"")
-    code, _, err = _run(capsys, ["export", peer / "peer.ldb", tmp_path / "afile" / "snap", "--quiet"])
+    code, _, err = run_cli(capsys, ["export", peer / "peer.ldb", tmp_path / "afile" / "snap", "--quiet"])
     assert code == 2 and "[Errno" not in err and _one_line(err).startswith("cablestore export: NotADirectoryError: ")
     assert sorted(os.listdir(tmp_path)) == ["afile"]
 
 
 def test_json_output_carries_the_error_class(peer, tmp_path, capsys):
-    code, out, err = _run(capsys, ["stats", tmp_path / "nope", "--json"])
+    code, out, err = run_cli(capsys, ["stats", tmp_path / "nope", "--json"])
     assert code == 2 and _one_line(err) == f"cablestore stats: StoreNotFoundError: {tmp_path / 'nope'} does not exist"
     assert json.loads(out) == {"error": "StoreNotFoundError", "message": f"{tmp_path / 'nope'} does not exist"}
-    code, out, _ = _run(capsys, ["show", peer / "peer.ldb", "nosuch", "--json"])
+    code, out, _ = run_cli(capsys, ["show", peer / "peer.ldb", "nosuch", "--json"])
     assert code == 2 and json.loads(out)["error"] == "ChannelNotFoundError"
 
 
@@ -124,7 +119,7 @@ def test_json_output_carries_the_error_class(peer, tmp_path, capsys):
 def test_commands_that_show_one_channel_refuse_an_unknown_one(peer, capsys, argv):
     with Store(peer / "peer.ldb") as s:
         before = dump(s)
-    code, out, err = _run(capsys, [a.format(s=peer / "peer.ldb") for a in argv])
+    code, out, err = run_cli(capsys, [a.format(s=peer / "peer.ldb") for a in argv])
     line = _one_line(err)
     assert code == 2 and out == ""
     assert line.startswith(f"cablestore {argv[0]}: ChannelNotFoundError: no channel 'Nosuch' in {peer / 'peer.ldb'} (channels: dev-talk, general")
@@ -133,8 +128,8 @@ def test_commands_that_show_one_channel_refuse_an_unknown_one(peer, capsys, argv
 
 
 def test_a_known_channel_in_another_case_is_found(peer, capsys):
-    assert _run(capsys, ["heads", peer / "peer.ldb", "GENERAL"])[0] == 0
-    code, out, _ = _run(capsys, ["dump", peer / "peer.ldb", "--channel", "General", "--limit", "2"])
+    assert run_cli(capsys, ["heads", peer / "peer.ldb", "GENERAL"])[0] == 0
+    code, out, _ = run_cli(capsys, ["dump", peer / "peer.ldb", "--channel", "General", "--limit", "2"])
     assert code == 0 and len(out.splitlines()) == 2
 
 
@@ -142,17 +137,17 @@ def test_a_known_channel_in_another_case_is_found(peer, capsys):
 
 
 def test_dump_limit_and_json(peer, capsys):
-    _, lines, _ = _run(capsys, ["dump", peer / "peer.ldb"])
+    _, lines, _ = run_cli(capsys, ["dump", peer / "peer.ldb"])
     rows = [json.loads(line) for line in lines.splitlines()]
-    code, out, _ = _run(capsys, ["dump", peer / "peer.ldb", "--limit", "5"])
+    code, out, _ = run_cli(capsys, ["dump", peer / "peer.ldb", "--limit", "5"])
     assert code == 0 and [json.loads(line) for line in out.splitlines()] == rows[:5]
-    code, out, _ = _run(capsys, ["dump", peer / "peer.ldb", "--json"])
+    code, out, _ = run_cli(capsys, ["dump", peer / "peer.ldb", "--json"])
     doc = json.loads(out)
     assert code == 0 and doc["posts"] == rows and doc["count"] == len(rows) and doc["channel"] is None and doc["limit"] is None
-    code, out, _ = _run(capsys, ["dump", peer / "peer.ldb", "--json", "--limit", "99999999999999999999999", "--channel", "general"])
+    code, out, _ = run_cli(capsys, ["dump", peer / "peer.ldb", "--json", "--limit", "99999999999999999999999", "--channel", "general"])
     doc = json.loads(out)
     assert code == 0 and doc["count"] == len(doc["posts"]) > 0 and doc["channel"] == "general"
-    code, out, _ = _run(capsys, ["dump", peer / "peer.ldb", "--json", "--limit", "3"])
+    code, out, _ = run_cli(capsys, ["dump", peer / "peer.ldb", "--json", "--limit", "3"])
     assert json.loads(out)["posts"] == rows[:3]
 
 
@@ -160,7 +155,7 @@ def test_dump_limit_and_json(peer, capsys):
 
 
 def test_channels_lists_every_channel(peer, capsys):
-    code, out, err = _run(capsys, ["channels", peer / "peer.ldb"])
+    code, out, err = run_cli(capsys, ["channels", peer / "peer.ldb"])
     with Store(peer / "peer.ldb") as s:
         summaries = s.channels()
     lines = out.splitlines()
@@ -168,13 +163,13 @@ def test_channels_lists_every_channel(peer, capsys):
     for line, c in zip(lines, summaries, strict=True):
         assert line.startswith(f"#{c.spelling} ") and f" {c.messages:,} messages " in line and f" {c.members} members " in line
         assert line.endswith(f"topic {c.topic!r}" if c.topic else "(no topic)")
-    code, out, _ = _run(capsys, ["channels", peer / "peer.ldb", "--json"])
+    code, out, _ = run_cli(capsys, ["channels", peer / "peer.ldb", "--json"])
     assert json.loads(out) == {"store": str(peer / "peer.ldb"), "channels": [c.to_dict() for c in summaries]}
 
 
 def test_channels_of_a_store_without_any(tmp_path, capsys):
     Store(tmp_path / "s").close()
-    code, out, _ = _run(capsys, ["channels", tmp_path / "s"])
+    code, out, _ = run_cli(capsys, ["channels", tmp_path / "s"])
     assert code == 0 and out == f"no channels in {tmp_path / 's'}\n"
 
 
@@ -186,10 +181,10 @@ def test_post_json_spells_the_post_as_dump_does(tmp_path, capsys):
     assert main(["keygen", str(key)]) == 0
     store = tmp_path / "s.ldb"
     assert main(["post", str(store), "--key", str(key), "name", "alice"]) == 0
-    code, out, _ = _run(capsys, ["post", store, "--key", key, "--json", "text", "general", "hello"])
+    code, out, _ = run_cli(capsys, ["post", store, "--key", key, "--json", "text", "general", "hello"])
     posted = json.loads(out)
     assert code == 0 and "public_key" not in posted and posted["author_name"] == "alice" and posted["text"] == "hello"
-    _, lines, _ = _run(capsys, ["dump", store, "--channel", "general"])
+    _, lines, _ = run_cli(capsys, ["dump", store, "--channel", "general"])
     dumped = {json.loads(line)["hash"]: json.loads(line) for line in lines.splitlines()}
     assert dumped[posted["hash"]] == posted
 
@@ -200,7 +195,7 @@ def test_post_json_spells_the_post_as_dump_does(tmp_path, capsys):
 def test_demo_refuses_an_existing_store(peer, capsys):
     with Store(peer / "peer.ldb") as s:
         before = dump(s)
-    code, out, err = _run(capsys, ["demo", "--dir", peer / "peer.ldb", "--engine", "local", "--posts", "50"])
+    code, out, err = run_cli(capsys, ["demo", "--dir", peer / "peer.ldb", "--engine", "local", "--posts", "50"])
     assert code == 2 and out == ""
     assert _one_line(err).startswith(f"cablestore demo: StoreExistsError: {peer / 'peer.ldb'} holds a store already")
     with Store(peer / "peer.ldb") as s:
@@ -251,24 +246,24 @@ def _safe(text: str) -> bool:
 
 
 def test_names_that_would_break_a_line_are_escaped_in_every_output(nasty, capsys):
-    code, out, err = _run(capsys, ["channels", nasty])
+    code, out, err = run_cli(capsys, ["channels", nasty])
     assert code == 0 and err == "" and _safe(out) and len(out.splitlines()) == len(NASTY)
     assert "#new\\nline " in out and "#bidi\\u202eevil " in out and "#nul\\x00byte " in out
     for name in NASTY:
-        code, out, err = _run(capsys, ["show", nasty, name])
+        code, out, err = run_cli(capsys, ["show", nasty, name])
         assert code == 0 and _safe(out) and len(out.splitlines()) == 2, name
         assert out.splitlines()[1].endswith("text in " + repr(name)[1:-1] + "\\nsecond line")
-        code, out, _ = _run(capsys, ["dump", nasty, "--channel", name])
+        code, out, _ = run_cli(capsys, ["dump", nasty, "--channel", name])
         assert code == 0 and _safe(out) and len(out.splitlines()) == 3
         assert {json.loads(line)["channel"] for line in out.splitlines()} == {name}
-        code, out, _ = _run(capsys, ["show", nasty, name, "--json"])
+        code, out, _ = run_cli(capsys, ["show", nasty, name, "--json"])
         assert code == 0 and _safe(out) and json.loads(out)["messages"][0]["channel"] == name
-    code, out, _ = _run(capsys, ["channels", nasty, "--json"])
+    code, out, _ = run_cli(capsys, ["channels", nasty, "--json"])
     assert _safe(out) and [c["name"] for c in json.loads(out)["channels"]] == sorted(NASTY)
 
 
 def test_a_name_never_breaks_the_error_line(nasty, capsys):
-    code, out, err = _run(capsys, ["show", nasty, "no\nsuch\u202e"])
+    code, out, err = run_cli(capsys, ["show", nasty, "no\nsuch\u202e"])
     line = _one_line(err)
     assert code == 2 and _safe(line) and "no channel 'no\\nsuch\\u202e'" in line and "bidi\\u202eevil" in line
 
@@ -284,7 +279,7 @@ def test_nfc_and_nfd_spellings_are_one_channel(tmp_path, capsys):
         assert s.channel_list() == [unicodedata.normalize("NFC", "ünïcode-café")]
         assert s.channel_time_range(nfc) == s.channel_time_range(nfd) == [post_hash(b), post_hash(a)]
         assert s.check().consistent
-    code, out, _ = _run(capsys, ["show", tmp_path / "s", nfd])
+    code, out, _ = run_cli(capsys, ["show", tmp_path / "s", nfd])
     assert code == 0 and out.splitlines()[1].endswith("composed") and out.splitlines()[2].endswith("decomposed")
 
 

@@ -30,14 +30,8 @@ from .conftest import stop
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    path = tmp_path_factory.mktemp("web") / "store"
-    built = W.build(path)
-    web, store, base = W.start_web(path)
-    try:
-        yield built, store, base
-    finally:
-        web.stop()
-        store.close()
+    with W.served_site(tmp_path_factory) as site:
+        yield site
 
 
 def fetch(base: str, path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, dict, str]:

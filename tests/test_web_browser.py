@@ -39,14 +39,8 @@ def browser():
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    path = tmp_path_factory.mktemp("web") / "store"
-    built = W.build(path)
-    web, store, base = W.start_web(path)
-    try:
+    with W.served_site(tmp_path_factory) as (built, _store, base):
         yield built, base
-    finally:
-        web.stop()
-        store.close()
 
 
 @pytest.fixture

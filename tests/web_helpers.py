@@ -13,6 +13,8 @@ The store keeps the search index.
 
 from __future__ import annotations
 
+import contextlib
+
 from cablestore import Store
 from cablestore.web.server import WebThread
 from cablestore.wire.codec import DROP_POST, HIDE_POST, INFO, TEXT, TOPIC
@@ -84,3 +86,16 @@ def start_web(path) -> tuple[WebThread, Store, str]:
         store.close()
         raise
     return web, store, f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def served_site(tmp_path_factory):
+    """A module's site: the store built in a fresh directory and its archive running: (built, store, base URL)."""
+    path = tmp_path_factory.mktemp("web") / "store"
+    built = build(path)
+    web, store, base = start_web(path)
+    try:
+        yield built, store, base
+    finally:
+        web.stop()
+        store.close()

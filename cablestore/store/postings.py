@@ -61,17 +61,15 @@ class Postings:
                     return cur
         self.budget[0] -= 1
         self.it.seek(self.prefix + r)
-        key = next(self.it, None)
-        if key is None:
-            self.done, self.cur = True, None
-            return None
-        self.cur = key[len(self.prefix) :]
-        return self.cur
+        return self._next()
 
     def step(self) -> bytes | None:
         """The posting after the current one (None: none)."""
         if self.done:
             return None
+        return self._next()
+
+    def _next(self) -> bytes | None:
         key = next(self.it, None)
         if key is None:
             self.done, self.cur = True, None
