@@ -1,0 +1,437 @@
+"""Issue 38, step 1: the candidate keyspaces written beside today's, measured in one run.
+
+    python -m benchmarks.keyspace2 --posts 100000,1000000
+
+For each size, a real Store ingests the workload's posts (trusted, batches
+of 1,000, as ``python -m benchmarks`` does) while every WriteBatch it
+commits and every LevelDB read it makes are recorded to a file.  Then each
+candidate of :mod:`benchmarks.keyspace2_rows` (today's keyspace first: the
+exact replay of the store's rows) turns each batch's rows and reads into
+its own, and a fresh LevelDB with the store's options gets them, batch by
+batch: the reads first, then one WriteBatch.  Measured per candidate: rows
+and key+value bytes a post, LevelDB's compaction bytes (``leveldb.stats``),
+the CPU a post of the writing thread (its reads and writes only: the
+transform is not timed) and of LevelDB's own threads, the DB work's
+flatness (last 50k posts / first 50k), the disk after a full compaction,
+and query p50s on the compacted DB.  The store's own figures are
+"modeled": the real ingest's, with the baseline replay's DB work swapped
+for the candidate's.  Compare within one run: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import msgpack
+import plyvel
+
+from benchmarks.keyspace2_rows import Keyspace, candidates
+from cablestore.keyspace.keys import AUTHOR, CHAT, POSTS, STATE, next_prefix
+from cablestore.store import opening
+
+NOW = 1_900_000_000_000
+BATCH = 1000  # ``python -m benchmarks`` ingests in batches of 1,000 (run.py)
+
+
+def store_options(**override) -> dict:
+    """The options ``cablestore.store.opening`` opens a store with (``_plyvel_open``), for a fresh DB."""
+    options = dict(
+        create_if_missing=True,
+        paranoid_checks=True,
+        lru_cache_size=opening.DEFAULT_CACHE_MB << 20,
+        write_buffer_size=64 << 20,
+        bloom_filter_bits=10,
+        block_size=opening.BLOCK_SIZE,
+        max_file_size=opening.MAX_FILE_SIZE,
+    )
+    options.update(override)
+    return options
+
+
+def stretch_of(n: int) -> int:
+    """Posts in the first and the last stretch compared for flatness: 50k, or half of a smaller run."""
+    return min(50_000, max(1, n // 2))
+
+
+def _flatness(marks: list, n: int) -> float:
+    """Rate of the last stretch over the first, from ``marks`` = [(posts done, seconds so far)]."""
+    k = stretch_of(n)
+    first = next(s for p, s in marks if p >= k)
+    before_last = max((s for p, s in marks if p <= n - k), default=0.0)
+    last = marks[-1][1] - before_last
+    return first / last if last > 0 else float("nan")
+
+
+# --- recording a real store's ingest --------------------------------------------------
+
+
+class _RecordingDB:
+    """The DB a Txn reads, each ``get`` recorded."""
+
+    def __init__(self, db, reads: list):
+        self._db, self._reads = db, reads
+
+    def get(self, key, *args, **kw):
+        self._reads.append(("get", key))
+        return self._db.get(key, *args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def record(posts_file: Path, store_path: Path, stream_path: Path, n: int) -> dict:
+    """Trusted ingest of the posts by a real Store; every batch's reads and writes go to ``stream_path``."""
+    from cablestore import Store
+    from cablestore.authoring.workload import iter_posts
+    from cablestore.store import txn as txn_mod
+
+    reads: list = []
+    writes: list = []
+    txn_init, txn_commit = txn_mod.Txn.__init__, txn_mod.Txn.commit
+    txn_scan, txn_last = txn_mod.Txn.scan, txn_mod.Txn.last_candidate
+
+    def init(self, db, *args, **kw):
+        txn_init(self, _RecordingDB(db, reads), *args, **kw)
+
+    def commit(self, sync=False):
+        writes.extend(self.writes.items())
+        txn_commit(self, sync)
+
+    def scan(self, prefix):
+        reads.append(("scan", prefix))
+        return txn_scan(self, prefix)
+
+    def last(self, prefix, skip=frozenset()):
+        reads.append(("last", prefix))
+        return txn_last(self, prefix, skip)
+
+    shutil.rmtree(store_path, ignore_errors=True)
+    marks, recording_cpu, done = [], 0.0, 0
+    txn_mod.Txn.__init__, txn_mod.Txn.commit, txn_mod.Txn.scan, txn_mod.Txn.last_candidate = init, commit, scan, last
+    try:
+        with open(stream_path, "wb") as out, Store(store_path, verify_signatures=False, now=lambda: NOW) as store:
+            preamble = sorted(store.db.iterator())  # what opening wrote (the format key)
+            out.write(msgpack.packb([0, [], preamble]))
+            start, cpu0, main0 = time.perf_counter(), time.process_time(), time.thread_time()
+            for chunk in iter_posts(posts_file, BATCH):
+                store.ingest_many(chunk)
+                done += len(chunk)
+                t0 = time.thread_time()
+                out.write(msgpack.packb([len(chunk), reads, sorted(writes, key=lambda kv: kv[0])]))
+                reads.clear()
+                writes.clear()
+                recording_cpu += time.thread_time() - t0
+                marks.append((done, time.perf_counter() - start - recording_cpu))
+            seconds = time.perf_counter() - start - recording_cpu
+            main = time.thread_time() - main0 - recording_cpu
+            leveldb = time.process_time() - cpu0 - recording_cpu - main
+            stats = store.db.get_property(b"leveldb.stats").decode()
+    finally:
+        txn_mod.Txn.__init__, txn_mod.Txn.commit, txn_mod.Txn.scan, txn_mod.Txn.last_candidate = txn_init, txn_commit, txn_scan, txn_last
+    return {
+        "posts": done,
+        "seconds": seconds,
+        "marks": marks,
+        "indexing_cpu_us": main * 1e6 / done,
+        "leveldb_cpu_us": leveldb * 1e6 / done,
+        "flatness": _flatness(marks, done),
+        "compaction_mb": compaction_mb(stats),
+    }
+
+
+def stream(stream_path: Path):
+    """``(posts, reads, writes)`` of each recorded batch; the first is the preamble (0 posts)."""
+    with open(stream_path, "rb") as f:
+        for posts, reads, writes in msgpack.Unpacker(f, use_list=False, raw=False):
+            yield posts, reads, writes
+
+
+def compaction_mb(stats: str) -> tuple[float, float]:
+    """(read MB, written MB) of LevelDB's compactions, summed over its levels (``leveldb.stats``)."""
+    read = written = 0.0
+    for line in stats.splitlines():
+        cells = line.split()
+        if len(cells) == 6 and cells[0].isdigit():
+            read += float(cells[4])
+            written += float(cells[5])
+    return read, written
+
+
+# --- replaying a candidate -----------------------------------------------------------
+
+
+def _do_reads(db, it, reads) -> None:
+    for op, key, *more in reads:
+        if op == "get":
+            db.get(key)
+        elif op == "last":
+            it.seek(next_prefix(key))
+            try:
+                it.prev()
+            except StopIteration:
+                pass
+        elif op == "scan":
+            it.seek(key)
+            for k, _ in it:
+                if not k.startswith(key):
+                    break
+        else:  # "walk": back through the rows under ``key`` until one whose value is ``more[0]``
+            it.seek(next_prefix(key))
+            while True:
+                try:
+                    k, v = it.prev()
+                except StopIteration:
+                    break
+                if not k.startswith(key) or v == more[0]:
+                    break
+
+
+def replay(ks: Keyspace, stream_path: Path, db_path: Path, queries: int, sample: dict | None, keep: bool = False) -> dict:
+    """Write the candidate's rows of every recorded batch to a fresh LevelDB at ``db_path``, measured.
+
+    ``sample`` None: no queries; ``keep``: leave the DB (compacted) at ``db_path``.
+    """
+    from .profile import _write_family
+
+    shutil.rmtree(db_path, ignore_errors=True)
+    families: Counter = Counter()
+    options = store_options(**ks.options)
+    db = plyvel.DB(str(db_path), **options)
+    rows = nbytes = posts = 0
+    writer = 0.0
+    marks = []
+    cpu0, main0 = time.process_time(), time.thread_time()
+    for count, reads, writes in stream(stream_path):
+        mine_reads = ks.reads(reads)
+        mine = ks.rows(writes)
+        rows += len(mine) if count else 0
+        if ks.name == "today" and count:
+            families.update(_write_family(k) + (" delete" if v is None else "") for k, v in mine)
+        nbytes += sum(len(k) + (len(v) if v is not None else 0) for k, v in mine) if count else 0
+        t0, w0 = time.thread_time(), time.perf_counter()
+        it = db.iterator()
+        _do_reads(db, it, mine_reads)
+        it.close()
+        with db.write_batch() as wb:
+            for k, v in mine:
+                if v is None:
+                    wb.delete(k)
+                else:
+                    wb.put(k, v)
+        writer += time.thread_time() - t0
+        posts += count
+        wall = time.perf_counter() - w0
+        marks.append((posts, (marks[-1][1] if marks else 0.0) + wall))
+    leveldb = time.process_time() - cpu0 - (time.thread_time() - main0)
+    stats = db.get_property(b"leveldb.stats").decode()
+    db.close()
+    disk = compacted_bytes(db_path, options)
+    lat = {}
+    if sample is not None:
+        db = plyvel.DB(str(db_path), **dict(options, create_if_missing=False))
+        try:
+            lat = latencies(db, ks, sample, queries)
+        finally:
+            db.close()
+    if not keep:
+        shutil.rmtree(db_path, ignore_errors=True)
+    marks = [m for m in marks if m[0] > 0]
+    return {
+        "name": ks.name,
+        "what": ks.what,
+        "rows_per_post": rows / posts,
+        "bytes_per_post": nbytes / posts,
+        "writer_cpu_us": writer * 1e6 / posts,
+        "leveldb_cpu_us": leveldb * 1e6 / posts,
+        "db_flatness": _flatness(marks, posts),
+        "db_marks": marks,
+        "compaction_mb": compaction_mb(stats),
+        "disk_per_post": disk / posts,
+        "latency_p50_us": lat,
+        "families_per_post": {f: c / posts for f, c in families.most_common()},
+    }
+
+
+def compacted_bytes(path: Path, options: dict) -> int:
+    db = plyvel.DB(str(path), **dict(options, create_if_missing=False))  # a reopen turns the log into a table
+    db.compact_range()
+    db.close()
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file() and f.suffix in (".ldb", ".sst", ".log"))
+
+
+# --- the read paths a candidate changes --------------------------------------------------
+
+
+def _p50(fn, args_list) -> float:
+    times = []
+    for args in args_list:
+        start = time.perf_counter_ns()
+        fn(*args)
+        times.append((time.perf_counter_ns() - start) / 1000)
+    return statistics.median(times) if times else float("nan")
+
+
+def latencies(db, ks: Keyspace, sample: dict, calls: int) -> dict:
+    """p50 µs of simplified main queries, each spelled in the candidate's keys."""
+    rng = random.Random(7)
+    channels, authors, hashes = sample["channels"], sample["authors"], sample["hashes"]
+
+    def time_range(ch, start, end):  # newest 50 posts of a channel in [start, end): a reverse scan, a get each
+        prefix = ks.key(CHAT + ch)
+        lo, hi = prefix + start.to_bytes(8, "big"), prefix + end.to_bytes(8, "big")
+        it = db.iterator(start=lo, stop=hi, reverse=True, include_value=False)
+        got = [db.get(POSTS + k[-32:]) for _, k in zip(range(50), it, strict=False)]
+        it.close()
+        return got
+
+    def state(ch):  # members' latest join/leave (a scan, a get each) and the latest topic (a reverse seek)
+        prefix = ks.key(STATE + ch + b"l")
+        got = [db.get(POSTS + v) for _, v in db.iterator(prefix=prefix)]
+        topic = ks.key(STATE + ch + b"t")
+        it = db.iterator(start=topic, stop=next_prefix(topic), reverse=True, include_value=False)
+        got.append(next(it, None))
+        it.close()
+        return got
+
+    def author(pk):  # an author's newest 50 text posts
+        it = db.iterator(prefix=AUTHOR + pk + b"\x00", reverse=True, include_value=False)
+        got = [db.get(POSTS + k[-32:]) for _, k in zip(range(50), it, strict=False)]
+        it.close()
+        return got
+
+    lo, hi = sample["time"]
+    windows = [(rng.choice(channels), t, t + 3_600_000 * 24) for t in (rng.randint(lo, hi) for _ in range(calls))]
+    return {
+        "chat time range": _p50(time_range, windows),
+        "state": _p50(state, [(rng.choice(channels),) for _ in range(calls // 4)]),
+        "author": _p50(author, [(rng.choice(authors),) for _ in range(calls // 4)]),
+        "rev lookup": _p50(lambda h: ks.rev_fields(db, h), [(h,) for h in hashes[:calls]]),
+        "head check": _p50(lambda h: ks.is_head(db, h), [(h,) for h in hashes[:calls]]),
+    }
+
+
+def query_sample(store_path: Path, n: int) -> dict:
+    """Channels, authors, stored hashes and the time span to query, from the real store."""
+    db = plyvel.DB(str(store_path))
+    try:
+        rng = random.Random(3)
+        hashes = [k[len(POSTS) :] for k in db.iterator(prefix=POSTS, include_value=False)]
+        channels = sorted({k[len(STATE) : k.find(b"\x00\x01", len(STATE)) + 2] for k in db.iterator(prefix=STATE, include_value=False)})
+        authors = sorted({k[len(AUTHOR) : len(AUTHOR) + 32] for k in db.iterator(prefix=AUTHOR, include_value=False)})
+        first = db.iterator(prefix=CHAT + channels[0], include_value=False)
+        start = int.from_bytes(next(first)[-40:-32], "big")
+        first.close()
+    finally:
+        db.close()
+    return {"hashes": rng.sample(hashes, min(1000, len(hashes))), "channels": channels, "authors": authors, "time": (start, start + n * 2500)}
+
+
+# --- one size, and the table ------------------------------------------------------------
+
+
+def modeled(real: dict, base: dict, cand: dict) -> dict:
+    """The store's figures with the baseline replay's DB work swapped for the candidate's."""
+    indexing = real["indexing_cpu_us"] - base["writer_cpu_us"] + cand["writer_cpu_us"]
+    leveldb = real["leveldb_cpu_us"] * (cand["leveldb_cpu_us"] / base["leveldb_cpu_us"] if base["leveldb_cpu_us"] > 0 else 1.0)
+    n = real["posts"]
+    k = stretch_of(n)
+
+    def stretch_seconds(marks, first: bool) -> float:
+        if first:
+            return next(s for p, s in marks if p >= k)
+        return marks[-1][1] - max((s for p, s in marks if p <= n - k), default=0.0)
+
+    flat = []
+    for first in (True, False):
+        flat.append(stretch_seconds(real["marks"], first) - stretch_seconds(base["db_marks"], first) + stretch_seconds(cand["db_marks"], first))
+    return {"indexing_cpu_us": indexing, "leveldb_cpu_us": leveldb, "cpu_us": indexing + leveldb, "flatness": flat[0] / flat[1]}
+
+
+def run_size(n: int, out: Path, queries: int, only: set | None = None) -> dict:
+    from .profile import _posts_file
+
+    posts_file = _posts_file(out, n, 1)
+    store_path, stream_path = out / f"ks2-store-{n}.ldb", out / f"ks2-stream-{n}.bin"
+    real = record(posts_file, store_path, stream_path, n)
+    real["load"] = os.getloadavg()
+    sample = query_sample(store_path, n)
+    results, best_options = [], {}
+    for ks in candidates(best_options):
+        if only and ks.name.split(":")[0] not in only and ks.name != "today":
+            continue
+        result = replay(ks, stream_path, out / "ks2-replay.ldb", queries, sample)
+        result["load"] = os.getloadavg()
+        results.append(result)
+        print(f"  {n:,}: {ks.name}: {_brief(result)}", flush=True)
+    base = results[0]
+    for r in results:
+        r["modeled"] = modeled(real, base, r)
+    stream_path.unlink()
+    shutil.rmtree(store_path, ignore_errors=True)
+    return {"posts": n, "real": real, "candidates": results}
+
+
+def _brief(r: dict) -> str:
+    return (
+        f"{r['rows_per_post']:.2f} rows {r['bytes_per_post']:.0f} B, writer {r['writer_cpu_us']:.1f} µs, "
+        f"leveldb {r['leveldb_cpu_us']:.1f} µs, compaction r/w {r['compaction_mb'][0]:.0f}/{r['compaction_mb'][1]:.0f} MB, "
+        f"disk {r['disk_per_post']:.0f} B, load {r['load'][0]:.1f}"
+    )
+
+
+def markdown(size: dict) -> str:
+    real, rows = size["real"], size["candidates"]
+    base = rows[0]
+    lines = [
+        f"{size['posts']:,} posts. Real store, trusted ingest: indexing thread {real['indexing_cpu_us']:.1f} µs a post, "
+        f"LevelDB's threads {real['leveldb_cpu_us']:.1f} µs, last / first {stretch_of(size['posts']) // 1000}k {real['flatness']:.2f}, "
+        f"compaction read / written {real['compaction_mb'][0]:.0f} / {real['compaction_mb'][1]:.0f} MB; load {real['load'][0]:.2f}",
+        "",
+        "| candidate | rows / post | key+value B / post | writer CPU µs / post | LevelDB CPU µs / post | compaction read / written MB "
+        "| DB-work last / first | disk B / post | modeled store CPU µs / post (gain) | modeled last / first (gain) "
+        "| p50 µs: time range, state, author, rev lookup, head check | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, mb = r["modeled"], base["modeled"]
+        lat = ", ".join(f"{v:.0f}" for v in r["latency_p50_us"].values())
+        lines.append(
+            f"| {r['name']} | {r['rows_per_post']:.2f} | {r['bytes_per_post']:.0f} | {r['writer_cpu_us']:.1f} | {r['leveldb_cpu_us']:.1f} "
+            f"| {r['compaction_mb'][0]:.0f} / {r['compaction_mb'][1]:.0f} | {r['db_flatness']:.2f} | {r['disk_per_post']:.0f} "
+            f"| {m['cpu_us']:.1f} ({1 - m['cpu_us'] / mb['cpu_us']:+.0%}) | {m['flatness']:.2f} ({m['flatness'] / mb['flatness'] - 1:+.0%}) "
+            f"| {lat} | {r['load'][0]:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.keyspace2", description=__doc__.splitlines()[0])
+    parser.add_argument("--posts", default="100000", help="comma-separated sizes")
+    parser.add_argument("--out", default="bench-results", help="directory for posts, stores and results")
+    parser.add_argument("--queries", type=int, default=1000, help="calls a query is timed over")
+    parser.add_argument("--only", default="", help="comma-separated candidate letters (a,b,...,g); today's always runs")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
+    sizes = []
+    for n in (int(s) for s in args.posts.split(",")):
+        print(f"{n:,} posts (load {os.getloadavg()[0]:.2f})", flush=True)
+        sizes.append(run_size(n, out, args.queries, only))
+        print(markdown(sizes[-1]), flush=True)
+    (out / "keyspace2.json").write_text(json.dumps(sizes, indent=1, default=str))
+    (out / "keyspace2.md").write_text("\n\n".join(markdown(s) for s in sizes) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
