@@ -35,7 +35,7 @@ import msgpack
 import plyvel
 
 from benchmarks.keyspace2_rows import Keyspace, candidates
-from cablestore.keyspace.keys import AUTHOR, CHAT, POSTS, STATE, next_prefix
+from cablestore.keyspace.keys import AUTHOR, CHAT, DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED, STATE, next_prefix
 from cablestore.store import opening
 
 NOW = 1_900_000_000_000
@@ -137,7 +137,9 @@ def record(posts_file: Path, store_path: Path, stream_path: Path, n: int) -> dic
             stats = store.db.get_property(b"leveldb.stats").decode()
     finally:
         txn_mod.Txn.__init__, txn_mod.Txn.commit, txn_mod.Txn.scan, txn_mod.Txn.last_candidate = txn_init, txn_commit, txn_scan, txn_last
+    reindexed = timed_reindex(store_path, done)
     return {
+        "reindex": reindexed,
         "posts": done,
         "seconds": seconds,
         "marks": marks,
@@ -146,6 +148,19 @@ def record(posts_file: Path, store_path: Path, stream_path: Path, n: int) -> dic
         "flatness": _flatness(marks, done),
         "compaction_mb": compaction_mb(stats),
     }
+
+
+def timed_reindex(store_path: Path, posts: int) -> dict:
+    """``cablestore reindex`` of the compacted store (as docs/performance.md measures it): seconds and CPU a post."""
+    from cablestore import Store
+    from cablestore.rebuild.reindex import reindex
+
+    with Store(store_path, now=lambda: NOW) as store:
+        store.db.compact_range()
+        start, cpu0, main0 = time.perf_counter(), time.process_time(), time.thread_time()
+        report = reindex(store)
+        wall, main, cpu = time.perf_counter() - start, time.thread_time() - main0, time.process_time() - cpu0
+    return {"posts": report.posts, "rate": report.posts / wall, "seconds_per_post": wall / report.posts, "cpu_us": cpu * 1e6 / report.posts, "main_cpu_us": main * 1e6 / report.posts}
 
 
 def stream(stream_path: Path):
@@ -235,6 +250,7 @@ def replay(ks: Keyspace, stream_path: Path, db_path: Path, queries: int, sample:
     stats = db.get_property(b"leveldb.stats").decode()
     db.close()
     disk = compacted_bytes(db_path, options)
+    rewrite = rewrite_derived(db_path, options, posts) if sample is not None else {}
     lat = {}
     if sample is not None:
         db = plyvel.DB(str(db_path), **dict(options, create_if_missing=False))
@@ -257,6 +273,7 @@ def replay(ks: Keyspace, stream_path: Path, db_path: Path, queries: int, sample:
         "compaction_mb": compaction_mb(stats),
         "disk_per_post": disk / posts,
         "latency_p50_us": lat,
+        "reindex_proxy": rewrite,
         "families_per_post": {f: c / posts for f, c in families.most_common()},
     }
 
@@ -266,6 +283,44 @@ def compacted_bytes(path: Path, options: dict) -> int:
     db.compact_range()
     db.close()
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file() and f.suffix in (".ldb", ".sst", ".log"))
+
+
+PRIMARY = (POSTS, DELETED, FACTS, META, LOCAL, REFUSED, QUARANTINE)
+REINDEX_BATCH = 200_000  # keys a WriteBatch of the bulk reindex holds (rebuild/reindex.py)
+
+
+def rewrite_derived(path: Path, options: dict, posts: int) -> dict:
+    """A reindex's LevelDB work on the compacted DB: delete every derived row, then write them all again.
+
+    The bulk reindex (``cablestore reindex``) drops the old entries and
+    writes the new ones in sorted WriteBatches of 200k keys; this does the
+    same with the rows the candidate holds, so its cost follows the
+    candidate's rows and bytes (the view computation is not in it).
+    """
+    db = plyvel.DB(str(path), **dict(options, create_if_missing=False))
+    try:
+        snap = db.snapshot()
+        start, cpu0, main0 = time.perf_counter(), time.process_time(), time.thread_time()
+        for put in (False, True):
+            wb, count = db.write_batch(), 0
+            for key, value in snap.iterator():
+                if key.startswith(PRIMARY):
+                    continue
+                if put:
+                    wb.put(key, value)
+                else:
+                    wb.delete(key)
+                count += 1
+                if count == REINDEX_BATCH:
+                    wb.write()
+                    wb, count = db.write_batch(), 0
+            wb.write()
+        wall, main = time.perf_counter() - start, time.thread_time() - main0
+        cpu = time.process_time() - cpu0
+        snap.close()
+    finally:
+        db.close()
+    return {"seconds_per_post": wall / posts, "main_cpu_us": main * 1e6 / posts, "leveldb_cpu_us": (cpu - main) * 1e6 / posts}
 
 
 # --- the read paths a candidate changes --------------------------------------------------
@@ -353,7 +408,12 @@ def modeled(real: dict, base: dict, cand: dict) -> dict:
     flat = []
     for first in (True, False):
         flat.append(stretch_seconds(real["marks"], first) - stretch_seconds(base["db_marks"], first) + stretch_seconds(cand["db_marks"], first))
-    return {"indexing_cpu_us": indexing, "leveldb_cpu_us": leveldb, "cpu_us": indexing + leveldb, "flatness": flat[0] / flat[1]}
+    out = {"indexing_cpu_us": indexing, "leveldb_cpu_us": leveldb, "cpu_us": indexing + leveldb, "flatness": flat[0] / flat[1]}
+    rb, rc, ri = base.get("reindex_proxy"), cand.get("reindex_proxy"), real["reindex"]
+    if rb and rc:  # the reindex's wall time with the baseline's rewrite swapped for the candidate's (per stored post)
+        per_post = ri["seconds_per_post"] - rb["seconds_per_post"] * n / ri["posts"] + rc["seconds_per_post"] * n / ri["posts"]
+        out["reindex_rate"] = 1 / per_post
+    return out
 
 
 def run_size(n: int, out: Path, queries: int, only: set | None = None) -> dict:
@@ -394,21 +454,25 @@ def markdown(size: dict) -> str:
     lines = [
         f"{size['posts']:,} posts. Real store, trusted ingest: indexing thread {real['indexing_cpu_us']:.1f} µs a post, "
         f"LevelDB's threads {real['leveldb_cpu_us']:.1f} µs, last / first {stretch_of(size['posts']) // 1000}k {real['flatness']:.2f}, "
-        f"compaction read / written {real['compaction_mb'][0]:.0f} / {real['compaction_mb'][1]:.0f} MB; load {real['load'][0]:.2f}",
+        f"compaction read / written {real['compaction_mb'][0]:.0f} / {real['compaction_mb'][1]:.0f} MB; "
+        f"reindex of the compacted store {real['reindex']['rate']:,.0f} posts/s, {real['reindex']['cpu_us']:.1f} µs of CPU a post; load {real['load'][0]:.2f}",
         "",
         "| candidate | rows / post | key+value B / post | writer CPU µs / post | LevelDB CPU µs / post | compaction read / written MB "
-        "| DB-work last / first | disk B / post | modeled store CPU µs / post (gain) | modeled last / first (gain) "
-        "| p50 µs: time range, state, author, rev lookup, head check | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| DB-work last / first | disk B / post | reindex rewrite CPU µs / post | modeled store CPU µs / post (gain) "
+        "| modeled last / first (gain) | modeled reindex /s (gain) | p50 µs: time range, state, author, rev lookup, head check | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         m, mb = r["modeled"], base["modeled"]
         lat = ", ".join(f"{v:.0f}" for v in r["latency_p50_us"].values())
+        rw = r["reindex_proxy"]
+        rewrite = f"{rw['main_cpu_us'] + rw['leveldb_cpu_us']:.1f}" if rw else "-"
+        reindex = f"{m['reindex_rate']:,.0f} ({m['reindex_rate'] / mb['reindex_rate'] - 1:+.0%})" if "reindex_rate" in m else "-"
         lines.append(
             f"| {r['name']} | {r['rows_per_post']:.2f} | {r['bytes_per_post']:.0f} | {r['writer_cpu_us']:.1f} | {r['leveldb_cpu_us']:.1f} "
-            f"| {r['compaction_mb'][0]:.0f} / {r['compaction_mb'][1]:.0f} | {r['db_flatness']:.2f} | {r['disk_per_post']:.0f} "
+            f"| {r['compaction_mb'][0]:.0f} / {r['compaction_mb'][1]:.0f} | {r['db_flatness']:.2f} | {r['disk_per_post']:.0f} | {rewrite} "
             f"| {m['cpu_us']:.1f} ({1 - m['cpu_us'] / mb['cpu_us']:+.0%}) | {m['flatness']:.2f} ({m['flatness'] / mb['flatness'] - 1:+.0%}) "
-            f"| {lat} | {r['load'][0]:.1f} |"
+            f"| {reindex} | {lat} | {r['load'][0]:.1f} |"
         )
     return "\n".join(lines)
 
