@@ -34,7 +34,7 @@ from pathlib import Path
 import msgpack
 import plyvel
 
-from benchmarks.keyspace2_rows import Keyspace, candidates
+from benchmarks.keyspace2_rows import Keyspace, candidates, combination
 from cablestore.keyspace.keys import AUTHOR, CHAT, DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED, STATE, next_prefix
 from cablestore.store import opening
 
@@ -160,14 +160,14 @@ def timed_reindex(store_path: Path, posts: int) -> dict:
         start, cpu0, main0 = time.perf_counter(), time.process_time(), time.thread_time()
         report = reindex(store)
         wall, main, cpu = time.perf_counter() - start, time.thread_time() - main0, time.process_time() - cpu0
-    return {"posts": report.posts, "rate": report.posts / wall, "seconds_per_post": wall / report.posts, "cpu_us": cpu * 1e6 / report.posts, "main_cpu_us": main * 1e6 / report.posts}
+    per = 1e6 / report.posts
+    return {"posts": report.posts, "rate": report.posts / wall, "seconds_per_post": wall / report.posts, "cpu_us": cpu * per, "main_cpu_us": main * per}
 
 
 def stream(stream_path: Path):
     """``(posts, reads, writes)`` of each recorded batch; the first is the preamble (0 posts)."""
     with open(stream_path, "rb") as f:
-        for posts, reads, writes in msgpack.Unpacker(f, use_list=False, raw=False):
-            yield posts, reads, writes
+        yield from msgpack.Unpacker(f, use_list=False, raw=False)
 
 
 def compaction_mb(stats: str) -> tuple[float, float]:
@@ -424,17 +424,24 @@ def run_size(n: int, out: Path, queries: int, only: set | None = None) -> dict:
     real = record(posts_file, store_path, stream_path, n)
     real["load"] = os.getloadavg()
     sample = query_sample(store_path, n)
-    results, best_options = [], {}
-    for ks in candidates(best_options):
-        if only and ks.name.split(":")[0] not in only and ks.name != "today":
-            continue
+    results = []
+
+    def measure(ks):
         result = replay(ks, stream_path, out / "ks2-replay.ldb", queries, sample)
         result["load"] = os.getloadavg()
         results.append(result)
+        result["modeled"] = modeled(real, results[0], result)
         print(f"  {n:,}: {ks.name}: {_brief(result)}", flush=True)
-    base = results[0]
-    for r in results:
-        r["modeled"] = modeled(real, base, r)
+
+    singles = candidates()
+    for ks in singles:
+        if only is None or ks.name.split(":")[0] in only | {"today"}:
+            measure(ks)
+    letter = {r["name"].split(":")[0]: r for r in results}
+    if only is None or "g" in only:
+        cost = {k: r["modeled"]["cpu_us"] for k, r in letter.items()}
+        options = {ks.name.split(":")[0]: ks.options for ks in singles if ks.options}
+        measure(combination(cost, options))
     stream_path.unlink()
     shutil.rmtree(store_path, ignore_errors=True)
     return {"posts": n, "real": real, "candidates": results}

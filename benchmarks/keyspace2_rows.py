@@ -330,9 +330,8 @@ class ValueCarrying(Keyspace):
         return out
 
 
-def candidates(best_options: dict) -> list[Keyspace]:
-    """Every candidate of the issue, in the table's order (fresh: some keep state across batches)."""
-    opts = dict(best_options)
+def candidates() -> list[Keyspace]:
+    """Every single candidate of the issue, in the table's order (fresh: some keep state across batches)."""
     return [
         Keyspace(),
         DropRev(),
@@ -340,10 +339,40 @@ def candidates(best_options: dict) -> list[Keyspace]:
         MembershipChanges(),
         ShortKeys(),
         ValueCarrying(),
-        Chain("f1: 64 MB tables, 128 MB write buffer", "LevelDB options: max_file_size 64 MB, write_buffer_size 128 MB", [],
-              {"max_file_size": 64 << 20, "write_buffer_size": 128 << 20}),
+        Chain(
+            "f1: 64 MB tables, 128 MB write buffer",
+            "LevelDB options: max_file_size 64 MB, write_buffer_size 128 MB",
+            [],
+            {"max_file_size": 64 << 20, "write_buffer_size": 128 << 20},
+        ),
         Chain("f2: no compression", "LevelDB options: compression None", [], {"compression": None}),
-        Chain("f3: bloom 16 bits, restart interval 32", "LevelDB options: bloom_filter_bits 16, block_restart_interval 32", [],
-              {"bloom_filter_bits": 16, "block_restart_interval": 32}),
-        Chain("g: a + b + c + d" + (" + f" if opts else ""), "the combination", [DropRev(), FoldCandidates(), MembershipChanges(), ShortKeys()], opts),
+        Chain(
+            "f3: bloom 16 bits, restart interval 32",
+            "LevelDB options: bloom_filter_bits 16, block_restart_interval 32",
+            [],
+            {"bloom_filter_bits": 16, "block_restart_interval": 32},
+        ),
     ]
+
+
+def combination(cost: dict[str, float], options: dict[str, dict]) -> Chain:
+    """(g): a and d, the cheaper membership layout (b with c, or e), and the cheapest option set if it beats today's.
+
+    ``cost``: a figure to minimize per candidate letter (``today`` included);
+    ``options``: each f candidate's options.
+    """
+    parts, names = [DropRev()], ["a"]
+    if cost["e"] < cost["b"]:
+        parts.append(ValueCarrying())
+        names.append("e")
+    else:
+        parts += [FoldCandidates(), MembershipChanges()]
+        names += ["b", "c"]
+    parts.append(ShortKeys())
+    names.append("d")
+    best_f = min(options, key=cost.__getitem__)
+    chosen = {}
+    if cost[best_f] < cost["today"]:
+        chosen = options[best_f]
+        names.append(best_f)
+    return Chain("g: " + " + ".join(names), "the combination", parts, chosen)
