@@ -291,6 +291,7 @@ class ValueCarrying(Keyspace):
 
     def __init__(self):
         self.groups: dict[bytes, dict[bytes, int]] = {}  # m key -> {mono: type} of live candidates
+        self.best: dict[bytes, bytes | None] = {}  # m key -> the winner's mono
         self.fold = FoldCandidates()
 
     def rows(self, writes):
@@ -299,15 +300,17 @@ class ValueCarrying(Keyspace):
         for k, v in writes:
             parts = membership_parts(k)
             if parts is not None and parts[1] == b"a":
-                m = CHANNEL + parts[0] + b"m" + parts[2][:32]
+                m, mono = CHANNEL + parts[0] + b"m" + parts[2][:32], parts[2][32:]
                 live = self.groups.setdefault(m, {})
-                before = max(live) if live else None
+                before = self.best.get(m)
                 if v is None:
-                    live.pop(parts[2][32:], None)
+                    live.pop(mono, None)
+                    after = (max(live) if live else None) if mono == before else before  # rare: the winner removed
                 else:
-                    live[parts[2][32:]] = v[0]
-                after = max(live) if live else None
-                if after != before:
+                    live[mono] = v[0]
+                    after = mono if before is None or mono > before else before
+                if after != before or (v is not None and mono == after):
+                    self.best[m] = after
                     touched[m] = None if after is None else bytes([live[after]]) + after
                 base.append((k, v))
             elif parts is not None and parts[1] == b"m":
