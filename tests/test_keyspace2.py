@@ -56,3 +56,6 @@ def test_the_benchmark_runs_every_candidate_at_a_tiny_size(tmp_path, capsys):
     assert all(set(r["latency_p50_us"]) == {"chat time range", "state", "author", "rev lookup", "head check"} for r in rows)
     assert "| g: a + " in (tmp_path / "keyspace2.md").read_text()
     assert not list(tmp_path.glob("ks2-*"))  # the stream, the store and the replays are removed
+    capsys.readouterr()
+    assert keyspace2.main(["--table", str(tmp_path / "keyspace2.json")]) == 0  # the tables again, from the figures
+    assert capsys.readouterr().out.count("\n| today |") == 1
