@@ -65,7 +65,7 @@ def stretch_of(n: int) -> int:
 def _flatness(marks: list, n: int) -> float:
     """Rate of the last stretch over the first, from ``marks`` = [(posts done, seconds so far)]."""
     k = stretch_of(n)
-    first = next(s for p, s in marks if p >= k)
+    first = next((s for p, s in marks if p >= k), marks[-1][1])
     before_last = max((s for p, s in marks if p <= n - k), default=0.0)
     last = marks[-1][1] - before_last
     return first / last if last > 0 else float("nan")
@@ -402,7 +402,7 @@ def modeled(real: dict, base: dict, cand: dict) -> dict:
 
     def stretch_seconds(marks, first: bool) -> float:
         if first:
-            return next(s for p, s in marks if p >= k)
+            return next((s for p, s in marks if p >= k), marks[-1][1])
         return marks[-1][1] - max((s for p, s in marks if p <= n - k), default=0.0)
 
     flat = []
@@ -437,6 +437,8 @@ def run_size(n: int, out: Path, queries: int, only: set | None = None) -> dict:
         results.append(result)
         result["modeled"] = modeled(real, results[0], result)
         print(f"  {n:,}: {ks.name}: {_brief(result)}", flush=True)
+        # Kept as it goes: a 1M run takes an hour on a loaded machine, and a stopped one keeps what it measured.
+        (out / f"keyspace2-{n}-partial.json").write_text(json.dumps({"posts": n, "real": real, "candidates": results}, default=str))
 
     singles = candidates()
     for ks in singles:
@@ -448,6 +450,7 @@ def run_size(n: int, out: Path, queries: int, only: set | None = None) -> dict:
         options = {ks.name.split(":")[0]: ks.options for ks in singles if ks.options}
         measure(combination(cost, options))
     stream_path.unlink()
+    (out / f"keyspace2-{n}-partial.json").unlink()
     shutil.rmtree(store_path, ignore_errors=True)
     return {"posts": n, "real": real, "candidates": results}
 
