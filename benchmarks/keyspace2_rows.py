@@ -365,7 +365,8 @@ def combination(cost: dict[str, float], options: dict[str, dict]) -> Chain:
     ``options``: each f candidate's options.
     """
     parts, names = [DropRev()], ["a"]
-    if cost["e"] < cost["b"]:
+    inf = float("inf")
+    if cost.get("e", inf) <= cost.get("b", inf):  # e when neither ran (``--only``)
         parts.append(ValueCarrying())
         names.append("e")
     else:
@@ -373,9 +374,10 @@ def combination(cost: dict[str, float], options: dict[str, dict]) -> Chain:
         names += ["b", "c"]
     parts.append(ShortKeys())
     names.append("d")
-    best_f = min(options, key=cost.__getitem__)
+    ran = [f for f in options if f in cost]
+    best_f = min(ran, key=cost.__getitem__) if ran else None
     chosen = {}
-    if cost[best_f] < cost["today"]:
+    if best_f is not None and cost[best_f] < cost["today"]:
         chosen = options[best_f]
         names.append(best_f)
     return Chain("g: " + " + ".join(names), "the combination", parts, chosen)
