@@ -34,6 +34,7 @@ from cablestore.store.reading import StoredPost, _checked_post, _hidden_users, _
 from cablestore.views import actions as actions_view
 from cablestore.views import blocks as blocks_view
 from cablestore.views import search as search_view
+from cablestore.wire.codec import Post  # noqa: F401  (the fields SearchHit inherits name it: the API reference resolves them here)
 
 __all__ = ["MAX_EXAMINED", "SearchHit", "SearchPage", "Searching"]
 
