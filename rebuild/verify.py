@@ -15,8 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from cablestore.errors import RebuildError
-from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, QUARANTINE, REINDEXING
+from cablestore.keyspace.keys import CHECKED, LOCAL_USER_KEY, POSTS, QUARANTINE, REINDEXING
 
 from . import local
 from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
@@ -238,7 +240,10 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
     """
     with store._write_lock:
         report = verify(engine, db=store.db, **kw)
-        if not fix or report.consistent:
+        if not fix:
+            return report  # a plain check writes nothing, not even that it ran
+        if report.consistent:
+            _record_check(store, report, report)
             return report
         try:
             if mostly_missing(report):
@@ -256,4 +261,26 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
         after.repaired = repaired
         after.seconds = {**{f"first_{k}": v for k, v in report.seconds.items()}, **after.seconds}
         after.before = report.to_dict()
+        _record_check(store, report, after)
         return after
+
+
+def _record_check(store: Store, found: Report, after: Report) -> None:
+    """Keep what a repairing check found under ``!local!checked`` (a plain check is read-only and records nothing)."""
+    problems = len(found.faults) + len(found.missing) + len(found.extra) + len(found.different)
+    record = {"at": int(time.time() * 1000), "engine": after.engine, "posts": after.posts,
+              "faults": problems, "repaired": after.repaired is not None, "consistent": after.consistent}
+    store.db.put(CHECKED, msgpack.packb(record), sync=store.sync)
+
+
+def last_check(store: Store) -> dict[str, Any] | None:
+    """What the last ``check --repair`` of ``store`` recorded (``at``: unix ms, ``engine``, ``posts``,
+    ``faults`` found, ``repaired``, ``consistent`` after), or None: never, or a record too damaged to read."""
+    raw = store.db.get(CHECKED)
+    if raw is None:
+        return None
+    try:
+        record = msgpack.unpackb(raw)
+    except (ValueError, msgpack.UnpackException):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("at"), int) else None

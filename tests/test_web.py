@@ -17,6 +17,7 @@ import pytest
 from markupsafe import escape
 
 from cablestore import Store
+from cablestore.authoring.workload import generate
 from cablestore.cli import main
 from cablestore.web import CSP
 from cablestore.web.app import make_app
@@ -245,3 +246,20 @@ def test_cached_labels_follow_a_rename_and_a_new_namesake(tmp_path):
         s.ingest(post(W.SAM1, INFO, W.T0 + 1, info=[("name", "samuel")]))
         assert labels([W.SAM1.public_key, W.SAM2.public_key]) == {W.SAM1.public_key: "samuel", W.SAM2.public_key: "SAM"}
         labels.close()
+
+
+def test_status_shows_what_the_last_repairing_check_recorded_and_a_plain_check_records_nothing(tmp_path):
+    from cablestore.rebuild.verify import last_check
+    from cablestore.web.status import describe_check, status
+
+    with Store(tmp_path / "s") as s:
+        s.ingest_many(generate(seed=5, posts=40))
+        assert s.check().consistent and last_check(s) is None  # read-only: not even that it ran
+        s.db.delete(next(k for k, _ in s.items() if k.startswith(b"!chat!")))  # a damaged view
+        after = s.check(fix=True)
+        record = last_check(s)
+    assert after.consistent and record["faults"] == 1 and record["repaired"] and record["consistent"]
+    assert record["posts"] == after.posts
+    with Store(tmp_path / "s", readonly=True) as ro:
+        line = status(ro)["last_check"]
+    assert line == describe_check(record) and "1 fault found" in line and "repaired, consistent" in line

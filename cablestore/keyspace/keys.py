@@ -34,6 +34,7 @@ LOCAL = b"!local!"  # this peer's own state (clock, sync cursors, local user)
 LOCAL_USER_KEY = LOCAL + b"user"  # whose moderation state the store resolves
 SEED_KEY = LOCAL + b"seed"  # the moderation seed the local user joined with (moderation.md §4.7), as its bytes
 SEED_KEPT = LOCAL + b"seeded"  # hashes of seeded users' posts applied when a seed was cleared: they stay applied
+CHECKED = LOCAL + b"checked"  # what the last `check --repair` found and when (rebuild.verify.last_check)
 REINDEXING = LOCAL + b"reindexing"  # present while a reindex runs: one left behind marks a reindex interrupted
 CABAL_KEY = LOCAL + b"cabal"  # a digest of the cabal key the store belongs to (never the key)
 CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a post of that author
