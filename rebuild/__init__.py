@@ -74,4 +74,4 @@ def rebuild(
             if repair:
                 raise RebuildError("repair=True works on a store path, not on a snapshot")
             return verify(snapshot=snapshot, **kw)
-        return check(store, fix=repair, **kw)
+        return check(store, fix=repair, record=repair, **kw)  # a repairing rebuild/check keeps what it found (!local!checked)

@@ -233,8 +233,12 @@ def mostly_missing(report: Report) -> bool:
     return len(report.missing) > REINDEX_WHEN_MISSING * max(sum(report.recomputed_counts.values()), 1)
 
 
-def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
+def check(store: Store, fix: bool = False, engine: str = "local", record: bool = False, **kw: Any) -> Report:
     """Verify ``store`` (a :class:`cablestore.Store`); with ``fix``, repair and verify again.
+
+    ``record`` (with ``fix``): keep what was found under ``!local!checked``
+    (:func:`last_check`), as ``cablestore check --repair`` does; a repair inside
+    another command (``recover``) records nothing.
 
     The store's write lock is held throughout, so no ingest interleaves.
     """
@@ -243,7 +247,8 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
         if not fix:
             return report  # a plain check writes nothing, not even that it ran
         if report.consistent:
-            _record_check(store, report, report)
+            if record:
+                _record_check(store, report, report)
             return report
         try:
             if mostly_missing(report):
@@ -261,7 +266,8 @@ def check(store: Store, fix: bool = False, engine: str = "local", **kw: Any) -> 
         after.repaired = repaired
         after.seconds = {**{f"first_{k}": v for k, v in report.seconds.items()}, **after.seconds}
         after.before = report.to_dict()
-        _record_check(store, report, after)
+        if record:
+            _record_check(store, report, after)
         return after
 
 

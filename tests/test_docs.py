@@ -103,7 +103,7 @@ def populated(tmp_path_factory):
         s.clear_seed()
         s.set_seed(b"\x00" + keypair("seeded").public_key)
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
-        assert s.check(fix=True).consistent
+        assert s.check(fix=True, record=True).consistent  # as `check --repair`: !local!checked
         s.db.put(b"!local!reindexing", b"")  # what a reindex interrupted leaves
         yield s
 

@@ -27,7 +27,7 @@ from cablestore.views import search as search_view
 from cablestore.wire.codec import DROP_CHANNEL, DROP_POST, HIDE_POST, HIDE_USER, UNHIDE_POST
 
 from . import moderation_helpers as mh
-from .conftest import NOW, keypair, post
+from .conftest import NOW, dump, keypair, post
 from .test_control import cli, served  # noqa: F401  (the fixture: a store held by `serve`)
 
 H = post_hash
@@ -186,7 +186,7 @@ def test_check_repairs_and_reindex_rebuilds_a_damaged_search_view(searchable):
 
     s = searchable
     s.ingest_many([text(ALICE, 1000 + i, f"row {i} common") for i in range(5)])
-    before = list(s.items())
+    before = dump(s)
     keys = search_keys(s)
     s.db.delete(keys[0])
     s.db.put(SEARCH + b"bogus\x00" + bytes(40), b"")
@@ -194,10 +194,10 @@ def test_check_repairs_and_reindex_rebuilds_a_damaged_search_view(searchable):
     report = s.check()
     counts = {k: v for k, v in report.to_dict()["views"]["search"].items() if k != "examples"}
     assert not report.consistent and counts == {"live": len(keys), "recomputed": len(keys), "missing": 1, "extra": 1, "different": 1}
-    assert s.check(fix=True).consistent and list(s.items()) == before
+    assert s.check(fix=True).consistent and dump(s) == before
     s.db.delete(keys[2])
     reindex(s)
-    assert list(s.items()) == before
+    assert dump(s) == before
 
 
 @pytest.mark.spark

@@ -255,11 +255,16 @@ def test_status_shows_what_the_last_repairing_check_recorded_and_a_plain_check_r
     with Store(tmp_path / "s") as s:
         s.ingest_many(generate(seed=5, posts=40))
         assert s.check().consistent and last_check(s) is None  # read-only: not even that it ran
+        assert s.check(fix=True).consistent and last_check(s) is None  # a repair inside another command (recover) records nothing
         s.db.delete(next(k for k, _ in s.items() if k.startswith(b"!chat!")))  # a damaged view
-        after = s.check(fix=True)
+        after = s.check(fix=True, record=True)
         record = last_check(s)
     assert after.consistent and record["faults"] == 1 and record["repaired"] and record["consistent"]
     assert record["posts"] == after.posts
     with Store(tmp_path / "s", readonly=True) as ro:
         line = status(ro)["last_check"]
     assert line == describe_check(record) and "1 fault found" in line and "repaired, consistent" in line
+    assert main(["check", str(tmp_path / "s"), "--repair", "--quiet"]) == 0  # the command records
+    with Store(tmp_path / "s", readonly=True) as ro:
+        again = last_check(ro)
+    assert again["at"] >= record["at"] and again["faults"] == 0 and not again["repaired"] and again["consistent"]

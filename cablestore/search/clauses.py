@@ -23,7 +23,9 @@ text the clause is found in: that is what makes the index complete.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cablestore.errors import QueryError
 
@@ -88,6 +90,8 @@ class Clause:
                 return [(a, b) for chunk, a, b in doc.chunks() if chunk.startswith(t)]
             return [(a, b) for chunk, a, b in doc.chunks() if chunk == t]
         if self.kind == PHRASE:
+            if doc.text.isascii() and not _ascii_phrase(self.atoms).search(doc.text):
+                return []  # the usual miss of a phrase of common words, without cutting the text into atoms
             return self._find_phrase(doc.atoms())
         if self.kind == WORD:  # a word: a substring of whole words (or, as a prefix, the start of one)
             word_start, word_end = True, not self.prefix
@@ -114,6 +118,14 @@ class Clause:
             else:
                 spans.append((atoms[j][1], atoms[j + len(want) - 1][2]))
         return spans
+
+
+@lru_cache(maxsize=256)
+def _ascii_phrase(atoms: tuple[tuple[str, bool], ...]) -> re.Pattern:
+    """What every ASCII text holding the phrase matches: its atoms in order, nothing between two the phrase
+    joins, and elsewhere only characters no atom holds (in ASCII text an atom is ``[a-z0-9]+``).  A test that
+    can only rule a text out: :meth:`Clause._find_phrase` decides."""
+    return re.compile("".join(re.escape(atom) + ("" if joined else "[^a-z0-9]*") for atom, joined in atoms))
 
 
 def _run_lookups(run: str) -> list[tuple[Lookup, ...]]:
