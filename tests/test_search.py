@@ -215,6 +215,7 @@ def test_the_spark_engine_verifies_the_search_view_like_the_local_one(searchable
 
 def test_highlighted_marks_spans_on_a_terminal_only():
     assert highlighted("a deploy b", [(2, 8)], bold=True) == f"a {BOLD}deploy\x1b[0m b"
+    assert highlighted("a deploy b", [(2, 5), (4, 8)], bold=True) == f"a {BOLD}deploy\x1b[0m b"  # overlapping spans: one bold run
     assert highlighted("a deploy\nb", [(2, 8)], bold=False) == "a deploy\\nb"
 
 
@@ -228,6 +229,10 @@ def test_the_search_command_enables_searches_and_runs_through_serve(served, tmp_
     assert found.returncode == 0, found.stderr
     hits = json.loads(found.stdout)["hits"]
     assert [h["text"] for h in hits] == ["hello through serve"] and hits[0]["spans"]
+    for channel in ("general", "#general"):  # as `channels` prints it too
+        inside = cli("search", store, "hello", "--channel", channel, "--json")
+        assert inside.returncode == 0 and [h["text"] for h in json.loads(inside.stdout)["hits"]] == ["hello through serve"], inside.stderr
+    assert json.loads(cli("search", store, "hello", "--channel", "random", "--json").stdout)["hits"] == []
     plain = cli("search", store, "hello")
     assert "hello through serve" in plain.stdout and "\x1b[" not in plain.stdout  # not a terminal: no bold
     bad = cli("search", store, "   ")

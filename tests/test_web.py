@@ -19,9 +19,9 @@ from markupsafe import escape
 from cablestore import Store
 from cablestore.authoring.workload import generate
 from cablestore.cli import main
+from cablestore.search.query import marked as pieces
 from cablestore.web import CSP
 from cablestore.web.app import make_app
-from cablestore.web.search import pieces
 from cablestore.web.server import WebThread
 from cablestore.web.status import NEVER
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cablestore.cli.args import int_at_least, open_existing, print_json, printable
+from cablestore.cli.args import channel_name, int_at_least, open_existing, print_json, printable
 from cablestore.errors import ArgumentError
 from cablestore.search import query as query_module
+from cablestore.search.query import marked
 
 BOLD, PLAIN = "\x1b[1m", "\x1b[0m"
 
@@ -22,12 +23,7 @@ def highlighted(text: str, spans, bold: bool) -> str:
     """``text`` made printable on one line, with ``spans`` in bold when ``bold``."""
     if not bold or not spans:
         return printable(text)
-    out, at = [], 0
-    for start, end in spans:
-        out += [printable(text[at:start]), BOLD, printable(text[start:end]), PLAIN]
-        at = end
-    out.append(printable(text[at:]))
-    return "".join(out)
+    return "".join(BOLD + printable(piece) + PLAIN if matched else printable(piece) for piece, matched in marked(text, spans))
 
 
 def _cmd_search(args) -> int:
@@ -71,7 +67,7 @@ def register(sub) -> None:
     )
     p.add_argument("store", help="the store directory (read only, but with --enable)")
     p.add_argument("query", nargs="*", help="what to find (see the query language below; its words may be one argument or several)")
-    p.add_argument("--channel", default=None, help="only in this channel (as in:CHANNEL)")
+    p.add_argument("--channel", type=channel_name, default=None, help="only in this channel (as in:CHANNEL; #CHANNEL too)")
     p.add_argument("--limit", type=int_at_least(1), default=50, help="at most N posts (default: 50, at most 1000)")
     p.add_argument("--include-hidden", action="store_true", help="also posts hidden by moderation, marked [hidden]")
     p.add_argument("--cursor", default=None, help="go on after a previous search (the cursor it printed after `more:`)")

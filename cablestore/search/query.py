@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -206,3 +207,23 @@ def _date(name: str, value: str) -> int:
 
 def _unique(items: list) -> list:
     return list(dict.fromkeys(items))
+
+
+def marked(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[str, bool]]:
+    """``text`` as ``(piece, matched)`` pairs, in order: the ``(start, end)`` spans matched (overlaps merged, out-of-range clipped)."""
+    out: list[tuple[str, bool]] = []
+    at = 0
+    for start, end in sorted((max(0, s), min(len(text), e)) for s, e in spans):
+        start = max(start, at)
+        if end <= start:
+            continue
+        if start > at:
+            out.append((text[at:start], False))
+        if out and out[-1][1] and start == at:  # overlapping or touching spans: one mark
+            out[-1] = (out[-1][0] + text[start:end], True)
+        else:
+            out.append((text[start:end], True))
+        at = end
+    if at < len(text) or not out:
+        out.append((text[at:], False))
+    return out

@@ -6,10 +6,10 @@ strings, escaped like every other value, so a match never lets markup through.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import QueryError, SearchNotEnabledError
+from cablestore.search.query import marked
 from cablestore.web import pages
 
 if TYPE_CHECKING:
@@ -19,26 +19,6 @@ if TYPE_CHECKING:
     from cablestore.web.names import Labels
 
 MAX_QUERY = 1000  # characters of a search query
-
-
-def pieces(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[str, bool]]:
-    """``text`` as ``(piece, matched)`` pairs, in order: the ``(start, end)`` spans matched (overlaps merged, out-of-range clipped)."""
-    out: list[tuple[str, bool]] = []
-    at = 0
-    for start, end in sorted((max(0, s), min(len(text), e)) for s, e in spans):
-        start = max(start, at)
-        if end <= start:
-            continue
-        if start > at:
-            out.append((text[at:start], False))
-        if out and out[-1][1] and start == at:  # overlapping or touching spans: one mark
-            out[-1] = (out[-1][0] + text[start:end], True)
-        else:
-            out.append((text[start:end], True))
-        at = end
-    if at < len(text) or not out:
-        out.append((text[at:], False))
-    return out
 
 
 def results(store: Store, request: web.Request, labels: Labels | None = None) -> dict[str, Any]:
@@ -60,6 +40,6 @@ def results(store: Store, request: web.Request, labels: Labels | None = None) ->
         data["notice"] = "this store keeps no search index: `cablestore search --enable STORE` builds it"
         return data
     listed = pages.shown(store, list(page), labels)
-    data["hits"] = [(s, pieces(s.post.searched, s.post.spans)) for s in listed]
+    data["hits"] = [(s, marked(s.post.searched, s.post.spans)) for s in listed]
     data["next"] = page.next
     return data
