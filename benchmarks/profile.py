@@ -122,7 +122,7 @@ def profile_ingest(out: Path, n: int, seed: int, verify: bool, sort: str, limit:
 def _family(key: bytes) -> str:
     name = key[: key.find(b"!", 1) + 1].decode("ascii", "replace")
     if name == "!rev!":
-        return "!rev!<hash>" if len(key) == 37 else "!rev!<target>l<hash>"
+        return "!rev!<target>l<hash>"
     return name
 
 
@@ -277,7 +277,7 @@ def compare_speedups(out: Path, n: int, seed: int, count: int = 30_000) -> None:
     import cablestore.views as views
     from cablestore import compiled
     from cablestore.authoring.workload import read_posts
-    from cablestore.keyspace import records, reverse
+    from cablestore.keyspace import records
     from cablestore.keyspace.records import Indexed
     from cablestore.rebuild.fold import Fold
     from cablestore.wire import codec
@@ -313,7 +313,6 @@ def compare_speedups(out: Path, n: int, seed: int, count: int = 30_000) -> None:
         ("Indexed.of", pure_indexed, lambda: [native.new_indexed(h, p, ()) for p, h in zip(posts, hashes, strict=True)]),
         ("view entries", lambda: [views.entries_py(ip) for ip in ips], lambda: [native.entries(ip) for ip in ips]),
         ("view groups", lambda: [views.groups_py(ip) for ip in ips], lambda: [native.groups(ip) for ip in ips]),
-        ("reverse entry", lambda: [reverse.pack_py(ip) for ip in ips], lambda: [native.reverse_pack(ip) for ip in ips]),
         ("digest fold of the entries", lambda: Fold(64).add_entries_py(pairs), lambda: Fold(64).add_entries(pairs)),
     ]
     print(f"| per post (CPU, best of 5, {len(bufs):,} posts) | pure Python | compiled | speed-up |\n|---|---|---|---|")

@@ -44,7 +44,7 @@ def reindex_chunk(list chunk, Py_ssize_t start, dict on_target, dict made_by, li
 
     A post with tombstones on it or made by it, or one the rebuild would
     call faulty (hash, decoding), is returned for the pure path; every other
-    post's entries (and reverse entry) go to ``puts`` and its group
+    post's entries go to ``puts`` and its group
     candidates into ``best``, as the pure loop does.  Returns
     ``(slow posts, posts indexed, entries written)``.
     """
@@ -66,7 +66,6 @@ def reindex_chunk(list chunk, Py_ssize_t start, dict on_target, dict made_by, li
             continue
         ip = new_indexed(h, post, ())
         es = entries(ip)
-        es.append((_K_REV + h, reverse_pack(ip)))
         puts.extend(es)
         written += len(es)
         indexed += 1
@@ -80,31 +79,6 @@ def reindex_chunk(list chunk, Py_ssize_t start, dict on_target, dict made_by, li
             if held is None or rank > held[0]:
                 best[k] = (rank, h)
     return slow, indexed, written
-
-
-def links_bulk_latest(keys, get, Py_ssize_t start, channel_of, escape, latest_of_py):
-    """Compiled ``views.links.bulk_latest``: the head entries from the ``!rev!`` keys in key order."""
-    cdef list out = []
-    cdef bytes key
-    own = None
-    for key in keys:
-        if len(key) == start + 32:
-            if own is not None:
-                _emit_head(out, own, get, start, channel_of, escape, latest_of_py)
-            own = key
-        elif own is not None and key[start : start + 32] == own[start:]:
-            own = None  # a linker outranks the post
-    if own is not None:
-        _emit_head(out, own, get, start, channel_of, escape, latest_of_py)
-    return out
-
-
-cdef _emit_head(list out, bytes own, get, Py_ssize_t start, channel_of, escape, latest_of_py):
-    channel = channel_of(get(own))
-    if channel is None:  # not a channel post, or anything unusual: the pure view decides
-        out.extend(latest_of_py(own, get))
-    else:
-        out.append((_cat(_K_HEADS, escape(channel), own[start:]), _EMPTY))
 
 
 def put_all(put, pairs):

@@ -177,7 +177,7 @@ cdef tuple _VIEWS = ()
 cdef object _V_STATE = None, _V_USER = None, _V_CHANNEL = None, _V_LINKS = None
 cdef bytes _EMPTY = b""
 # The key prefixes, bound from the view modules (which take them from
-# cablestore.keyspace.keys) and from cablestore.keyspace.reverse: never spelled here.
+# cablestore.keyspace.keys): never spelled here.
 cdef bytes _K_CHAT = None, _K_STATE = None, _K_AUTHOR = None, _K_USER = None, _K_CHANNEL = None, _K_HEADS = None
 cdef bytes _K_REV = None
 cdef tuple _TYPE_BYTE = tuple(bytes([i]) for i in range(256))
@@ -186,13 +186,14 @@ cdef tuple _TYPE_BYTE = tuple(bytes([i]) for i in range(256))
 def bind_views(entries_py, groups_py, escape, chat, state, author, user, channel, links):
     """Bind the pure ``views.entries``/``views.groups``, ``escape`` and the view modules whose entries and groups this computes.
 
-    Their key prefixes are read from the modules (``PREFIX``, ``links.HEADS``).
+    Their key prefixes are read from the modules (``PREFIX``, ``links.HEADS``, ``links.BULK_PREFIX``).
     """
     global _entries_py, _groups_py, _escape, _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS
-    global _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS
+    global _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS, _K_REV
     _entries_py, _groups_py, _escape = entries_py, groups_py, escape
     _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS = state, user, channel, links
     _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS = chat.PREFIX, state.PREFIX, author.PREFIX, user.PREFIX, channel.PREFIX, links.HEADS
+    _K_REV = links.BULK_PREFIX
 
 
 def bound_prefixes():
@@ -264,89 +265,6 @@ def groups(ip):
         for target in dict.fromkeys(links):
             if target != h:
                 out.append((_V_LINKS, target))
-    return out
-
-
-# --- the reverse entry (msgpack, as msgpack.Packer() writes it) ----------------
-
-cdef object _pack_py = None
-
-
-def bind_reverse(pack_py, bytes prefix):
-    """Bind the pure ``reverse.pack`` (post/deletes and anything unusual go there) and the reverse entries' key prefix."""
-    global _pack_py, _K_REV
-    _pack_py, _K_REV = pack_py, prefix
-
-
-cdef inline Py_ssize_t _put_uint(unsigned char* q, uint64_t v):
-    if v < 0x80:
-        q[0] = <unsigned char>v
-        return 1
-    if v <= 0xFF:
-        q[0] = 0xCC
-        q[1] = <unsigned char>v
-        return 2
-    if v <= 0xFFFF:
-        q[0] = 0xCD
-        q[1] = (v >> 8) & 0xFF
-        q[2] = v & 0xFF
-        return 3
-    cdef int i, width
-    if v <= <uint64_t>4294967295UL:
-        q[0] = 0xCE
-        width = 4
-    else:
-        q[0] = 0xCF
-        width = 8
-    for i in range(width):
-        q[1 + i] = (v >> (8 * (width - 1 - i))) & 0xFF
-    return 1 + width
-
-
-def reverse_pack(ip):
-    """Compiled ``reverse.pack``: ``[timestamp, post_type, public_key, [channel]]`` in msgpack."""
-    post = _get(ip, _IDX_OFF[1])
-    cdef int t = post.post_type
-    cdef bytes pk = post.public_key
-    if t == DELETE or t > 127 or PyBytes_GET_SIZE(pk) != 32:
-        return _pack_py(ip)
-    channel = _get(ip, _IDX_OFF[3])
-    cdef bytes ch = b"" if channel is None else channel.encode("utf-8")
-    cdef Py_ssize_t lc = PyBytes_GET_SIZE(ch)
-    if lc > 0xFFFF:
-        return _pack_py(ip)
-    cdef unsigned char buf[128]
-    cdef unsigned char* q = buf
-    cdef Py_ssize_t pos = 0
-    q[0] = 0x94
-    pos = 1
-    pos += _put_uint(q + pos, <uint64_t>post.timestamp)
-    q[pos] = <unsigned char>t
-    q[pos + 1] = 0xC4
-    q[pos + 2] = 32
-    memcpy(q + pos + 3, PyBytes_AS_STRING(pk), 32)
-    pos += 35
-    if channel is None:
-        q[pos] = 0x90
-        pos += 1
-        return PyBytes_FromStringAndSize(<char*>buf, pos)
-    q[pos] = 0x91
-    pos += 1
-    if lc < 32:
-        q[pos] = 0xA0 | lc
-        pos += 1
-    elif lc <= 0xFF:
-        q[pos] = 0xD9
-        q[pos + 1] = lc
-        pos += 2
-    else:
-        q[pos] = 0xDA
-        q[pos + 1] = (lc >> 8) & 0xFF
-        q[pos + 2] = lc & 0xFF
-        pos += 3
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, pos + lc)
-    memcpy(PyBytes_AS_STRING(out), buf, pos)
-    memcpy(PyBytes_AS_STRING(out) + pos, PyBytes_AS_STRING(ch), lc)
     return out
 
 

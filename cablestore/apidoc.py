@@ -23,7 +23,6 @@ INTERNAL_PREFIXES = (
     "cablestore.cli",
     "cablestore.store.txn",
     "cablestore.store.indexing",
-    "cablestore.keyspace.reverse",
     "cablestore.views",
     "cablestore.rebuild.",
 )

@@ -2,7 +2,7 @@
 
 Input is primary data only: ``(hash, blob)`` pairs and tombstones.  Output is
 every derived key/value pair, computed by the view modules in
-``cablestore.views`` (never re-implemented here), plus the reverse entries.
+``cablestore.views`` (never re-implemented here).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import blake3
 
 from cablestore import views
 from cablestore.errors import CableError, CorruptRecordError
-from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED
+from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED, REVERSE
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
 from cablestore.store.enforcing import refusal
@@ -26,7 +25,7 @@ from cablestore.wire.crypto import verify_post
 PRIMARY_PREFIXES = (POSTS, DELETED, META, LOCAL, QUARANTINE, REFUSED, FACTS)
 VIEW_PREFIXES = {v.NAME: v.PREFIX for v in views.VIEWS}
 VIEW_PREFIXES[search_view.NAME] = search_view.PREFIX  # opt-in: recomputed only for a store that keeps it
-VIEW_PREFIXES["reverse"] = reverse.PREFIX
+VIEW_PREFIXES["reverse"] = REVERSE  # the links view's linker entries, reported as reverse links
 VIEW_NAMES = tuple(VIEW_PREFIXES) + ("unknown",)
 FAULT_KINDS = ("bad_hash", "undecodable", "bad_signature", "tombstoned", "unverified_tombstone", "bad_tombstone", "kept_out")
 # What a repair does with each fault's record.  Only a post whose deletion is
@@ -127,11 +126,9 @@ def tombstone_status(tomb, by_blob: bytes | None):
 
 
 def post_entries(h: bytes, blob: bytes, post, made):
-    """``(indexed post, its derived entries with its reverse entry)`` for a sound post."""
+    """``(indexed post, its derived entries)`` for a sound post."""
     ip = Indexed.of(blob, post, h, tuple(sorted(made, key=_by_target)) if made else ())
-    entries = views.entries(ip)
-    entries.append((reverse.key(h), reverse.pack(ip)))
-    return ip, entries
+    return ip, views.entries(ip)
 
 
 def _by_target(tomb) -> bytes:
@@ -139,7 +136,7 @@ def _by_target(tomb) -> bytes:
 
 
 def recompute_post(h: bytes, blob: bytes, post, made):
-    """A sound post's derived entries (with its reverse entry) and latest-group candidates.
+    """A sound post's derived entries and latest-group candidates.
 
     Candidates are ``((view name, group), (rank, hash, blob))``; the rank is
     the mono timestamp unless the view ranks its candidates otherwise.  The

@@ -7,8 +7,9 @@ then streams the primary data once and writes what
 calls the view modules) derives from it, batch by batch, each batch sorted.
 The "latest" entries of each group are written last, from the winner kept per
 group (its rank and hash, not its bytes); a view with a group per post
-(``links``: one per linkable post) derives them instead from the ``!rev!``
-range just written (``bulk_latest``), so memory holds no candidate per post.
+(``links``: one per linkable post) derives them instead from the ``!post!``
+keys and its own entries just written (``bulk_latest``), so memory holds no
+candidate per post.
 The result is byte-identical to the views incremental ingest builds from the
 same posts.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -36,7 +38,6 @@ import plyvel
 
 from cablestore import views
 from cablestore.compiled import native as _native
-from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, REINDEXING, SEARCH_KEY, next_prefix
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
@@ -60,8 +61,8 @@ if TYPE_CHECKING:
 
 _BATCH_KEYS = 200_000  # entries per WriteBatch: bounded memory, few large writes
 _PROGRESS_EVERY = 1000  # posts (or keys) between progress updates
-# Views with a group per post give every group's latest from the written
-# `!rev!` range (``bulk_latest``); the others keep one candidate per group.
+# Views with a group per post give every group's latest from the post keys and
+# their own written entries (``bulk_latest``); the others keep one candidate per group.
 _BULK = tuple(v for v in views.VIEWS if v.BULK_LATEST)
 _GROUPED = tuple(v for v in views.VIEWS if v not in _BULK)
 
@@ -130,14 +131,14 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         lap("tombstones")
         if progress:
             progress.stage("index posts")
-        best = _index_posts(db, writer, on_target, made_by, report, progress)
+        best, unindexed = _index_posts(db, writer, on_target, made_by, report, progress)
         lap("posts")
-        _write_latest(db, writer, best, report)
+        _write_latest(db, writer, best, unindexed, report)
         lap("latest")
         report.written += _write_resolved(db, writer)
         lap("moderation")
         if db.get(SEARCH_KEY) is not None:
-            report.written += write_search(db, writer)
+            report.written += write_search(db, writer, unindexed)
             lap("search")
     db.delete(REINDEXING, sync=sync)
     # In the order `check` lists them, not the order the checks ran in.
@@ -158,7 +159,7 @@ def _write_resolved(db, writer: BatchWriter) -> int:
     return written
 
 
-def write_search(db: plyvel.DB, writer: BatchWriter) -> int:
+def write_search(db: plyvel.DB, writer: BatchWriter, skip: Collection[bytes] = frozenset()) -> int:
     """The search entries of every indexed post (``cablestore.store.searching.index_entries``); returns how many.
 
     A pass of its own, run only for a store with search enabled: the
@@ -167,7 +168,7 @@ def write_search(db: plyvel.DB, writer: BatchWriter) -> int:
     """
     written = 0
     with db.snapshot() as snap:
-        entries = index_entries(snap)
+        entries = index_entries(snap, skip)
         while chunk := list(islice(entries, writer.batch_keys)):
             written += writer.put_all(chunk)
     writer.flush()
@@ -283,12 +284,13 @@ class _Pass:
     made_by: dict
     checks: _TombstoneChecks
     best: dict = field(default_factory=dict)
+    unindexed: set = field(default_factory=set)  # stored posts the rebuild calls faulty: no entries
     indexed: int = 0
     written: int = 0
 
 
 def _index_posts(db, writer: BatchWriter, on_target, made_by, report: ReindexReport, progress) -> dict:
-    """Write every sound post's entries; return the best candidate of each group of the grouped views."""
+    """Write every sound post's entries; return the best candidate of each group of the grouped views, and the posts left unindexed."""
     puts = writer.puts  # flush() empties it in place
     posts = 0
     with db.snapshot() as snap:
@@ -315,7 +317,7 @@ def _index_posts(db, writer: BatchWriter, on_target, made_by, report: ReindexRep
     report.posts += posts
     report.indexed += run.indexed
     report.written += run.written
-    return run.best
+    return run.best, run.unindexed
 
 
 _CHUNK = 1024  # posts per call of the compiled loop
@@ -348,6 +350,7 @@ def _index_post(h: bytes, blob: bytes, named: list, made: list, run: _Pass) -> N
     if faults:
         run.report.faults.extend(faults)
     if post is None:
+        run.unindexed.add(h)
         return
     ip, entries = post_entries(h, blob, post, made)
     run.indexed += 1
@@ -367,8 +370,8 @@ def _winner_hash(item) -> bytes:
     return item[1][1]
 
 
-def _write_latest(db, writer: BatchWriter, best: dict, report: ReindexReport) -> None:
-    """The latest entries: of each held group from its winner, of the bulk views from the ``!rev!`` range."""
+def _write_latest(db, writer: BatchWriter, best: dict, unindexed: set, report: ReindexReport) -> None:
+    """The latest entries: of each held group from its winner, of the bulk views from the post keys and their own entries."""
     # Winners read in key order: each table block once, and a post that wins
     # several groups once.
     h_read, blob = None, None
@@ -379,6 +382,7 @@ def _write_latest(db, writer: BatchWriter, best: dict, report: ReindexReport) ->
     writer.flush()
     for view in _BULK:
         with db.snapshot() as snap:
-            keys = snap.iterator(prefix=reverse.PREFIX, include_value=False)
-            report.written += writer.put_all(list(view.bulk_latest(keys, snap.get)))
+            post_keys = snap.iterator(prefix=POSTS, include_value=False)
+            own_keys = snap.iterator(prefix=view.BULK_PREFIX, include_value=False)
+            report.written += writer.put_all(list(view.bulk_latest(post_keys, own_keys, snap.get, unindexed)))
     writer.flush()

@@ -45,7 +45,7 @@ LINKER_KEY = len(b"!rev!") + 32 + 1 + 32  # !rev!<target>l<hash>
 
 
 def _links_dump(store):
-    """Every entry of the links view: the heads and the linker entries beside the reverse entries."""
+    """Every entry of the links view: the heads and the linker entries."""
     return [(k, v) for k, v in store.items(b"!links!")] + [(k, v) for k, v in store.items(b"!rev!") if len(k) == LINKER_KEY]
 
 

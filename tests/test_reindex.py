@@ -109,7 +109,7 @@ def test_cli_reindex(tmp_path, capsys):
     assert main(["reindex", str(tmp_path / "missing")]) == 2
 
 
-def test_bulk_heads_from_the_reverse_range_equal_the_heads_ingest_settled(tmp_path):
+def test_bulk_heads_from_the_post_and_linker_keys_equal_the_heads_ingest_settled(tmp_path):
     """``links.bulk_latest`` (what a reindex uses) against the heads incremental ingest wrote."""
     from cablestore.views import links
 
@@ -118,13 +118,14 @@ def test_bulk_heads_from_the_reverse_range_equal_the_heads_ingest_settled(tmp_pa
     with Store(tmp_path / "s") as s:
         heads = [(k, v) for k, v in s.items(links.PREFIX)]
         assert len(heads) > 3
-        rev = dict(s.items(b"!rev!"))
-        assert sorted(links.bulk_latest(iter(rev), rev.__getitem__)) == heads  # yielded in hash order
+        posts, linkers = dict(s.items(b"!post!")), [k for k, _ in s.items(b"!rev!")]
+        assert sorted(links.bulk_latest(iter(posts), iter(linkers), posts.get)) == heads  # yielded in hash order
+        some = next(k for k, _ in heads)[-32:]  # a post the caller did not index has no head
+        assert sorted(links.bulk_latest(iter(posts), iter(linkers), posts.get, {some})) == [h for h in heads if h[0][-32:] != some]
 
 
-def test_bulk_heads_of_hand_made_reverse_ranges(alice):
-    """A post linked by another, one linked by nothing, a linker of an unknown hash, a non-linkable post."""
-    from cablestore.keyspace import reverse
+def test_bulk_heads_of_hand_made_posts_and_linkers(alice):
+    """A post linked by another, one linked by nothing, a linker of an unknown hash, a non-linkable post, a damaged post."""
     from cablestore.keyspace.records import Indexed
     from cablestore.views import links
     from cablestore.wire.codec import INFO, TEXT
@@ -137,13 +138,13 @@ def test_bulk_heads_of_hand_made_reverse_ranges(alice):
     third = post(alice, TEXT, NOW + 2, links=[unknown], channel="other", text="c")
     info = post(alice, INFO, NOW + 3, info=[("name", "al")])
     ips = [Indexed.of(b) for b in (first, second, third, info)]
-    rows = [(reverse.key(ip.hash), reverse.pack(ip)) for ip in ips]
-    rows += [e for ip in ips for e in links.entries(ip)]
-    rows = dict(sorted(rows))
-    got = sorted(links.bulk_latest(iter(rows), rows.__getitem__))
+    posts = dict(sorted((b"!post!" + ip.hash, b) for ip, b in zip(ips, (first, second, third, info), strict=True)))
+    posts[b"!post!" + b"\xff" * 32] = first[:40]  # damaged: no head, no error
+    linkers = sorted(k for ip in ips for k, _ in links.entries(ip))
+    got = sorted(links.bulk_latest(iter(posts), iter(linkers), posts.get))
     expected = sorted(e for ip in ips[1:3] for e in links.latest(ip.hash, ip))
     assert got == expected and len(got) == 2  # `first` is linked, `info` is not linkable
-    assert not list(links.bulk_latest([], rows.__getitem__))
+    assert not list(links.bulk_latest([], iter(linkers), posts.get))
 
 
 def test_reindex_drops_stray_keys_in_every_gap_between_primary_ranges(tmp_path):
@@ -190,7 +191,7 @@ def test_candidates_carry_a_blob_only_where_latest_can_use_the_post(alice):
     h = Indexed.of(second).hash
     _, candidates = recompute_post(h, second, decode_post(second), ())
     by_group = dict(candidates)
-    assert by_group[("links", target)] == (b"l" + h, h, None)
+    assert by_group[("links", target)] == (h, h, None)  # ranked by the linker's hash
     assert by_group[("links", h)] == (b"", h, second)
     assert render("links", target, by_group[("links", target)]) == []
     assert render("links", h, by_group[("links", h)]) == [(b"!links!hdev\x00\x01" + h, b"")]

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from cablestore import Store, compiled
 from cablestore.authoring.workload import Workload
 from cablestore.errors import CableError
-from cablestore.keyspace import records, reverse
+from cablestore.keyspace import records
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.rebuild import batchwriter as batchwriter_mod
 from cablestore.rebuild import fold as fold_mod
@@ -112,7 +112,7 @@ def _pure_indexed(buf, p, h, tombstones=()):
 
 @FAST
 @given(posts())
-def test_entries_groups_and_reverse_entry_match_pure(buf):
+def test_entries_and_groups_match_pure(buf):
     p, h = codec.decode_post_py(buf), post_hash(buf)
     made = ()
     if p.post_type == DELETE:
@@ -122,7 +122,6 @@ def test_entries_groups_and_reverse_entry_match_pure(buf):
     assert ip == pure and type(ip) is Indexed
     assert native.entries(ip) == views.entries_py(pure)
     assert native.groups(ip) == views.groups_py(pure)
-    assert native.reverse_pack(ip) == reverse.pack_py(pure)
     assert native.mono(p.timestamp, h) == pure.mono
 
 
@@ -132,7 +131,7 @@ def test_fold_digests_match_pure(bufs, wanted, parts):
     pairs = []
     for buf in bufs:
         ip = _pure_indexed(buf, codec.decode_post_py(buf), post_hash(buf))
-        pairs += views.entries_py(ip) + [(reverse.key(ip.hash), reverse.pack_py(ip)), (b"nobang", b"v"), (b"!", b"")]
+        pairs += views.entries_py(ip) + [(b"nobang", b"v"), (b"!", b"")]
     a, b = Fold(parts), Fold(parts)
     if wanted:
         buckets = frozenset(("chat", i) for i in range(parts)) | frozenset(("unknown", i) for i in range(parts))
@@ -143,7 +142,7 @@ def test_fold_digests_match_pure(bufs, wanted, parts):
 
 
 # They bind their compiled twins at import, then call them through a name pure_path points back.
-_BOUND_AT_IMPORT = {"cablestore.wire.codec", "cablestore.keyspace.records", "cablestore.keyspace.reverse"}
+_BOUND_AT_IMPORT = {"cablestore.wire.codec", "cablestore.keyspace.records"}
 
 
 def _compiled_names() -> list[str]:
@@ -166,13 +165,11 @@ def pure_path(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(codec, "_decode", codec.decode_post_py)
         m.setattr(records, "_new_indexed", None)
-        m.setattr(reverse, "pack", reverse.pack_py)
         m.setattr(views, "entries", views.entries_py)
         m.setattr(views, "groups", views.groups_py)
         m.setattr(views, "_native", None)
         m.setattr(fold_mod, "_native", None)
         m.setattr(reindex_mod, "_native", None)
-        m.setattr(links_view, "_native", None)
         m.setattr(txn_mod, "_native", None)
         m.setattr(hashfilter_mod, "_native", None)
         m.setattr(batchwriter_mod, "_native", None)
@@ -218,18 +215,6 @@ def test_pure_switch_in_a_fresh_process():
     assert "pure Python" in version
     version = subprocess.run([sys.executable, "-m", "cablestore", "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
     assert "compiled" in version
-
-
-def test_links_heads_in_bulk_match_pure(tmp_path):
-    bufs = list(Workload(3, 400, users=4, channels=3))
-    with Store(tmp_path / "s", now=lambda: NOW) as store:
-        store.ingest_many(bufs)
-        keys = [k for k, _ in store.items(reverse.PREFIX)]
-        # A damaged reverse entry and a non-channel post go the pure way in both.
-        store.db.put(keys[0][:37], b"\xc1")
-        fast = links_view.bulk_latest(iter(keys), store.db.get)
-        slow = list(links_view._bulk_latest_py(iter(keys), store.db.get))
-    assert fast == slow and len(fast) > 10
 
 
 def test_ingest_batches_pipelines_verification_and_stores_what_ingest_many_does(tmp_path):

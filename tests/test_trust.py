@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cablestore import DELETE, INFO, JOIN, TEXT, TOPIC, post_hash
+from cablestore import INFO, JOIN, TEXT, TOPIC
 from cablestore.errors import CorruptRecordError, QueryError
 
 from .conftest import NOW, post
@@ -49,16 +49,6 @@ def test_a_damaged_channel_key_is_a_corrupt_record_error(store, alice):
     store.db.put(b"!channel!\xff\xfe\x00\x01m" + bytes(32), b"\x01")
     with pytest.raises(CorruptRecordError):
         store.channel_list()
-
-
-@pytest.mark.parametrize("damage", [b"junk", b"\x94\x01\x02\x03\x04", b"\x90", b"\x94\xc0\xc0\xc0\xc0"])
-def test_deleting_a_post_whose_reverse_entry_is_damaged_still_removes_every_entry(store, alice, damage):
-    t = post(alice, TEXT, NOW - 2, channel="a", text="x")
-    h = store.ingest(t)
-    store.db.put(b"!rev!" + h, damage)
-    store.ingest(post(alice, DELETE, NOW - 1, hashes=[h]))
-    assert store.get(h) is None and store.check().consistent
-    assert post_hash(t) == h
 
 
 def test_a_latest_winner_removed_under_the_store_does_not_break_the_next_ingest(store, alice):

@@ -15,11 +15,14 @@ the whole contract with a default for each part (as diskcache's ``Disk``):
 ``latest_needs_winner(group, rank)``
     False when ``latest`` is empty for any winner of that rank or higher
     (default: always True).
-``latest_prefix(group)``, ``latest_keys(group)``, ``latest_keys_from_reverse(...)``
+``latest_prefix(group)``, ``latest_keys(group)``, ``latest_keys_from_post(...)``
     Which keys ``latest`` wrote before, so the store removes the stale ones:
     named without reading, or the stored keys under ``latest_prefix``, or
-    (``LATEST_FROM_REVERSE``) named by the group's reverse entry.
-``bulk_latest(reverse_keys, get)`` (``BULK_LATEST``)
+    (``LATEST_FROM_POST``) named by the stored post the group names.
+``OWN_CANDIDATE``
+    The post a group names is itself its lowest-ranked candidate while stored
+    (``links``: a post nothing links to is a head).
+``bulk_latest(post_keys, linker_keys, get, skip)`` (``BULK_LATEST``)
     Every group's ``latest`` at once, for a bulk reindex.
 ``candidates_prefix()``, ``RESOLVED_PREFIXES``, ``resolved(state)``
     The views resolved from the whole set of moderation posts (``roles``,
@@ -30,10 +33,7 @@ the store.  The live store and the rebuild (local and Spark) call these
 and nothing else to know what a view holds.
 """
 
-import msgpack
-
 from cablestore.compiled import native as _native
-from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import escape
 
 from . import actions, author, blocks, channel, chat, links, roles, state, user
@@ -94,21 +94,6 @@ def rank(view, group: bytes, ip) -> bytes:
     """How ``ip`` ranks among the candidates of ``group``: the greatest is the latest."""
     ranker = RANKERS[view]
     return ip.mono if ranker is None else ranker(group, ip)
-
-
-def reverse_keys(post_hash: bytes, value: bytes) -> list[bytes]:
-    """Every per-post view key of the post whose reverse entry (``!rev!<hash>``) is ``value``, but its linker entries."""
-    return [k for k, _ in entries(reverse.stand_in(post_hash, value))]
-
-
-def reverse_keys_or_none(post_hash: bytes, value: bytes | None) -> list[bytes] | None:
-    """:func:`reverse_keys`, or None when the entry is missing or damaged (the caller falls back on the post)."""
-    if value is None:
-        return None
-    try:
-        return reverse_keys(post_hash, value)
-    except (ValueError, TypeError, AttributeError, IndexError, msgpack.UnpackException):
-        return None
 
 
 def resolved_entries(state) -> list:

@@ -7,7 +7,7 @@ as module-level functions and ends with one subclass naming the ones that
 answer these questions, and ``VIEW``, its one instance.
 
 Views are pure: every method receives data (an indexed post, a group, a
-winner, a reverse entry) and returns keys and values; none reads the store.
+winner) and returns keys and values; none reads the store.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ class View:
     """The key prefix every entry of the view starts with (from :mod:`cablestore.keyspace.keys`)."""
     RESOLVED_PREFIXES: tuple[bytes, ...] = ()
     """Views resolved from the whole set of moderation posts: the prefixes :meth:`resolved` writes under (replaced whole)."""
-    LATEST_FROM_REVERSE = False
-    """True: the keys ``latest`` wrote for a group are named by the group's reverse entry (:meth:`latest_keys_from_reverse`)."""
+    LATEST_FROM_POST = False
+    """True: the keys ``latest`` wrote for a group are named by the stored post the group names (:meth:`latest_keys_from_post`)."""
+    OWN_CANDIDATE = False
+    """True: the post a group names (the group is its hash) is itself a candidate of rank ``b""`` while it is stored."""
+    BULK_PREFIX = b""
+    """With :attr:`BULK_LATEST`: the prefix of the view's own entries :meth:`bulk_latest` reads."""
     BULK_LATEST = False
     """True: :meth:`bulk_latest` gives every group's latest entries at once (a bulk reindex holds no candidate per group)."""
 
@@ -63,15 +67,18 @@ class View:
         """The keys :meth:`latest` may have written for ``group``, when known without reading; None (the default): the stored keys under :meth:`latest_prefix`."""
         return None
 
-    def latest_keys_from_reverse(self, group: bytes, reverse_entry: bytes | None, channel_names: Callable[[], Iterable[str]]) -> list[bytes]:
-        """With :attr:`LATEST_FROM_REVERSE`: the keys :meth:`latest` may have written, from the reverse entry of the post ``group`` names.
+    def latest_keys_from_post(self, group: bytes, blob: bytes | None, channel_names: Callable[[], Iterable[str]]) -> list[bytes]:
+        """With :attr:`LATEST_FROM_POST`: the keys :meth:`latest` may have written, from the stored post ``group`` names.
 
-        ``reverse_entry``: the stored entry (None: none); ``channel_names()``: every channel, for an entry too damaged to name its own.
+        ``blob``: its bytes (None: not stored); ``channel_names()``: every channel, for a post too damaged to name its own.
         """
-        raise NotImplementedError(f"view {self.NAME!r} does not name its latest keys from reverse entries")
+        raise NotImplementedError(f"view {self.NAME!r} does not name its latest keys from posts")
 
-    def bulk_latest(self, reverse_keys: Iterable[bytes], get: Callable[[bytes], bytes]) -> Iterable[tuple[bytes, bytes]]:
-        """With :attr:`BULK_LATEST`: every group's :meth:`latest` entries at once, from the ``!rev!`` keys in key order (``get`` reads a value)."""
+    def bulk_latest(self, post_keys: Iterable[bytes], linker_keys: Iterable[bytes], get: Callable[[bytes], bytes], skip=frozenset()) -> Iterable[tuple[bytes, bytes]]:
+        """With :attr:`BULK_LATEST`: every group's :meth:`latest` entries at once, from the ``!post!`` keys and the view's own keys.
+
+        Both in key order; ``get`` reads a value; ``skip``: hashes of stored posts that are not indexed.
+        """
         raise NotImplementedError(f"view {self.NAME!r} has no bulk latest")
 
     # --- resolved views (the moderation state) -------------------------------

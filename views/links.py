@@ -1,35 +1,34 @@
 """``!links``: each channel's heads (spec 5.1.2.1), and who links to a hash.
 
-A post's own links are in its bytes (and its ``!rev!`` entry).  This view
-indexes them the other way round, next to the target's own reverse entry,
-and keeps the heads an author links a new post to: posts of a linkable type
-(text, topic, join, leave) that no stored post links to.
+A post's own links are in its bytes.  This view indexes them the other way
+round, and keeps the heads an author links a new post to: posts of a
+linkable type (text, topic, join, leave) that no stored post links to.
 
     !rev!<target>l<hash>   -> ''   the stored post <hash> links to <target>
     !links!h<ch><hash>     -> ''   a head of channel <ch>
 
 Heads are derived like the other "latest" entries, so the live store and both
 rebuild engines share one definition.  The group of a hash is the hash; its
-candidates are the keys under ``!rev!<hash>``: the post's own reverse entry
-(when it is stored) and one ``l`` entry per stored post linking to it, known
-or not (so a post linked before it arrives is no head when it does).
-Candidates rank by their key suffix: the post's own entry has none, so any
-linker outranks it, and the "latest" candidate is the post itself exactly
-when nothing links to it: then, if it is linkable, it is a head.  A removed
-post's ``l`` entries go with it, so it stops counting as a linker and what it
-alone linked is a head again.  Keeping the ``l`` entries beside the target's
-reverse entry costs no key of its own for the post and lets LevelDB share
-their 37-byte prefix.
+candidates are the post itself (``OWN_CANDIDATE``: ranked ``b""``, when it is
+stored) and one ``l`` entry per stored post linking to it, known or not (so
+a post linked before it arrives is no head when it does), ranked by the
+linker's hash.  Any linker outranks the post, so the "latest" candidate is
+the post itself exactly when nothing links to it: then, if it is linkable, it
+is a head.  A removed post's ``l`` entries go with it, so it stops counting
+as a linker and what it alone linked is a head again.
+
+Format 1 kept a reverse entry ``!rev!<hash>`` per post, which sorted first in
+the group; format 2 has none (docs/keyspace-format-1.md): "head" is "no
+``l`` entry, and the post stored", and a head key's channel comes from the
+post's own bytes.
 """
 
-from msgpack import UnpackException
-
-from cablestore.compiled import native as _native
+from cablestore.errors import CableError
 from cablestore.keyspace import keys
+from cablestore.keyspace.keys import REVERSE as REV
 from cablestore.keyspace.keys import channel_key, escape
-from cablestore.keyspace.reverse import PREFIX as REV
-from cablestore.keyspace.reverse import channel_of, stand_in
-from cablestore.wire.codec import CHANNEL_TYPES
+from cablestore.keyspace.records import Indexed
+from cablestore.wire.codec import CHANNEL_TYPES, decode_post, post_type_of
 
 from .base import View
 
@@ -71,37 +70,30 @@ def groups(ip):
 
 
 def candidates(group):
-    return REV + group
+    return REV + group + _LINKER
 
 
 def rank(group, ip) -> bytes:
-    """The suffix of ``ip``'s candidate key in ``group``: empty for the post itself, so linkers outrank it."""
-    return b"" if ip.hash == group else _LINKER + ip.hash
+    """The suffix of ``ip``'s candidate key in ``group`` (the linker's hash); empty for the post itself, so linkers outrank it."""
+    return b"" if ip.hash == group else ip.hash
 
 
-def latest_keys_from_reverse(group, rev, channel_names):
-    """The head key ``group`` may have in the DB: its channel is in the post's reverse entry ``rev``.
+def latest_keys_from_post(group, blob, channel_names):
+    """The head key ``group`` may have in the DB: its channel is in the stored post's bytes ``blob`` (None: not stored).
 
-    Named without reading it: a post that gets linked was nearly always a
-    head, and deleting an absent key costs less than the read that would
-    skip it (one read fewer per ingested post).
+    Named without reading the head key: a post that gets linked was nearly
+    always a head, and deleting an absent key costs less than the read that
+    would skip it.
     """
-    channel = None if rev is None else channel_of(rev)
-    if channel is not None:
-        return [_head_key(channel, group)]
-    if rev is not None and not _readable(rev):
-        # A damaged reverse entry names no channel: every channel's head key of
-        # the post, so removing the post still removes its head key.
-        return [_head_key(c, group) for c in channel_names()]
-    return []
-
-
-def _readable(rev: bytes) -> bool:
+    if blob is None:
+        return []
     try:
-        stand_in(b"", rev)
-        return True
-    except (ValueError, TypeError, AttributeError, IndexError, UnpackException):
-        return False
+        ip = Indexed.of(blob, decode_post(blob), group)
+    except CableError:
+        # A damaged post names no channel: every channel's head key of the
+        # post, so removing the post still removes its head key.
+        return [_head_key(c, group) for c in channel_names()]
+    return [_head_key(ip.channel, group)] if _linkable(ip) else []
 
 
 def latest(group, winner):
@@ -115,37 +107,42 @@ def latest_needs_winner(group, rank: bytes) -> bool:
     return rank == b""
 
 
-def bulk_latest(reverse_keys, get):
-    """:func:`latest` of every group at once, from the ``!rev!`` keys in key order.
+def bulk_latest(post_keys, linker_keys, get, skip=frozenset()):
+    """:func:`latest` of every group at once: a merge of the ``!post!`` keys and the ``!rev!<target>l<hash>`` keys, both in key order.
 
-    A group's candidates are the keys under ``!rev!<hash>``, and its winner is
-    the last of them: the post's own entry when no ``l`` entry follows it.
-    Then the winner is the post, whose reverse entry (``get(key)``) holds all
-    ``latest`` reads of it (type, channel); otherwise the winner is a
-    linker, which ``latest`` never makes a head.  Nothing is held but the
-    previous key, and only the unlinked posts' entries are read.
+    A post is a head when no linker key names it as its target (its own
+    candidate is then the latest) and it is linkable; only those posts are
+    read (``get(key)``) and decoded.  ``skip``: hashes of stored posts the
+    caller did not index (faults), which have no head.  Nothing is held but
+    the next linker target.
     """
-    if _native is not None:  # the compiled loop (cablestore.compiled): the same entries
-        return _native.links_bulk_latest(reverse_keys, get, len(REV), channel_of, escape, _latest_of)
-    return _bulk_latest_py(reverse_keys, get)
+    linked = _targets(linker_keys)
+    target = next(linked, None)
+    start = len(keys.POSTS)
+    for key in post_keys:
+        h = key[start:]
+        while target is not None and target < h:
+            target = next(linked, None)
+        if h == target or h in skip or len(h) != 32:
+            continue
+        blob = get(key)
+        if blob is None or post_type_of(blob) not in LINKABLE:
+            continue
+        try:
+            ip = Indexed.of(blob, decode_post(blob), h)
+        except CableError:
+            continue  # a damaged post: the rebuild reports it, it has no entries
+        yield from latest(h, ip)
 
 
-def _bulk_latest_py(reverse_keys, get):
-    own = None  # the last post entry's key, not yet seen linked
-    start = len(REV)
-    for key in reverse_keys:
-        if len(key) == start + 32:
-            if own is not None:
-                yield from _latest_of(own, get)
-            own = key
-        elif own is not None and key[start : start + 32] == own[start:]:
-            own = None  # a linker outranks the post
-    if own is not None:
-        yield from _latest_of(own, get)
-
-
-def _latest_of(own_key: bytes, get):
-    return latest(own_key[len(REV) :], stand_in(own_key[len(REV) :], get(own_key)))
+def _targets(linker_keys):
+    """The distinct targets of linker keys in key order."""
+    start, last = len(REV), None
+    for key in linker_keys:
+        target = key[start : start + 32]
+        if target != last:
+            last = target
+            yield target
 
 
 class LinksView(View):
@@ -153,15 +150,17 @@ class LinksView(View):
 
     NAME, PREFIX = NAME, PREFIX
     HEADS = HEADS
-    LATEST_FROM_REVERSE = True
+    LATEST_FROM_POST = True
+    OWN_CANDIDATE = True
     BULK_LATEST = True
+    BULK_PREFIX = REV  # where bulk_latest's own keys are: the linker entries
     entries = staticmethod(entries)
     groups = staticmethod(groups)
     candidates = staticmethod(candidates)
     rank = staticmethod(rank)
     latest = staticmethod(latest)
     latest_needs_winner = staticmethod(latest_needs_winner)
-    latest_keys_from_reverse = staticmethod(latest_keys_from_reverse)
+    latest_keys_from_post = staticmethod(latest_keys_from_post)
     bulk_latest = staticmethod(bulk_latest)
 
 

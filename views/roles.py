@@ -26,7 +26,6 @@ RESOLVED_PREFIXES = (PREFIX + b"c", PREFIX + b"r", PREFIX + b"v")
 
 def entries(ip):
     if ip.post.post_type == ROLE:
-        # (a reverse entry's stand-in carries no recipients: only its keys are used)
         return [(PREFIX + b"p" + ip.mono, ip.post.recipients[0] if ip.post.recipients else b"")]
     return []
 

@@ -17,7 +17,7 @@ The view is kept only by a store with search enabled (``!meta!search``,
 ``Store(path, search=True)``): it is not in :data:`views.VIEWS` (nor in the
 compiled entries), and the store, the reindex and both rebuild engines add
 :func:`entries` where the flag is set.  A removal derives the keys from the
-post's bytes, which every removal reads (the reverse entry carries no text).
+post's bytes, which every removal reads.
 """
 
 from cablestore.keyspace import keys

@@ -2,7 +2,7 @@
 
 ``cablestore._speedups`` (Cython, built by ``pip install`` when a C compiler
 is there) holds compiled twins of the hot functions: post decoding, the
-per-post view entries and groups, the reverse entry, ``Indexed.of`` and the
+per-post view entries and groups, ``Indexed.of`` and the
 rebuild's digest fold.  ``cablestore._signatures`` checks a batch of
 signatures without the GIL.  Each module keeps its pure-Python original and
 uses the twin when :data:`native` is set.  Both give byte-identical stores
@@ -26,9 +26,9 @@ PURE_ENV = "CABLESTORE_PURE"
 # older sources (a checkout pulled but not rebuilt) lacks some, and is not used.
 SPEEDUPS = frozenset(
     {
-        "bind_codec", "bind_records", "bind_reverse", "bind_views", "bound_prefixes", "decode_post", "delete_some",
-        "entries", "filter_set", "filter_test", "fold_entries", "groups", "links_bulk_latest",
-        "mono", "new_indexed", "put_all", "reindex_chunk", "reverse_pack", "write_sorted",
+        "bind_codec", "bind_records", "bind_views", "bound_prefixes", "decode_post", "delete_some",
+        "entries", "filter_set", "filter_test", "fold_entries", "groups",
+        "mono", "new_indexed", "put_all", "reindex_chunk", "write_sorted",
     }
 )
 SIGNATURES = frozenset({"Batch"})

@@ -42,8 +42,8 @@ SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channe
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see the indexer)
 QUARANTINE = b"!quarantine!"  # <original key> -> a record a repair set aside
 FACTS = b"!facts!"  # <hash> -> what the moderation state needs of a post a block removed (keyspace/facts.py)
-# Derived: the reverse-hash entries (cablestore.keyspace.reverse) and the views (``views/``).
-REVERSE = b"!rev!"
+# Derived: the views (``views/``).
+REVERSE = b"!rev!"  # reverse links: <target>l<hash> (views/links.py); format 1 also kept <hash> -> fields
 CHAT = b"!chat!"
 STATE = b"!state!"
 AUTHOR = b"!author!"

@@ -44,8 +44,8 @@ LINK_FILTER_AFTER = 2_000  # questions answered by seeking (~30-40 µs each at 1
 class HashFilter:
     """``might_have(h)``: False only if no key under ``prefix`` names the 32-byte hash ``h`` right after the prefix.
 
-    Keys of exactly ``skip_length`` bytes are not counted (the ``!rev!<hash>``
-    entry of a post itself, beside its linkers').
+    Keys of exactly ``skip_length`` bytes are not counted (format 1's
+    ``!rev!<hash>`` entry of a post itself, beside its linkers').
     """
 
     def __init__(self, db: plyvel.DB, prefix: bytes, skip_length: int | None = None) -> None:
@@ -139,7 +139,7 @@ class LazyFilter:
 
 
 def link_filter(db: plyvel.DB) -> LazyFilter:
-    """Which hashes a stored post may link to (``!rev!<target>l<hash>``; a post's own ``!rev!<hash>`` is not counted).
+    """Which hashes a stored post may link to (``!rev!<target>l<hash>``).
 
     Built after :data:`LINK_FILTER_AFTER` questions (see the module's docstring).
     """

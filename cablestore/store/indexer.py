@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from cablestore import views
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
-from cablestore.keyspace import facts, reverse
+from cablestore.keyspace import facts
 from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store import enforcing
@@ -151,10 +151,11 @@ def _settle_claims(state: IndexState, h: bytes, post: Post, tombs: list[Tombston
                 state.put(REFUSED + tomb.by, by_blob[:32])  # as a refusal: who wrote it stays known
                 continue
             learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, ())
-            if learned != tomb:
-                state.put_tombstone(learned)  # an unauthorized claim: recorded, removes nothing
+            if learned != tomb:  # an unauthorized claim: recorded, removes nothing
                 if tomb.channels and by_blob is not None:
-                    _relist(state, tomb.by, by_blob)  # a listing that claimed a channel for it no longer counts
+                    _relist(state, tomb.by, by_blob, learned)  # a listing that claimed a channel for it no longer counts
+                else:
+                    state.put_tombstone(learned)
             continue
         # A post/delete's channels come from its targets, which may have
         # become known since: recompute them; other facts are fixed once known.
@@ -167,9 +168,10 @@ def _settle_claims(state: IndexState, h: bytes, post: Post, tombs: list[Tombston
         learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, known)
         if learned == tomb:
             continue
-        state.put_tombstone(learned)
         if by_blob is not None:
-            _relist(state, tomb.by, by_blob)
+            _relist(state, tomb.by, by_blob, learned)
+        else:
+            state.put_tombstone(learned)
 
 
 def learn_listing(state: IndexState, h: bytes, channel: str) -> bool:
@@ -192,26 +194,30 @@ def learn_listing(state: IndexState, h: bytes, channel: str) -> bool:
     blind = [t for t in tombs if not t.knows_target]
     if not blind:
         return False
-    for tomb in blind:
-        state.put_tombstone(tomb.with_channels((channel,)))
-    _relist(state, h, blob)
+    _relist(state, h, blob, *(tomb.with_channels((channel,)) for tomb in blind))
     return True
 
 
-def _relist(state: IndexState, h: bytes, blob: bytes) -> None:
-    """Re-index a stored post/delete whose tombstones changed."""
+def _relist(state: IndexState, h: bytes, blob: bytes, *changed: Tombstone) -> None:
+    """Rewrite tombstones of the stored post/delete ``h`` and re-index it.
+
+    It is unindexed first, with the tombstones it was indexed with: they
+    name the channels its entries were listed under (there is no other
+    record of them), so the entries of a channel it leaves go too.
+    """
     unindex(state, h, blob, forget_tombstones=False)
+    for tomb in changed:
+        state.put_tombstone(tomb)
     post = decode_post(blob)
     index(state, Indexed.of(blob, post, h, tuple(state.tombstones_by(h, post.hashes))), blob)
 
 
 def index(state: IndexState, ip: Indexed, buf: bytes) -> None:
-    """Write a post, its view entries and its reverse entry."""
+    """Write a post and its view entries."""
     state.put(POSTS + ip.hash, buf)
     state.put_many(views.entries(ip))
     if state.search:
         state.put_many(search_view.entries(ip))
-    state.put(reverse.key(ip.hash), reverse.pack(ip))
     state.deleted.discard(ip.hash)
     state.added[ip.hash] = ip.post
     _note(state, ip)
@@ -233,13 +239,11 @@ def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool
     post = decode_post(blob)
     made = tuple(state.tombstones_by(h, post.hashes)) if post.post_type == DELETE else ()
     ip = Indexed.of(blob, post, h, made)
-    keys = set(views.reverse_keys_or_none(h, state.get(reverse.key(h))) or ())
-    keys.update(k for k, _ in views.entries(ip))  # what the post itself says: robust to a damaged reverse entry
+    keys = {k for k, _ in views.entries(ip)}  # a post/delete's channels: from the tombstones it made
     if state.search:  # the search entries come from the text, which only the post holds
         keys.update(k for k, _ in search_view.entries(ip))
     for key in keys:
         state.delete(key)
-    state.delete(reverse.key(h))
     state.delete(POSTS + h)
     state.deleted.add(h)
     state.added.pop(h, None)
@@ -247,8 +251,7 @@ def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool
     for view, group in views.groups(ip):
         state.touch(view, group)
         # What the post would write as its group's latest goes too: settle
-        # rewrites what is still right, and a damaged reverse entry cannot
-        # hide a stale latest key (a head, say) from it.
+        # rewrites what is still right.
         for key, _ in view.latest(group, ip):
             state.delete(key)
     if forget_tombstones:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store.queries import channel_names
@@ -61,7 +60,7 @@ class IndexState:
         self.enforced: dict[bytes, object] = {}  # post hash -> why the moderation state removed it at commit
         self.author_channels: dict[bytes, set[str]] = {}  # author -> channels of their posts indexed or removed in this batch
         # (view name, group) -> (rank, hash) of the committed latest candidate,
-        # or None for a group without one: a reverse seek saved per cached group.
+        # or None for a group without one: a seek saved per cached group.
         self._winners = winners
         self._settled: dict[tuple, tuple | None] = {}
         # Answer "no tombstone names this hash" and "no stored post links to
@@ -152,14 +151,16 @@ class IndexState:
             if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
                 return cached
         prefix = view.candidates(group)
-        if view.NAME == "links" and self._link_filter is not None and not self._link_filter.might_have(group):
-            # Nothing stored links to ``group``: its one candidate in the DB is the
-            # post's own reverse entry, a point read (a seek cost 30-40 µs at 1M posts),
-            # and none for a post new to the DB (``fresh``): no read at all.
-            held = group not in self.deleted and group not in self.fresh
-            key = prefix if held and self.txn.db.get(prefix) is not None else None
+        if view.OWN_CANDIDATE and self._link_filter is not None and not self._link_filter.might_have(group):
+            # Nothing stored links to ``group`` (a seek cost 30-40 µs at 1M posts).
+            key = None
         else:
             key = self.txn.last_candidate(prefix, self.deleted)
+        if key is None and view.OWN_CANDIDATE:
+            # No linker: the post itself, if the DB holds it (a point read; none
+            # for a post new to the DB, ``fresh``).
+            held = group not in self.deleted and group not in self.fresh
+            return _Found((b"", group)) if held and self.txn.db.get(POSTS + group) is not None else None
         return None if key is None else _Found((key[len(prefix) :], key[-32:]))
 
     def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
@@ -210,11 +211,11 @@ class IndexState:
 
     def _stored_latest_keys(self, view, group: bytes) -> list[bytes]:
         """The keys ``view.latest`` wrote for ``group`` that the DB holds (or may hold: deleting an absent key is harmless)."""
-        if view.LATEST_FROM_REVERSE:
-            if group in self.fresh:  # a post new to the DB has no reverse entry there
+        if view.LATEST_FROM_POST:
+            if group in self.fresh:  # a post new to the DB has no latest keys there
                 return []
             db = self.txn.db
-            return view.latest_keys_from_reverse(group, db.get(reverse.key(group)), lambda: channel_names(db))
+            return view.latest_keys_from_post(group, db.get(POSTS + group), lambda: channel_names(db))
         known = view.latest_keys(group)
         return known if known is not None else [key for key, _ in self.txn.scan(view.latest_prefix(group))]
 

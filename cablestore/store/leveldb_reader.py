@@ -369,7 +369,10 @@ def loose_posts(buf: bytes, source: str) -> list[Record]:
     """Every ``!post!`` put whose value's BLAKE2b matches its key, found in raw bytes (uncertified).
 
     Used where no checksum holds: only the hash links key and value, so
-    the caller still proves each post (decode and signature).
+    the caller still proves each post (decode and signature).  A WriteBatch
+    put whose key is damaged but whose value decodes as a post is kept under
+    the value's own hash: a post certifies itself (its signature), so a
+    flipped bit in the key loses nothing.
     """
     from cablestore.wire.codec import post_hash
 
@@ -388,9 +391,14 @@ def loose_posts(buf: bytes, source: str) -> list[Record]:
     for m in _BATCH_PUT.finditer(buf):
         key = bytes(buf[m.start() + 2 : m.start() + 2 + _POST_KEY])
         got = value_at(m.start() + 2 + _POST_KEY) if len(key) == _POST_KEY else None
-        if got and post_hash(got[0]) == key[len(_POST) :] and key not in seen:
-            seen.add(key)
-            out.append(Record(key, 0, VALUE, got[0], False, source))
+        if not got:
+            continue
+        real = _POST + post_hash(got[0])
+        if real != key and not _decodes(got[0]):
+            continue  # a damaged key (a flipped bit in its hash) before a post that decodes: keyed by its own hash
+        if real not in seen:
+            seen.add(real)
+            out.append(Record(real, 0, VALUE, got[0], False, source))
     for m in _ENTRY.finditer(buf):
         shared, unshared = buf[m.start()], buf[m.start() + 1]
         try:
@@ -410,3 +418,14 @@ def loose_posts(buf: bytes, source: str) -> list[Record]:
         seen.add(key)
         out.append(Record(key, tag >> 8, VALUE, value, False, source))
     return out
+
+
+def _decodes(value: bytes) -> bool:
+    from cablestore.errors import CableError
+    from cablestore.wire.codec import decode_post
+
+    try:
+        decode_post(value)
+    except CableError:
+        return False
+    return True

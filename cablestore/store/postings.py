@@ -12,11 +12,10 @@ all agree, within a budget of :data:`MAX_SEEKS` seeks.  Positions are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from cablestore.errors import CableError, QueryError
-from cablestore.keyspace import reverse
 from cablestore.keyspace.keys import MONO_SIZE, POSTS
 from cablestore.keyspace.records import Indexed
 from cablestore.search import Query
@@ -253,16 +252,14 @@ def time_bounds(query: Query, start: int, end: int) -> tuple[bytes, bytes | None
     return first, last
 
 
-def index_entries(snap: Any) -> Iterator[tuple[bytes, bytes]]:
-    """The search entries (``views/search.py``) of every indexed post of a store: those with a
-    reverse entry, read in hash order (what ``enable_search`` and ``reindex`` write)."""
-    start, searched = len(reverse.PREFIX), (TEXT, TOPIC)
-    for key in snap.iterator(prefix=reverse.PREFIX, include_value=False):
-        if len(key) != start + 32:  # a linker entry (``!rev!<target>l<hash>``)
-            continue
+def index_entries(snap: Any, skip: Collection[bytes] = frozenset()) -> Iterator[tuple[bytes, bytes]]:
+    """The search entries (``views/search.py``) of every indexed post of a store, in hash order
+    (what ``enable_search`` and ``reindex`` write).  ``skip``: hashes of stored posts that are not
+    indexed (the reindex's faults); a damaged post is skipped here too."""
+    start, searched = len(POSTS), (TEXT, TOPIC)
+    for key, blob in snap.iterator(prefix=POSTS):
         h = key[start:]
-        blob = snap.get(POSTS + h)
-        if blob is None or post_type_of(blob) not in searched:
+        if post_type_of(blob) not in searched or h in skip:
             continue
         try:
             post = decode_post(blob)

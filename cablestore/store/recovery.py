@@ -45,8 +45,7 @@ from pathlib import Path
 import plyvel
 
 from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
-from cablestore.keyspace import reverse
-from cablestore.keyspace.keys import DELETED, FORMAT_KEY, POSTS
+from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, MONO_SIZE, POSTS
 from cablestore.progress import Progress
 from cablestore.store import opening, salvage
 from cablestore.wire.codec import DELETE, decode_post, post_hash
@@ -325,15 +324,15 @@ def _restore_format(db, ours: bool) -> bool:
     """Put ``!meta!format`` back if repair lost it but the data is a cablestore store's."""
     if db.get(FORMAT_KEY) is not None:
         return False
-    if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(True for _ in db.iterator(prefix=reverse.PREFIX, include_value=False)):
+    if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(True for _ in db.iterator(prefix=AUTHOR, include_value=False)):
         return False  # not ours: opening will refuse it
     db.put(FORMAT_KEY, opening.FORMAT, sync=True)
     return True
 
 
 def _inventory(db) -> tuple[set[bytes], set[bytes], int]:
-    """Stored post hashes, hashes with a reverse entry, and the tombstone count."""
+    """Stored post hashes, hashes the views name (every indexed post has one ``!author!`` entry, ending in its hash), and the tombstone count."""
     posts = {k[len(POSTS) :] for k in db.iterator(prefix=POSTS, include_value=False) if len(k) == _POST_KEY_LEN}
-    rev = {k[len(reverse.PREFIX) :] for k in db.iterator(prefix=reverse.PREFIX, include_value=False) if len(k) == len(reverse.PREFIX) + 32}
+    rev = {k[-32:] for k in db.iterator(prefix=AUTHOR, include_value=False) if len(k) >= len(AUTHOR) + 32 + 1 + MONO_SIZE}
     tombstones = sum(1 for _ in db.iterator(prefix=DELETED, include_value=False))
     return posts, rev, tombstones
