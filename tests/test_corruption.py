@@ -492,3 +492,20 @@ def test_a_compactions_leftover_is_no_damage(tmp_path):
     assert report.intact and report.consistent and report.lossless
     assert not (path / "lost").exists()
     assert _stored(path) == expected
+
+
+def test_a_log_put_whose_key_hash_is_damaged_keeps_its_post_under_the_post_s_own_hash():
+    """Regression: a flipped bit in a ``!post!`` key's hash lost the (intact, self-certifying) post after it."""
+    from cablestore.store.leveldb_reader import loose_posts
+    from cablestore.wire.codec import post_hash
+
+    buf = generate(seed=3, posts=1)[0]
+    h = post_hash(buf)
+    damaged = bytes([h[0] ^ 0x10]) + h[1:]
+
+    def put(key_hash: bytes, value: bytes) -> bytes:
+        return b"\x01" + bytes([38]) + b"!post!" + key_hash + bytes([len(value)]) + value  # one WriteBatch put (a value < 128 B)
+
+    assert len(buf) < 128
+    found = loose_posts(b"junk" + put(damaged, buf) + put(damaged, b"\x00" * 100), "log@0")
+    assert [(r.key, r.value) for r in found] == [(b"!post!" + h, buf)]  # the undecodable value stays out
