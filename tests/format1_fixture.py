@@ -176,7 +176,8 @@ def answers(s: Store) -> dict[str, Any]:
     out["local_user"] = _plain(s.local_user)
     out["seed"] = _ask(s.seed)
     out["roles_from_seed"] = _ask(s.roles_from_seed)
-    for name in ("roles", "hidden_users", "hidden_posts", "dropped_posts", "dropped_channels", "blocks", "kept_out", "unblocks", "blocked_by", "moderation_summary", "moderation_posts"):
+    tables = ("roles", "hidden_users", "hidden_posts", "dropped_posts", "dropped_channels", "blocks", "kept_out", "unblocks", "blocked_by")
+    for name in (*tables, "moderation_summary", "moderation_posts"):
         out[name] = _ask(getattr(s, name))
     out["moderation_state"] = _ask(s.moderation_state, [c for c in channels if c != "no such channel"], 0)
     out["moderation_state_cabal"] = _ask(s.moderation_state)

@@ -1,4 +1,5 @@
-"""Maintenance of a store in place: ``reindex`` (every view rebuilt from the primary data), ``migrate`` (an older keyspace format upgraded) and ``recover`` (LevelDB's repair, then a view repair, and what was kept)."""
+"""Maintenance of a store in place: ``reindex`` (every view rebuilt from the primary data), ``migrate`` (an older keyspace format upgraded)
+and ``recover`` (LevelDB's repair, then a view repair, and what was kept)."""
 
 from __future__ import annotations
 
