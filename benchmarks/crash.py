@@ -267,6 +267,7 @@ def run_migrate_kills(source, workdir, expected: list | None = None, log=print) 
         shutil.copytree(source, trial)
         done = subprocess.run([sys.executable, "-c", _MIGRATE_CHILD, str(trial), str(n)], env=_env(), capture_output=True, text=True, timeout=120)
         if done.returncode == 0 and "finished" in done.stdout:
+            shutil.rmtree(trial)
             break  # the migration made fewer progress calls than n: every point was killed
         stats["points"] += 1
         if done.returncode != -signal.SIGKILL:
