@@ -1,6 +1,6 @@
 """Opening a store's LevelDB directory: what is at the path, who holds it, what it holds.
 
-Three rules keep an open from destroying or littering anything:
+Four rules keep an open from destroying, littering or misreading anything:
 
 * **One opener per path per process.**  LevelDB refuses a second open of a
   directory in the same process by closing a descriptor of ``LOCK``, which
@@ -20,7 +20,7 @@ Three rules keep an open from destroying or littering anything:
   laid out as docs/keyspace-format-1.md shows) is refused with
   :class:`cablestore.errors.MigrationNeededError`, naming ``cablestore
   migrate STORE``; only the migration (``open_db(..., migrating=True)``,
-  :mod:`cablestore.rebuild.migrate`) opens it.
+  :mod:`cablestore.rebuild.migration`) opens it.
 
 ``paranoid_checks`` is on: LevelDB then fails the open on a damaged
 write-ahead log instead of silently dropping the rest of a 32 KiB block.
