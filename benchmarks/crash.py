@@ -2,6 +2,7 @@
 
     python -m benchmarks.crash --kills 200 --posts 20000
     python -m benchmarks.crash --repair --kills 50 --posts 20000
+    python -m benchmarks.crash --migrate
 
 After every kill the store is reopened and checked with the in-process
 rebuild: no partial ingest (every derived view equals the recomputation) and
@@ -15,6 +16,12 @@ With ``--repair`` the child is ``cablestore check STORE --repair`` on a store
 whose views were damaged: after every kill the store holds exactly the
 damaged contents or exactly the repaired ones, never a mix, and repairing
 again finishes the job.
+
+With ``--migrate`` the child is ``Store.migrate`` of the format-1 fixture store
+(tests/data/format1-store.tar.gz), killed at each of its phases in turn:
+after every kill the store is still in format ``cablestore-1`` (every open
+refuses it), and migrating again gives exactly the store an uninterrupted
+migration gives.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import blake3
 from cablestore import DELETE, Store, decode_post, post_hash
 from cablestore.authoring.workload import Workload, read_posts, write_posts
 from cablestore.keyspace.keys import CHECKED
+from cablestore.store import opening
 
 NOW = 1_900_000_000_000
 
@@ -139,17 +147,25 @@ def damage_views(store_path, seed: int) -> None:
                 wb.put(b"!chat!junk\x00" + i.to_bytes(8, "big") + rng.randbytes(32), b"")
 
 
+def contents(store_path) -> list[tuple[bytes, bytes]]:
+    """Every key and value of the store, in any format (opened read-only, so a format-1 store is read too)."""
+    db, key, links = opening.open_db(Path(store_path), create=False, readonly=True, migrating=True)
+    try:
+        return list(db.iterator())
+    finally:
+        opening.close_db(db, key, links)
+
+
 def digest(store_path) -> str:
     """A digest of every key and value (LevelDB's file layout may differ; the contents may not).
 
     Leaves out ``!local!checked``: when a ``check --repair`` ran, written after its repair (a kill between
     the two leaves the repaired store without it), not part of what the repair makes."""
     h = blake3.blake3()
-    with Store(store_path, create=False) as store:
-        for key, value in store.items():
-            if key == CHECKED:
-                continue
-            h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    for key, value in contents(store_path):
+        if key == CHECKED:
+            continue
+        h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
     return h.hexdigest()
 
 
@@ -205,6 +221,75 @@ def run_repair_kills(kills: int, posts: int, seed: int = 1, workdir=None, log=pr
     return stats
 
 
+# --- killing a migration ------------------------------------------------------------------------
+
+_MIGRATE_CHILD = """
+import os, signal, sys
+from cablestore import Store
+
+class KillAt:  # a Progress that SIGKILLs this process at its n-th call: a kill at a known phase of the migration
+    def __init__(self, n):
+        self.n = n
+    def _tick(self, *args, **kw):
+        self.n -= 1
+        if self.n == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self
+    stage = advance = done = _tick
+
+Store.migrate(sys.argv[1], KillAt(int(sys.argv[2])))
+print("finished", flush=True)
+"""
+
+
+def run_migrate_kills(source, workdir, expected: list | None = None, log=print) -> dict:
+    """SIGKILL a migration of the format-1 store ``source`` at each of its phases; each resumed gives the same store.
+
+    The child is killed at its n-th progress call (the migration's stage,
+    the reindex's stages, each of its advances and its end, just before the
+    format's flip), for n = 1, 2, ... until a child finishes.  After each
+    kill the store is format 1 with ``!local!migrating`` and opening it
+    raises ``MigrationNeededError``; ``Store.migrate`` then finishes it, and
+    its contents must equal ``expected`` (default: an uninterrupted
+    migration's).
+    """
+    from cablestore.errors import MigrationNeededError
+    from cablestore.keyspace.keys import FORMAT_KEY, MIGRATING
+
+    work = Path(workdir)
+    if expected is None:
+        shutil.copytree(source, work / "whole")
+        Store.migrate(work / "whole")
+        expected = contents(work / "whole")
+    stats = {"points": 0, "kills": 0, "resumed": 0}
+    for n in range(1, 100):
+        trial = work / f"kill-{n}"
+        shutil.copytree(source, trial)
+        done = subprocess.run([sys.executable, "-c", _MIGRATE_CHILD, str(trial), str(n)], env=_env(), capture_output=True, text=True, timeout=120)
+        if done.returncode == 0 and "finished" in done.stdout:
+            shutil.rmtree(trial)
+            break  # the migration made fewer progress calls than n: every point was killed
+        stats["points"] += 1
+        if done.returncode != -signal.SIGKILL:
+            raise AssertionError(f"kill point {n}: the child failed instead of being killed: {done.stderr.strip()[-500:]}")
+        stats["kills"] += 1
+        left = dict(contents(trial))
+        if left.get(FORMAT_KEY) != b"cablestore-1" or MIGRATING not in left:
+            raise AssertionError(f"kill point {n}: the store is not format 1 with the migration's marker")
+        try:
+            Store(trial, readonly=True).close()
+            raise AssertionError(f"kill point {n}: a half-migrated store opened")
+        except MigrationNeededError:
+            pass
+        if Store.migrate(trial).resumed:
+            stats["resumed"] += 1
+        if contents(trial) != expected:
+            raise AssertionError(f"kill point {n}: migrating again did not give the uninterrupted migration's store")
+        shutil.rmtree(trial)
+    log(json.dumps(stats))
+    return stats
+
+
 def _env() -> dict:
     root = str(Path(__file__).resolve().parent.parent)
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
@@ -221,7 +306,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", default=None)
     parser.add_argument("--repair", action="store_true", help="kill `check --repair` instead of ingest")
+    parser.add_argument("--migrate", action="store_true", help="kill `Store.migrate` of the format-1 fixture store at each of its phases")
     args = parser.parse_args(argv)
+    if args.migrate:
+        import tarfile
+
+        work = Path(args.dir or tempfile.mkdtemp(prefix="cablestore-crash-migrate-"))
+        with tarfile.open(Path(__file__).resolve().parent.parent / "tests/data/format1-store.tar.gz") as tar:
+            tar.extractall(work / "source", filter="data")
+        run_migrate_kills(work / "source" / "format1-store", work)
+        return 0  # run_migrate_kills raises on a store a kill left half-migrated
     if args.repair:
         run_repair_kills(args.kills, args.posts, args.seed, args.dir)
         return 0  # run_repair_kills raises on a half-repaired store

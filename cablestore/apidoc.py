@@ -26,7 +26,7 @@ INTERNAL_PREFIXES = (
     "cablestore.views",
     "cablestore.rebuild.",
 )
-PUBLIC_EXCEPTIONS = ("cablestore.rebuild.reindex",)  # under an internal prefix, but public
+PUBLIC_EXCEPTIONS = ("cablestore.rebuild.reindex", "cablestore.rebuild.migration")  # under an internal prefix, but public
 
 
 def public_modules() -> list[str]:

@@ -214,6 +214,10 @@ class StoreCorruptError(StoreError):
     """LevelDB found damaged files (log, table, manifest); ``cablestore recover`` repairs them."""
 
 
+class MigrationNeededError(StoreError):
+    """The store is in an older keyspace format (``cablestore-1``): ``cablestore migrate STORE`` (or ``Store.migrate``) upgrades it; the refused open wrote nothing."""
+
+
 class StoreIOError(StoreError):
     """The operating system refused a read or write of the store's files."""
 

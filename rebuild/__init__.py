@@ -4,7 +4,8 @@
 ``"spark"`` (a PySpark job over an exported Parquet snapshot) and ``"local"``
 (the same recomputation in-process).  Both call the view modules in
 ``cablestore.views``; neither re-implements a view.  ``export`` writes the
-snapshot (``rebuild/parquet.py`` describes it).
+snapshot (``rebuild/parquet.py`` describes it); ``migrate`` upgrades a store
+of an older keyspace format (``rebuild/migration.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
+from .migration import MigrateReport, migrate
 from .snapshot import export, export_store
 from .verify import Report, apply_repair, check, verify
 
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from cablestore.progress import Progress
     from cablestore.store.store import Store
 
-__all__ = ["Report", "apply_repair", "check", "export", "export_store", "rebuild", "verify"]
+__all__ = ["MigrateReport", "Report", "apply_repair", "check", "export", "export_store", "migrate", "rebuild", "verify"]
 
 
 def rebuild(

@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cablestore.errors import RebuildError
+from cablestore.store.opening import OLD_FORMATS as STORE_OLD_FORMATS
 
 FORMAT = "cablestore-parquet-1"
 MANIFEST = "manifest.json"
@@ -131,6 +132,11 @@ def parse_manifest(text: str | bytes, where: str) -> dict[str, Any]:
         )
     if fmt != FORMAT:
         raise RebuildError(f"{where}/{MANIFEST}: unknown snapshot format {fmt!r} (expected {FORMAT})")
+    store_format = (manifest.get("store") or {}).get("meta", {}).get("format", "")
+    if store_format.encode() in STORE_OLD_FORMATS:  # its derived rows are laid out as the current code never writes them
+        raise RebuildError(
+            f"{where} was exported from a store in format {store_format}; migrate the store (`cablestore migrate STORE`) and export it again"
+        )
     parts, files = manifest.get("partitions"), manifest.get("files")
     if not isinstance(parts, int) or not 1 <= parts <= 256 or not isinstance(files, dict) or not isinstance(manifest.get("counts"), dict):
         raise RebuildError(f"{where}/{MANIFEST} is damaged (partitions, counts or files missing): export the store again")

@@ -77,6 +77,7 @@ _CLI_WORDS = (
     ("(PYSPARK_PYTHON, or ship_env=True)", "(PYSPARK_PYTHON, or drop --no-ship-env)"),
     ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
     ("(open it with Store(path, search=True), or call Store.enable_search())", "(build it with `cablestore search --enable STORE`)"),
+    ("` (or Store.migrate) to upgrade it", "` to upgrade it"),
 )
 _CLI_PATTERNS = (
     # A snapshot given where a store is wanted: only check and rebuild read one (every command may get it).

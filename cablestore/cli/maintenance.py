@@ -1,4 +1,5 @@
-"""Maintenance of a store in place: ``reindex`` (every view rebuilt from the primary data) and ``recover`` (LevelDB's repair, then a view repair, and what was kept)."""
+"""Maintenance of a store in place: ``reindex`` (every view rebuilt from the primary data), ``migrate`` (an older keyspace format upgraded)
+and ``recover`` (LevelDB's repair, then a view repair, and what was kept)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from cablestore.progress import plural
 
 
 def register(sub) -> None:
-    """Add ``recover`` and ``reindex`` to the ``cablestore`` parser's subparsers."""
+    """Add ``recover``, ``reindex`` and ``migrate`` to the ``cablestore`` parser's subparsers."""
     p = sub.add_parser("recover", help="salvage a damaged store (every provable post, LevelDB repair, view repair) and report losses; originals kept in STORE/lost/")
     p.add_argument("store", help="the store directory")
     add_output_flags(p)
@@ -17,6 +18,11 @@ def register(sub) -> None:
     p.add_argument("store", help="the store directory (must exist)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_reindex)
+
+    p = sub.add_parser("migrate", help="upgrade a store of an older keyspace format (cablestore-1) to the current one, in place; resumable")
+    p.add_argument("store", help="the store directory (must exist; not open elsewhere)")
+    add_output_flags(p)
+    p.set_defaults(func=_cmd_migrate)
 
 
 def _cmd_recover(args) -> int:
@@ -97,5 +103,23 @@ def _cmd_reindex(args) -> int:
             f"reindexed {report.indexed} of {plural(report.posts, 'post')} ({plural(report.tombstones, 'tombstone')}) in "
             f"{sum(report.seconds.values()):.1f} s ({report.posts_per_s:,.0f} posts/s): "
             f"dropped {report.dropped} and wrote {plural(report.written, 'view entry', 'view entries')}{faults}"
+        )
+    return 1 if report.faults else 0
+
+
+def _cmd_migrate(args) -> int:
+    from cablestore.progress import Progress
+    from cablestore.rebuild.migration import migrate
+
+    report = migrate(args.store, Progress(quiet=args.quiet or args.json))
+    if args.json:
+        print_json(report.to_dict())
+    elif not report.migrated:
+        print(f"{report.path} is in format {report.to_format} already: nothing to migrate")
+    else:
+        faults = f"; {plural(len(report.faults), 'faulty record')} left for `cablestore check STORE --repair`" if report.faults else ""
+        print(
+            f"migrated {report.path} from {report.from_format} to {report.to_format}{' (resumed)' if report.resumed else ''}: "
+            f"{plural(report.posts, 'post')} in {report.seconds:.1f} s, dropped {report.dropped} and wrote {plural(report.written, 'view entry', 'view entries')}{faults}"
         )
     return 1 if report.faults else 0

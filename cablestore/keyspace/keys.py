@@ -36,6 +36,7 @@ SEED_KEY = LOCAL + b"seed"  # the moderation seed the local user joined with (mo
 SEED_KEPT = LOCAL + b"seeded"  # hashes of seeded users' posts applied when a seed was cleared: they stay applied
 CHECKED = LOCAL + b"checked"  # what the last `check --repair` found and when (rebuild.verify.last_check)
 REINDEXING = LOCAL + b"reindexing"  # present while a reindex runs: one left behind marks a reindex interrupted
+MIGRATING = LOCAL + b"migrating"  # present while a migration to the current format runs (cablestore.rebuild.migrate)
 CABAL_KEY = LOCAL + b"cabal"  # a digest of the cabal key the store belongs to (never the key)
 CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a post of that author
 SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channel from a peer starts

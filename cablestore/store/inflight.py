@@ -170,8 +170,8 @@ def guarded(method: F) -> F:
     return wrapper
 
 
-# Store methods that never touch LevelDB (or manage the gate themselves).
-UNGUARDED = frozenset({"close", "subscribe", "validate", "in_flight"})
+# Store methods that never touch LevelDB (or manage the gate themselves; ``migrate``: a static method, of a path, not of this store).
+UNGUARDED = frozenset({"close", "subscribe", "validate", "in_flight", "migrate"})
 GUARDED_SPECIAL = frozenset({"__len__", "__contains__", "__iter__"})
 
 

@@ -1,6 +1,6 @@
 """Opening a store's LevelDB directory: what is at the path, who holds it, what it holds.
 
-Three rules keep an open from destroying or littering anything:
+Four rules keep an open from destroying, littering or misreading anything:
 
 * **One opener per path per process.**  LevelDB refuses a second open of a
   directory in the same process by closing a descriptor of ``LOCK``, which
@@ -16,6 +16,11 @@ Three rules keep an open from destroying or littering anything:
 * **Claim nothing that is not ours.**  ``!meta!format`` is written only into a
   database that is empty; a LevelDB with data but no format key is refused
   without writing.
+* **Read no older format.**  A store in format ``cablestore-1`` (derived rows
+  laid out as docs/keyspace-format-1.md shows) is refused with
+  :class:`cablestore.errors.MigrationNeededError`, naming ``cablestore
+  migrate STORE``; only the migration (``open_db(..., migrating=True)``,
+  :mod:`cablestore.rebuild.migration`) opens it.
 
 ``paranoid_checks`` is on: LevelDB then fails the open on a damaged
 write-ahead log instead of silently dropping the rest of a 32 KiB block.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shlex
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +42,7 @@ import plyvel
 
 from cablestore.errors import (
     DiskFullError,
+    MigrationNeededError,
     NotAStoreError,
     StoreClosedError,
     StoreCorruptError,
@@ -49,7 +56,9 @@ from cablestore.keyspace.keys import FORMAT_KEY
 from . import leveldb_files
 from .readonly import Links
 
-FORMAT = b"cablestore-1"
+FORMAT = b"cablestore-2"
+#: Formats ``cablestore migrate`` upgrades to :data:`FORMAT` (issue 38: format 2 drops the reverse entry and the membership candidates).
+OLD_FORMATS = (b"cablestore-1",)
 RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
 
 # Files LevelDB writes; LOCK and LOG alone hold no data.
@@ -181,7 +190,13 @@ DEFAULT_CACHE_MB = 128
 
 
 def open_db(
-    path: Path, *, create: bool, readonly: bool = False, cache_mb: int = DEFAULT_CACHE_MB, write_buffer_mb: int = 64
+    path: Path,
+    *,
+    create: bool,
+    readonly: bool = False,
+    cache_mb: int = DEFAULT_CACHE_MB,
+    write_buffer_mb: int = 64,
+    migrating: bool = False,
 ) -> tuple[plyvel.DB, str, Links | None]:
     """Open the store at ``path``; return ``(db, registry key, links)``: :func:`close_db` closes them.
 
@@ -190,6 +205,8 @@ def open_db(
     ``readonly=True`` opens LevelDB on a directory of links to the store's
     files (:mod:`cablestore.store.readonly`): nothing in ``path`` is created
     or written, and ``links`` is that directory (else None).
+    ``migrating=True`` (the migration only) opens a store of an older format
+    (:data:`OLD_FORMATS`) too, which anything else refuses.
     """
     key = claim(path)
     links = None
@@ -209,7 +226,7 @@ def open_db(
         except StoreError as exc:
             raise (links.in_words(exc) if links else exc) from exc.__cause__
         try:
-            _check_format(db, path, create and not readonly, readonly)
+            _check_format(db, path, create and not readonly, readonly, migrating)
         except BaseException:
             db.close()
             raise
@@ -294,13 +311,20 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
         raise translate(exc, path) from exc
 
 
-def _check_format(db: plyvel.DB, path: Path, create: bool, readonly: bool = False) -> None:
+def migrate_hint(path: Path) -> str:
+    """The command that upgrades the store at ``path``, as every refusal of an older format names it."""
+    return f"run `cablestore migrate {shlex.quote(str(path))}` (or Store.migrate) to upgrade it"
+
+
+def _check_format(db: plyvel.DB, path: Path, create: bool, readonly: bool = False, migrating: bool = False) -> None:
     with translated(path):
         # Checksums verified: a block read here stays in the block cache, where
         # a later check (which verifies what it reads from disk) would trust it.
         stored = db.get(FORMAT_KEY, verify_checksums=True)
-        if stored == FORMAT:
+        if stored == FORMAT or (migrating and stored in OLD_FORMATS):
             return
+        if stored in OLD_FORMATS:
+            raise MigrationNeededError(f"{path} is in format {stored.decode()}; {migrate_hint(path)}")
         if stored is not None:
             raise NotAStoreError(f"{path} holds format {stored!r}, expected {FORMAT!r}")
         with db.iterator(include_value=False, verify_checksums=True) as it:

@@ -39,7 +39,7 @@ from cablestore.keyspace.records import Tombstone
 from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
 from cablestore.store import leveldb_reader as reader
-from cablestore.store.opening import FORMAT
+from cablestore.store.opening import FORMAT, OLD_FORMATS
 from cablestore.wire.codec import decode_post, post_hash
 from cablestore.wire.crypto import verify_many
 
@@ -217,7 +217,7 @@ def _flaw(rec: reader.Record) -> str | None:
         return None if len(key) == len(FACTS) + 32 else "fact key of the wrong length"
     if not rec.certified:
         return "in a damaged block (nothing but a checksum certifies it)"
-    if key == FORMAT_KEY and rec.value != FORMAT:
+    if key == FORMAT_KEY and rec.value != FORMAT and rec.value not in OLD_FORMATS:  # an older store is migrated, not recovered into a new format
         return "unknown format"
     return None
 

@@ -47,7 +47,8 @@ from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_ha
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
-    from cablestore.rebuild import Report
+    from cablestore.progress import Progress
+    from cablestore.rebuild import MigrateReport, Report
 
 VERIFY_AHEAD = 2  # batches ingest_batches has its workers verify ahead of the one it indexes
 
@@ -431,6 +432,22 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
             return check(self, fix=fix, engine=engine, **kw)
         finally:
             self._forget_caches()  # a repair writes views directly
+
+    @staticmethod
+    def migrate(path: str | os.PathLike, progress: Progress | None = None) -> MigrateReport:
+        """Upgrade the store at ``path`` (closed) from an older keyspace format to the current one.
+
+        Opening a store of format ``cablestore-1`` raises
+        :class:`cablestore.errors.MigrationNeededError`; this rewrites its
+        derived rows (a reindex), then marks it ``cablestore-2``.  Resumable:
+        interrupted, the store stays in the old format and migrating again
+        finishes.  A store in the current format is left as it is.  Returns
+        a :class:`cablestore.rebuild.migration.MigrateReport`
+        (``cablestore migrate STORE`` runs it; docs/operations.md, "Upgrading").
+        """
+        from cablestore.rebuild import migrate
+
+        return migrate(path, progress)
 
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Every raw key/value pair (for tools and tests), in key order."""
