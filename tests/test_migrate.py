@@ -216,3 +216,25 @@ def test_sigkill_during_migrate_at_every_phase_resumes_to_the_uninterrupted_stor
     stats = run_migrate_kills(format1, tmp_path, expected=raw(path), log=lambda *_: None)
     assert stats["kills"] == stats["points"] >= 5  # every phase: the marker, the drop, the index, the latest rows, before the flip
     assert stats["resumed"] == stats["kills"]
+
+
+def test_recover_of_a_damaged_format_1_store_migrates_it_and_names_what_is_gone(format1, migrated, tmp_path):
+    """A damaged table in a format-1 store: recover salvages, migrates (no second command), then repairs the views."""
+    from cablestore.store.recovery import recover
+
+    path = tmp_path / "store"
+    shutil.copytree(format1, path)
+    table = max(path.glob("*.ldb"), key=lambda f: f.stat().st_size)
+    data = bytearray(table.read_bytes())
+    data[len(data) // 2] ^= 0x40  # one data block's checksum fails
+    table.write_bytes(bytes(data))
+    report = recover(path)
+    assert report.migrated and report.consistent and not report.intact
+    assert dict(raw(path))[FORMAT_KEY] == b"cablestore-2" and MIGRATING not in dict(raw(path))
+    with Store(migrated[0], create=False) as s:
+        expected = {k for k, _ in s.items(b"!post!")}
+    with Store(path, create=False) as s:
+        after = {k for k, _ in s.items(b"!post!")}
+        assert s.check().consistent
+    gone = {b"!post!" + bytes.fromhex(h) for h in report.lost} | {b"!post!" + bytes.fromhex(r["hash"]) for r in report.removed_records}
+    assert after <= expected and expected - after <= gone  # every post that is gone is named

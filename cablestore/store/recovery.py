@@ -45,7 +45,7 @@ from pathlib import Path
 import plyvel
 
 from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
-from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, MONO_SIZE, POSTS
+from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, MONO_SIZE, POSTS, REVERSE
 from cablestore.progress import Progress
 from cablestore.store import opening, salvage
 from cablestore.wire.codec import DELETE, decode_post, post_hash
@@ -80,6 +80,7 @@ class RecoveryReport:
     leveldb: list[str] = field(default_factory=list)  # LevelDB's own account of the repair
     damaged: list[str] = field(default_factory=list)  # "file offset+length: why": parts of files that did not check
     format_restored: bool = False
+    migrated: bool = False  # a format-1 store: migrated to the current format (a reindex) before its views were checked
     deleted_again: list[str] = field(default_factory=list)  # deleted posts that came back, deleted again
     consistent: bool = False
 
@@ -118,10 +119,10 @@ def recover(path: str | os.PathLike, progress: Progress | None = None) -> Recove
         with _leveldb_lock(path):
             if found is None:
                 found = salvage.scan(path, progress)
-            _repair(path, found, report, progress)
+            named = _repair(path, found, report, progress)
     finally:
         opening.release(registered)
-    _repair_views(path, report, found, progress)
+    _repair_views(path, report, found, named, progress)
     if progress:
         progress.done()
     return report
@@ -155,8 +156,11 @@ def _views_only(path: Path, found: salvage.Salvage, report: RecoveryReport, prog
     return report
 
 
-def _repair(path: Path, found: salvage.Salvage, report: RecoveryReport, progress) -> None:
-    """Keep the originals, run LevelDB's repair, write back what it lost (under LevelDB's lock)."""
+def _repair(path: Path, found: salvage.Salvage, report: RecoveryReport, progress) -> set[bytes]:
+    """Keep the originals, run LevelDB's repair, write back what it lost (under LevelDB's lock).
+
+    Returns the hashes the views named after LevelDB's repair: posts known to have been stored.
+    """
     folder = _originals_folder(path)
     report.originals = str(folder)
     linked = _keep_originals(path, folder, found)
@@ -176,10 +180,11 @@ def _repair(path: Path, found: salvage.Salvage, report: RecoveryReport, progress
     with opening.translated(path):
         db = plyvel.DB(os.fsencode(path), create_if_missing=False)
         try:
-            kept, _, report.tombstones_before = _inventory(db)
+            kept, named, report.tombstones_before = _inventory(db)
             report.posts_before = len(kept)
             applied = salvage.apply(db, found, progress)
             report.format_restored = _restore_format(db, bool(found.posts()))
+            report.migrated = db.get(FORMAT_KEY) in opening.OLD_FORMATS  # done below, once LevelDB's lock is free
         finally:
             db.close()
     report.salvaged_posts = applied.posts
@@ -189,11 +194,16 @@ def _repair(path: Path, found: salvage.Salvage, report: RecoveryReport, progress
     quarantine = salvage.write_quarantine(folder, applied.unproven)
     report.quarantine = None if quarantine is None else str(quarantine)
     (folder / salvage.SALVAGED).write_text("every file in this folder was read by `cablestore recover`\n")
+    return named
 
 
-def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, progress) -> None:
+def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, named: set[bytes], progress) -> None:
     from cablestore.store.store import Store
 
+    if report.migrated:
+        if progress:
+            progress.stage("migrate")
+        Store.migrate(path, progress)  # rebuilds every derived row from the primary data just salvaged
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
         present, rev, _ = _inventory(store.db)
         if progress:
@@ -209,7 +219,7 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, pr
     report.removed_records = [dict(f, kind=kind) for kind, items in faults.items() for f in items]
     report.consistent = checked.consistent
     report.posts_after = len(after)
-    known = present | rev | found.posts()
+    known = present | rev | named | found.posts()
     report.known_posts = len(known)
     # A post a later post/delete removed is gone on purpose: its tombstone says so.
     report.lost = sorted(h.hex() for h in known - after - tombstoned)
@@ -326,7 +336,9 @@ def _restore_format(db, ours: bool) -> bool:
         return False
     if not ours and not any(True for _ in db.iterator(prefix=POSTS, include_value=False)) and not any(True for _ in db.iterator(prefix=AUTHOR, include_value=False)):
         return False  # not ours: opening will refuse it
-    db.put(FORMAT_KEY, opening.FORMAT, sync=True)
+    # Format 1 kept a reverse entry ``!rev!<hash>`` (37 bytes) per post: its rows say which format they are.
+    old = any(len(k) == len(REVERSE) + 32 for k in db.iterator(prefix=REVERSE, include_value=False))
+    db.put(FORMAT_KEY, opening.OLD_FORMATS[0] if old else opening.FORMAT, sync=True)
     return True
 
 
