@@ -51,7 +51,8 @@ def test_the_benchmark_runs_every_candidate_at_a_tiny_size(tmp_path, capsys):
     rows = sizes[0]["candidates"]
     assert [r["name"].split(":")[0] for r in rows] == ["today", "a", "b", "c", "d", "e", "f1", "f2", "f3", "g"]
     by = {r["name"].split(":")[0]: r for r in rows}
-    assert by["g"]["rows_per_post"] < by["a"]["rows_per_post"] < by["today"]["rows_per_post"]
+    # The store now writes no !channel!a rows (format 2, candidate e): b's fold has none left to remove, so g ties a.
+    assert by["g"]["rows_per_post"] <= by["a"]["rows_per_post"] < by["today"]["rows_per_post"]
     assert by["d"]["bytes_per_post"] < by["today"]["bytes_per_post"] == by["f1"]["bytes_per_post"]
     assert all(set(r["latency_p50_us"]) == {"chat time range", "state", "author", "rev lookup", "head check"} for r in rows)
     assert "| g: a + " in (tmp_path / "keyspace2.md").read_text()
