@@ -166,7 +166,11 @@ class IndexState:
         return None if key is None else _Found((key[len(prefix) :], key[-32:]))
 
     def _register_winner(self, view, group, register: bytes, prefixes, trusted: bool) -> tuple | None:
-        """:meth:`_stored_winner` of a group with a register: one point read of it; a bounded reverse seek under each candidate prefix only when its winner was removed in this txn (or ``trusted`` is False: the register named a post the DB lacks)."""
+        """:meth:`_stored_winner` of a group with a register: one point read of it.
+
+        A bounded reverse seek under each candidate prefix only when its winner was removed in
+        this txn (or ``trusted`` is False: the register named a post the DB lacks).
+        """
         if trusted:
             value = self.txn.db.get(register)
             if value is None:
