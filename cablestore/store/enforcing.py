@@ -113,7 +113,8 @@ def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
         if key.startswith(actions.PREFIX + b"d"):
             found.add(key[-32:])
         elif key.startswith(actions.PREFIX + b"x"):
-            ch, members = key[len(actions.PREFIX) + 1 :], channel_view.PREFIX + key[len(actions.PREFIX) + 1 :] + b"m"
+            ch = key[len(actions.PREFIX) + 1 :]
+            members = channel_view.PREFIX + ch + b"m"
             for member, _ in batch.current(members):  # every author of a post there, then their posts there
                 for prefix in channel_view.candidates(channel_view.member_group(ch, member[len(members) :])):
                     found.update(k[-32:] for k, _ in batch.current(prefix))

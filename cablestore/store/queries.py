@@ -259,7 +259,10 @@ def _last_per_channel(it, prefix: bytes) -> list[bytes]:
     out = []
     it.seek(prefix)
     while (key := next(it, None)) is not None and key.startswith(prefix):
-        channel = key[: unescape(key, len(prefix))[1]]
+        try:
+            channel = key[: unescape(key, len(prefix))[1]]
+        except CorruptRecordError:  # a damaged key (``check`` reports it): itself, then on
+            channel = key
         out.append(last_under(it, channel))
         it.seek(next_prefix(channel))
     return out
