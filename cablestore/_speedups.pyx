@@ -221,11 +221,11 @@ def entries(ip):
         out.append((_cat(_K_STATE, esc, b"m", pk, m), _EMPTY))
     elif t == TOPIC:
         out.append((_cat(_K_STATE, esc, b"t", m), _EMPTY))
-    out.append((_cat(_K_AUTHOR, pk, tb, m), _EMPTY))  # author
-    if t == INFO:  # user
-        out.append((_cat(_K_USER, pk, b"p", m), _EMPTY))
-    else:  # channel: every channel post type
-        out.append((_cat(_K_CHANNEL, esc, b"a", pk, m), tb))
+    if t == INFO:
+        out.append((_cat(_K_AUTHOR, pk, tb, m), _EMPTY))  # author
+        out.append((_cat(_K_USER, pk, b"p", m), _EMPTY))  # user
+    else:  # author: a channel post's row names its channel (the channel view has no per-post entry)
+        out.append((_cat(_K_AUTHOR, pk, tb, esc, m), _EMPTY))
     links = post.links
     cdef Py_ssize_t nl = len(links)
     if nl == 1:  # links

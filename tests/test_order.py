@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cablestore import DELETE, JOIN, TEXT, Store, post_hash
+from cablestore import DELETE, JOIN, LEAVE, TEXT, TOPIC, Store, post_hash
 from cablestore.errors import CableError, UnauthorizedDeleteError
 
 from .conftest import NOW, dump, keypair, post
@@ -86,10 +86,17 @@ def test_a_pre_emptive_unauthorized_delete_is_retracted_when_the_target_arrives(
 # --- the property ------------------------------------------------------------
 
 
+def channel_post(kp, post_type, ts, channel):
+    """A post/text, post/topic, post/join or post/leave: each one decides its author's membership row."""
+    body = {TEXT: {"text": f"t{ts}"}, TOPIC: {"topic": f"topic {ts}"}}.get(post_type, {})
+    return post(kp, post_type, ts, channel=channel, **body)
+
+
 @st.composite
 def workloads(draw):
-    """Texts of two authors in two channels, then deletes naming earlier posts."""
-    posts = [text(kp, 1000 + i, ch) for i, (kp, ch) in enumerate(draw(st.lists(st.tuples(st.sampled_from([ALICE, BOB]), st.sampled_from(["a", "b"])), min_size=1, max_size=3)))]
+    """Channel posts of every type by two authors in two channels (pairs share a timestamp: ties by hash), then deletes naming earlier posts."""
+    drawn = draw(st.lists(st.tuples(st.sampled_from([ALICE, BOB]), st.sampled_from(["a", "b"]), st.sampled_from([TEXT, TEXT, TOPIC, JOIN, LEAVE])), min_size=1, max_size=3))
+    posts = list(dict.fromkeys(channel_post(kp, t, 1000 + i // 2, ch) for i, (kp, ch, t) in enumerate(drawn)))
     posts.append(post(ALICE, JOIN, 999, channel="a"))
     for i in range(draw(st.integers(1, 4))):
         targets = draw(st.lists(st.sampled_from(posts), min_size=1, max_size=2, unique=True))

@@ -10,8 +10,15 @@ the whole contract with a default for each part (as diskcache's ``Disk``):
     The entries one indexed post contributes, and the "latest" groups it
     competes in (default: none).
 ``candidates(group)``, ``rank(group, ip)``, ``latest(group, winner)``
-    Where a group's candidates are, how one ranks (default: the mono
+    Where a group's candidates are (a prefix, or a few: the latest is the
+    greatest of one reverse seek each), how one ranks (default: the mono
     timestamp), and the entries its winner gives.
+``winner_key(group)``, ``register_rank(group, value)``
+    A register: the key whose value (written by ``latest``) names the
+    group's winner, read with one point read instead of seeking the
+    candidates; those are sought (one bounded reverse seek per prefix, when
+    ``candidates`` names several) only when the winner is removed (default:
+    no register).
 ``latest_needs_winner(group, rank)``
     False when ``latest`` is empty for any winner of that rank or higher
     (default: always True).

@@ -1,11 +1,21 @@
-"""``!author``: every post by public key and post type, in time order.
+"""``!author!``: every post by public key and post type, in time order.
 
-Lets a peer list what someone wrote and purge a blocked author.
+Lets a peer list what someone wrote and purge a blocked author.  A channel
+post (post/text, post/topic, post/join, post/leave) carries its channel
+between the type and the time, so an author's posts of one type in one
+channel are one prefix: the ``!channel`` view finds a removed membership
+winner's successor with a reverse seek under each of the four
+(:func:`views.channel.candidates`), never a walk over the author's other
+channels.  Listing an author's posts of one type across channels therefore
+sorts by the trailing ``<mono>``.
 
-    !author!<pubkey><type:u8><mono> -> ''
+    !author!<pubkey><type:u8><mono>       -> ''   post/delete, post/info, types 6-9
+    !author!<pubkey><type:u8><ch><mono>   -> ''   the channel posts (types 0, 3, 4, 5)
 """
 
 from cablestore.keyspace import keys
+from cablestore.keyspace.keys import escape
+from cablestore.wire.codec import CHANNEL_TYPES
 
 from .base import View
 
@@ -17,8 +27,16 @@ def prefix(public_key: bytes, post_type: int | None = None) -> bytes:
     return PREFIX + public_key + (b"" if post_type is None else bytes([post_type]))
 
 
+def channel_prefix(public_key: bytes, post_type: int, channel_escaped: bytes) -> bytes:
+    """``!author!<pubkey><type><ch>``: an author's posts of one channel type in one channel (``<ch>`` escaped, terminated)."""
+    return PREFIX + public_key + bytes([post_type]) + channel_escaped
+
+
 def entries(ip):
-    return [(prefix(ip.post.public_key, ip.post.post_type) + ip.mono, b"")]
+    t = ip.post.post_type
+    if t in CHANNEL_TYPES:
+        return [(channel_prefix(ip.post.public_key, t, escape(ip.channel)) + ip.mono, b"")]
+    return [(prefix(ip.post.public_key, t) + ip.mono, b"")]
 
 
 class AuthorView(View):

@@ -43,9 +43,20 @@ class View:
         return []
 
     # --- latest groups ------------------------------------------------------
-    def candidates(self, group: bytes) -> bytes:
-        """The key prefix under which every post of ``group`` has one entry ending in its rank: the latest is one reverse seek away."""
+    def candidates(self, group: bytes) -> bytes | tuple[bytes, ...]:
+        """The key prefix under which every post of ``group`` has one entry ending in its rank: the latest is one reverse seek away.
+
+        Or a tuple of prefixes: the latest is the greatest rank of one reverse seek under each (a bounded number).
+        """
         raise NotImplementedError(f"view {self.NAME!r} has no latest groups")
+
+    def winner_key(self, group: bytes) -> bytes | None:
+        """The key of a register whose value names the group's winner (written by :meth:`latest`), read instead of seeking :meth:`candidates`; None (the default): no register."""
+        return None
+
+    def register_rank(self, group: bytes, value: bytes) -> bytes | None:
+        """With :meth:`winner_key`: the winner's rank (it ends in the winner's hash) from the register's value; None: a damaged value (the candidates decide)."""
+        raise NotImplementedError(f"view {self.NAME!r} has no registers")
 
     def rank(self, group: bytes, ip) -> bytes:
         """The suffix of the post's candidate key after :meth:`candidates`: the highest is the latest.  Default: the mono timestamp."""

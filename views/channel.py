@@ -5,38 +5,70 @@ post/topic there is newer than their latest post/leave (spec 5.4.3), so every
 such post is a candidate; the latest topic is the newest post/topic.
 "Latest" is the highest timestamp, ties broken by the higher hash.
 
-    !channel!<channel>a<pubkey><mono> -> <post_type:u8>  candidates for membership
-    !channel!<channel>m<pubkey>       -> 01 member / 00 left
-    !channel!<channel>t               -> <topic>         latest topic (UTF-8)
+    !channel!<channel>m<pubkey> -> <01 member|00 left><post_type:u8><mono>   the member's latest post there
+    !channel!<channel>t         -> <topic>                                   latest topic (UTF-8)
 
 Groups are ``b"m" + <channel> + <pubkey>`` and ``b"t" + <channel>``.
+
+The membership row is a register: it holds its group's winner (type and
+``<mono>``, whose last 32 bytes are the hash), so ingest reads it with one
+point read (:meth:`View.winner_key`) and no candidate row per post is kept.
+The candidates are the member's author rows of the four channel types in
+that channel (``!author!<pubkey><type><ch>``, :mod:`views.author`): when the
+winner is removed, its successor is the greatest of one bounded reverse
+seek under each.  Every reader decodes the value with :func:`membership`.
 """
 
+from typing import NamedTuple
+
 from cablestore.keyspace import keys
-from cablestore.keyspace.keys import escape
 from cablestore.wire.codec import CHANNEL_TYPES, LEAVE, TOPIC
 
-from . import state
+from . import author, state
 from .base import View
 
 NAME = "channel"
 PREFIX = keys.CHANNEL
-_MEMBERSHIP_TYPES = CHANNEL_TYPES  # every post to a channel: join, text, topic, leave
+_MEMBERSHIP_TYPES = tuple(sorted(CHANNEL_TYPES))  # every post to a channel: text, topic, join, leave
+MEMBER, LEFT = b"\x01", b"\x00"
+_MONO_SIZE = 40
 
 
-def entries(ip):
-    if ip.post.post_type not in _MEMBERSHIP_TYPES:
-        return []
-    key = PREFIX + escape(ip.channel) + b"a" + ip.post.public_key + ip.mono
-    return [(key, bytes([ip.post.post_type]))]
+class Membership(NamedTuple):
+    """A decoded ``!channel!<ch>m<pubkey>`` value: member or not, and the post that decides it."""
+
+    member: bool
+    post_type: int
+    mono: bytes
+
+    @property
+    def hash(self) -> bytes:
+        return self.mono[-32:]
+
+
+def membership(value: bytes) -> Membership | None:
+    """Decode a membership row's value (None: not one, a damaged row: ``check`` reports it)."""
+    if len(value) != 2 + _MONO_SIZE or value[:1] not in (MEMBER, LEFT):
+        return None
+    return Membership(value[:1] == MEMBER, value[1], value[2:])
+
+
+def is_member(value: bytes | None) -> bool:
+    """True if a membership row's value says "member" (its first byte)."""
+    return value is not None and value[:1] == MEMBER
+
+
+def member_group(channel_escaped: bytes, public_key: bytes) -> bytes:
+    """The membership group of a member of a channel (its register: ``latest_prefix``)."""
+    return b"m" + channel_escaped + public_key
 
 
 def groups(ip):
     t = ip.post.post_type
-    if t not in _MEMBERSHIP_TYPES:
+    if t not in CHANNEL_TYPES:
         return []
-    channel = escape(ip.channel)
-    out = [b"m" + channel + ip.post.public_key]
+    channel = keys.escape(ip.channel)
+    out = [member_group(channel, ip.post.public_key)]
     if t == TOPIC:
         out.append(b"t" + channel)
     return out
@@ -44,8 +76,20 @@ def groups(ip):
 
 def candidates(group):
     if group[:1] == b"m":
-        return PREFIX + group[1:-32] + b"a" + group[-32:]
+        channel, public_key = group[1:-32], group[-32:]
+        return tuple(author.channel_prefix(public_key, t, channel) for t in _MEMBERSHIP_TYPES)
     return state.topic_prefix(group[1:])
+
+
+def winner_key(group):
+    """The membership row is its group's register; a topic group has none."""
+    return latest_prefix(group) if group[:1] == b"m" else None
+
+
+def register_rank(group, value):
+    """The winner's rank (its ``<mono>``) from a membership row's value; None if damaged."""
+    found = membership(value)
+    return None if found is None else found.mono
 
 
 def latest_prefix(group):
@@ -63,7 +107,8 @@ def latest(group, winner):
     if winner is None:
         return []
     if group[:1] == b"m":
-        return [(latest_prefix(group), b"\x00" if winner.post.post_type == LEAVE else b"\x01")]
+        t = winner.post.post_type
+        return [(latest_prefix(group), (LEFT if t == LEAVE else MEMBER) + bytes([t]) + winner.mono)]
     return [(latest_prefix(group), winner.post.topic.encode("utf-8"))]
 
 
@@ -71,9 +116,10 @@ class ChannelView(View):
     """The ``channel`` view: :data:`VIEW`."""
 
     NAME, PREFIX = NAME, PREFIX
-    entries = staticmethod(entries)
     groups = staticmethod(groups)
     candidates = staticmethod(candidates)
+    winner_key = staticmethod(winner_key)
+    register_rank = staticmethod(register_rank)
     latest = staticmethod(latest)
     latest_prefix = staticmethod(latest_prefix)
     latest_keys = staticmethod(latest_keys)

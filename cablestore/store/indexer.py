@@ -327,4 +327,4 @@ def _member_channels(state: IndexState, public_key: bytes) -> tuple[str, ...]:
     state.settle_groups(views.channel.NAME, [b"m" + escape(c) + public_key for c in here])
     names = set(channel_names(state.txn.db)) | here  # channels new in this batch count where the member posted
     membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
-    return tuple(sorted(n for n in names if state.get(membership(b"m" + escape(n) + public_key)) == b"\x01"))
+    return tuple(sorted(n for n in names if views.channel.is_member(state.get(membership(b"m" + escape(n) + public_key)))))

@@ -151,6 +151,9 @@ class IndexState:
             if cached is None or (cached is not _MISSING and cached[1] not in self.deleted):
                 return cached
         prefix = view.candidates(group)
+        register = view.winner_key(group)
+        if register is not None:
+            return self._register_winner(view, group, register, prefix, cached_ok)
         if view.OWN_CANDIDATE and self._link_filter is not None and not self._link_filter.might_have(group):
             # Nothing stored links to ``group`` (a seek cost 30-40 µs at 1M posts).
             key = None
@@ -162,6 +165,26 @@ class IndexState:
             held = group not in self.deleted and group not in self.fresh
             return _Found((b"", group)) if held and self.txn.db.get(POSTS + group) is not None else None
         return None if key is None else _Found((key[len(prefix) :], key[-32:]))
+
+    def _register_winner(self, view, group, register: bytes, prefixes, trusted: bool) -> tuple | None:
+        """:meth:`_stored_winner` of a group with a register: one point read of it.
+
+        A bounded reverse seek under each candidate prefix only when its winner was removed in
+        this txn (or ``trusted`` is False: the register named a post the DB lacks).
+        """
+        if trusted:
+            value = self.txn.db.get(register)
+            if value is None:
+                return None
+            rank = view.register_rank(group, value)
+            if rank is not None and rank[-32:] not in self.deleted:
+                return _Found((rank, rank[-32:]))
+        best = None
+        for prefix in (prefixes,) if type(prefixes) is bytes else prefixes:
+            key = self.txn.last_candidate(prefix, self.deleted)
+            if key is not None and (best is None or key[len(prefix) :] > best[0]):
+                best = (key[len(prefix) :], key[-32:])
+        return None if best is None else _Found(best)
 
     def _winner(self, name, group, view) -> tuple[Indexed | None, bytes, bool]:
         """``(winner, its rank, exact)``; not exact: a stand-in whose ``latest`` equals the winner's."""
@@ -190,7 +213,8 @@ class IndexState:
         if stored is not None and blob is None:
             # The cache named a post the DB no longer holds (written under it:
             # a repair, a recovery): forget it and read the DB.
-            self._winners.pop((name, group), None)
+            if self._winners is not None:
+                self._winners.pop((name, group), None)
             stored = self._stored_winner(name, group, view, cached_ok=False)
             blob = None if stored is None else self.get(POSTS + stored[1])
         if stored is not None and blob is not None and (best is None or stored[0] > best_rank):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, channel_key, escape
-from cablestore.store.queries import chat_bounds, last_under
+from cablestore.store.queries import chat_bounds
 from cablestore.views import author, blocks
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import BLOCK, TOPIC, UNBLOCK, decode_post
@@ -34,14 +34,11 @@ def channel_state_answer(store: Any, channel: str) -> list[bytes]:
     hashes = store.channel_state(channel)
     ch = channel_key(channel)
     members = channel_view.PREFIX + ch + b"m"
-    candidates = channel_view.PREFIX + ch + b"a"
     extra = []
-    with store.db.snapshot() as snap, snap.iterator() as it:
-        people = [k[len(members) :] for k in snap.iterator(prefix=members, include_value=False)]
-        for pk in people:
-            last = last_under(it, candidates + pk)
-            if last is not None and last[1] == bytes([TOPIC]):
-                extra.append(last[0][-32:])
+    for _, value in store.db.iterator(prefix=members):  # each member's latest post there (the register)
+        found = channel_view.membership(value)
+        if found is not None and found.post_type == TOPIC:
+            extra.append(found.hash)
     known = set(hashes)
     # Superseded post/topics first, the current state after them: a peer that applies posts in the
     # order they arrive and keeps the last topic it saw (cable-core.js 0.2.1 does) must end on the

@@ -31,7 +31,7 @@ from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.link_queries import LinkQueries
 from cablestore.views import author, chat, state, user
 from cablestore.views import channel as channel_view
-from cablestore.wire.codec import POST_TYPE_NAMES
+from cablestore.wire.codec import CHANNEL_TYPES, POST_TYPE_NAMES
 
 U64_MAX = (1 << 64) - 1
 
@@ -140,7 +140,7 @@ class Queries(LinkQueries):
     @staticmethod
     def _member_keys(snap, ch: bytes, current_only: bool = False) -> list[bytes]:
         prefix = channel_view.PREFIX + ch + b"m"
-        return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if v == b"\x01" or not current_only]
+        return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if not current_only or channel_view.is_member(v)]
 
     @renamed_keyword("name", "channel")
     def members(self, channel: str) -> list[bytes]:
@@ -193,11 +193,12 @@ class Queries(LinkQueries):
     def newest_timestamp(self, public_key: HashLike) -> int:
         """The newest claimed timestamp among the author's stored posts (0: none)."""
         pk, newest = as_hash(public_key), 0
-        for post_type in POST_TYPE_NAMES:
-            with self.db.iterator(prefix=author.prefix(pk, post_type), reverse=True, include_value=False) as it:
-                key = next(it, None)
-            if key is not None:
-                newest = max(newest, mono_timestamp(key))
+        with self.db.snapshot() as snap, snap.iterator(include_value=False) as it:
+            for post_type in POST_TYPE_NAMES:
+                prefix = author.prefix(pk, post_type)
+                # A channel post's key names its channel before its time: the newest of each channel.
+                found = _last_per_channel(it, prefix) if post_type in CHANNEL_TYPES else [last_under(it, prefix)]
+                newest = max([newest, *(mono_timestamp(key) for key in found if key is not None)])
         return newest
 
     def local_value(self, key: bytes) -> bytes | None:
@@ -251,6 +252,20 @@ def last_under(it: Any, prefix: bytes) -> Any:
     except StopIteration:
         return None
     return item if (item if isinstance(item, bytes) else item[0]).startswith(prefix) else None
+
+
+def _last_per_channel(it, prefix: bytes) -> list[bytes]:
+    """The greatest key under ``prefix + <ch>`` for each channel ``<ch>`` following ``prefix`` (a skip scan: two seeks a channel)."""
+    out = []
+    it.seek(prefix)
+    while (key := next(it, None)) is not None and key.startswith(prefix):
+        try:
+            channel = key[: unescape(key, len(prefix))[1]]
+        except CorruptRecordError:  # a damaged key (``check`` reports it): itself, then on
+            channel = key
+        out.append(last_under(it, channel))
+        it.seek(next_prefix(channel))
+    return out
 
 
 def _latest(it, prefixes) -> list[bytes]:

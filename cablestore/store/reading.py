@@ -328,7 +328,7 @@ class Reading:
                 ch = escape(name)  # the name as its keys spell it
                 topic = snap.get(channel_view.PREFIX + ch + b"t")
                 with snap.iterator(prefix=channel_view.PREFIX + ch + b"m") as it:
-                    members = sum(1 for _, v in it if v == b"\x01")
+                    members = sum(1 for _, v in it if channel_view.is_member(v))
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
         spellings = self.listed_spellings([c.name for c in out])
@@ -336,8 +336,13 @@ class Reading:
 
     def channel_post_count(self, channel: str) -> int:
         """How many posts of ``channel`` the store holds: its post/text, post/topic, post/join and post/leave
-        (what a ``drop channel`` removes).  One key scan, no post decoded."""
-        return _count_keys(self.db, channel_view.PREFIX + channel_key(channel) + b"a")
+        (what a ``drop channel`` removes).  Key scans, no post decoded: the channel's members and ex-members
+        (every author of a post there), and each one's author rows of the four types in the channel."""
+        ch = channel_key(channel)
+        members = channel_view.PREFIX + ch + b"m"
+        with self.db.snapshot() as snap:
+            people = [k[len(members) :] for k in snap.iterator(prefix=members, include_value=False)]
+            return sum(_count_keys(snap, prefix) for pk in people for prefix in channel_view.candidates(channel_view.member_group(ch, pk)))
 
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""
