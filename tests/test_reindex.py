@@ -210,7 +210,7 @@ def test_reindex_in_many_batches_on_its_writer_thread_is_byte_identical(tmp_path
     with Store(tmp_path / "s") as s:
         report = reindex(s)
         assert dump(s) == before and s.check().consistent
-    assert report.dropped > 10 * 257 and report.written > 40 * 257
+    assert report.dropped > 6 * 257 and report.written > 30 * 257  # many batches in flight
     assert not [t for t in threading.enumerate() if t.name.startswith("cablestore-reindex-write")]
 
 

@@ -219,7 +219,7 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, na
     report.removed_records = [dict(f, kind=kind) for kind, items in faults.items() for f in items]
     report.consistent = checked.consistent
     report.posts_after = len(after)
-    known = present | rev | named | found.posts()
+    known = present | rev | named | found.posts() | found.named()
     report.known_posts = len(known)
     # A post a later post/delete removed is gone on purpose: its tombstone says so.
     report.lost = sorted(h.hex() for h in known - after - tombstoned)

@@ -34,7 +34,7 @@ import plyvel
 
 from cablestore.errors import CableError
 from cablestore.keyspace import facts
-from cablestore.keyspace.keys import DELETED, FACTS, FORMAT_KEY, LOCAL, POSTS, QUARANTINE, REFUSED, SEARCH_KEY
+from cablestore.keyspace.keys import AUTHOR, DELETED, FACTS, FORMAT_KEY, LOCAL, POSTS, QUARANTINE, REFUSED, SEARCH_KEY
 from cablestore.keyspace.records import Tombstone
 from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
@@ -44,6 +44,10 @@ from cablestore.wire.codec import decode_post, post_hash
 from cablestore.wire.crypto import verify_many
 
 KEPT = (DELETED, FACTS, LOCAL, FORMAT_KEY, SEARCH_KEY, POSTS, QUARANTINE, REFUSED)  # in key order (SEARCH_KEY: a store that kept the search view keeps it)
+# Derived keys read as evidence only, never written back: every indexed post has one
+# ``!author!`` key, ending in its hash, so a post whose bytes are gone is still known (``lost``).
+NAMING = (AUTHOR,)
+_READ = KEPT + NAMING
 SALVAGED = "SALVAGED"  # in a folder of lost/: its files were salvaged once; later recovers skip it
 _TABLE_SUFFIXES = (".ldb", ".sst")
 
@@ -72,6 +76,7 @@ class Salvage:
     rejected: list[dict] = field(default_factory=list)  # records no file certifies and no proof holds
     earlier: list[Path] = field(default_factory=list)  # files left in lost/ by earlier repairs, read here
     leftovers: set[str] = field(default_factory=set)  # tables a compaction left that the MANIFEST never listed
+    naming: dict[bytes, reader.Record] = field(default_factory=dict)  # the latest record of each ``!author!`` key read (evidence)
 
     @property
     def intact(self) -> bool:
@@ -82,9 +87,13 @@ class Salvage:
         """Hashes of the posts the files say the store holds (the latest write a put)."""
         return {k[len(POSTS) :] for k, r in self.latest.items() if k.startswith(POSTS) and r.kind == reader.VALUE and len(k) == len(POSTS) + 32}
 
+    def named(self) -> set[bytes]:
+        """Hashes of the posts the views' ``!author!`` keys in the files name (the latest write a put): stored once."""
+        return {k[-32:] for k, r in self.naming.items() if r.kind == reader.VALUE and len(k) >= len(AUTHOR) + 32 + 1 + 40}
+
 
 def _wanted(low: bytes, high: bytes | None) -> bool:
-    return any(high is None or high >= p for p in KEPT if low < _after(p))
+    return any(high is None or high >= p for p in _READ if low < _after(p))
 
 
 def _after(prefix: bytes) -> bytes:
@@ -133,11 +142,12 @@ def scan(path: Path, progress: Progress | None = None) -> Salvage:
             result.problems.append(f"{name}: cannot read ({exc.strerror})")
             continue
         if f.suffix == ".log":
-            found = leveldb_log.read_log(data, name, KEPT)
+            found = leveldb_log.read_log(data, name, _READ)
         else:
-            found = reader.read_table(data, name, KEPT, _wanted)
+            found = reader.read_table(data, name, _READ, _wanted)
         del data
-        _take(result, found.records)
+        _take(result, [r for r in found.records if not r.key.startswith(NAMING)])
+        _note_naming(result.naming, (r for r in found.records if r.key.startswith(NAMING)))
         posts = {r.key for r in found.records if r.key.startswith(POSTS) and r.kind == reader.VALUE}
         tombs = {r.key for r in found.records if r.key.startswith(DELETED) and r.kind == reader.VALUE}
         leftover = f.parent == path and f.name in result.leftovers
@@ -191,6 +201,14 @@ def _take(result: Salvage, records: Iterable[reader.Record]) -> None:
         held = latest.get(rec.key)
         if held is None or rec.seq > held.seq or (rec.seq == held.seq and rec.certified and not held.certified):
             latest[rec.key] = rec
+
+
+def _note_naming(naming: dict, records: Iterable[reader.Record]) -> None:
+    """Keep the latest record of each evidence key (checksummed or not: it only names a hash)."""
+    for rec in records:
+        held = naming.get(rec.key)
+        if held is None or rec.seq > held.seq:
+            naming[rec.key] = rec
 
 
 def _flaw(rec: reader.Record) -> str | None:
