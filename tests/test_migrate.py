@@ -230,6 +230,9 @@ def test_recover_of_a_damaged_format_1_store_migrates_it_and_names_what_is_gone(
     table.write_bytes(bytes(data))
     report = recover(path)
     assert report.migrated and report.consistent and not report.intact
+    from cablestore.cli.maintenance import format_recovery
+
+    assert "migrated: a format-1 store" in format_recovery(report)
     assert dict(raw(path))[FORMAT_KEY] == b"cablestore-2" and MIGRATING not in dict(raw(path))
     with Store(migrated[0], create=False) as s:
         expected = {k for k, _ in s.items(b"!post!")}

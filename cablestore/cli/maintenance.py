@@ -65,6 +65,8 @@ def format_recovery(report) -> str:
         lines.append(f"  posts: {report.posts_after}, tombstones: {report.tombstones_after}")
     if report.format_restored:
         lines.append("  restored the format key LevelDB's repair had lost")
+    if report.migrated:
+        lines.append("  migrated: a format-1 store, its views rewritten in the current format (as `cablestore migrate` does)")
     if report.deleted_again:
         lines.append(f"  deleted again: {plural(len(report.deleted_again), 'deleted post')} had come back (their deletion was in a damaged block)")
     if report.view_repair:
