@@ -32,6 +32,14 @@ def channel_prefix(public_key: bytes, post_type: int, channel_escaped: bytes) ->
     return PREFIX + public_key + bytes([post_type]) + channel_escaped
 
 
+_KEY_MIN = len(PREFIX) + 32 + 1 + keys.MONO_SIZE  # the shortest author key: no channel
+
+
+def hashes(author_keys) -> set[bytes]:
+    """The post hashes ``!author!`` keys end in (a key too short to hold one is skipped): every indexed post has one."""
+    return {k[-32:] for k in author_keys if len(k) >= _KEY_MIN}
+
+
 def entries(ip):
     t = ip.post.post_type
     if t in CHANNEL_TYPES:

@@ -31,7 +31,6 @@ NAME = "channel"
 PREFIX = keys.CHANNEL
 _MEMBERSHIP_TYPES = tuple(sorted(CHANNEL_TYPES))  # every post to a channel: text, topic, join, leave
 MEMBER, LEFT = b"\x01", b"\x00"
-_MONO_SIZE = 40
 
 
 class Membership(NamedTuple):
@@ -48,7 +47,7 @@ class Membership(NamedTuple):
 
 def membership(value: bytes) -> Membership | None:
     """Decode a membership row's value (None: not one, a damaged row: ``check`` reports it)."""
-    if len(value) != 2 + _MONO_SIZE or value[:1] not in (MEMBER, LEFT):
+    if len(value) != 2 + keys.MONO_SIZE or value[:1] not in (MEMBER, LEFT):
         return None
     return Membership(value[:1] == MEMBER, value[1], value[2:])
 
@@ -61,6 +60,17 @@ def is_member(value: bytes | None) -> bool:
 def member_group(channel_escaped: bytes, public_key: bytes) -> bytes:
     """The membership group of a member of a channel (its register: ``latest_prefix``)."""
     return b"m" + channel_escaped + public_key
+
+
+def members_prefix(channel_escaped: bytes) -> bytes:
+    """``!channel!<ch>m``: the registers of a channel's members and ex-members, every author of a post there."""
+    return PREFIX + channel_escaped + b"m"
+
+
+def post_prefixes(channel_escaped: bytes, public_keys):
+    """The key prefixes under which every post of ``channel_escaped`` by ``public_keys`` has its one author row."""
+    for public_key in public_keys:
+        yield from candidates(member_group(channel_escaped, public_key))
 
 
 def groups(ip):

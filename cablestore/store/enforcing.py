@@ -114,10 +114,10 @@ def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
             found.add(key[-32:])
         elif key.startswith(actions.PREFIX + b"x"):
             ch = key[len(actions.PREFIX) + 1 :]
-            members = channel_view.PREFIX + ch + b"m"
-            for member, _ in batch.current(members):  # every author of a post there, then their posts there
-                for prefix in channel_view.candidates(channel_view.member_group(ch, member[len(members) :])):
-                    found.update(k[-32:] for k, _ in batch.current(prefix))
+            members = channel_view.members_prefix(ch)
+            authors = [k[len(members) :] for k, _ in batch.current(members)]  # every author of a post there, then their posts there
+            for prefix in channel_view.post_prefixes(ch, authors):
+                found.update(k[-32:] for k, _ in batch.current(prefix))
         elif key.startswith((blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")):
             who = key[-32:]
             for t in ALL_TYPES if key.startswith(blocks.PREFIX + b"b") else CHANNEL_TYPES:

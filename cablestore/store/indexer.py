@@ -205,10 +205,9 @@ def _relist(state: IndexState, h: bytes, blob: bytes, *changed: Tombstone) -> No
     name the channels its entries were listed under (there is no other
     record of them), so the entries of a channel it leaves go too.
     """
-    unindex(state, h, blob, forget_tombstones=False)
+    post = unindex(state, h, blob, forget_tombstones=False).post
     for tomb in changed:
         state.put_tombstone(tomb)
-    post = decode_post(blob)
     index(state, Indexed.of(blob, post, h, tuple(state.tombstones_by(h, post.hashes))), blob)
 
 

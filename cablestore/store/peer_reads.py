@@ -33,7 +33,7 @@ def channel_state_answer(store: Any, channel: str) -> list[bytes]:
     """
     hashes = store.channel_state(channel)
     ch = channel_key(channel)
-    members = channel_view.PREFIX + ch + b"m"
+    members = channel_view.members_prefix(ch)
     extra = []
     for _, value in store.db.iterator(prefix=members):  # each member's latest post there (the register)
         found = channel_view.membership(value)

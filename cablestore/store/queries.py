@@ -139,7 +139,7 @@ class Queries(LinkQueries):
 
     @staticmethod
     def _member_keys(snap, ch: bytes, current_only: bool = False) -> list[bytes]:
-        prefix = channel_view.PREFIX + ch + b"m"
+        prefix = channel_view.members_prefix(ch)
         return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if not current_only or channel_view.is_member(v)]
 
     @renamed_keyword("name", "channel")

@@ -327,7 +327,7 @@ class Reading:
             for name in channel_names(snap):
                 ch = escape(name)  # the name as its keys spell it
                 topic = snap.get(channel_view.PREFIX + ch + b"t")
-                with snap.iterator(prefix=channel_view.PREFIX + ch + b"m") as it:
+                with snap.iterator(prefix=channel_view.members_prefix(ch)) as it:
                     members = sum(1 for _, v in it if channel_view.is_member(v))
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
@@ -339,10 +339,10 @@ class Reading:
         (what a ``drop channel`` removes).  Key scans, no post decoded: the channel's members and ex-members
         (every author of a post there), and each one's author rows of the four types in the channel."""
         ch = channel_key(channel)
-        members = channel_view.PREFIX + ch + b"m"
+        members = channel_view.members_prefix(ch)
         with self.db.snapshot() as snap:
             people = [k[len(members) :] for k in snap.iterator(prefix=members, include_value=False)]
-            return sum(_count_keys(snap, prefix) for pk in people for prefix in channel_view.candidates(channel_view.member_group(ch, pk)))
+            return sum(_count_keys(snap, prefix) for prefix in channel_view.post_prefixes(ch, people))
 
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""

@@ -45,9 +45,10 @@ from pathlib import Path
 import plyvel
 
 from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
-from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, MONO_SIZE, POSTS, REVERSE
+from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, POSTS, REVERSE
 from cablestore.progress import Progress
 from cablestore.store import opening, salvage
+from cablestore.views import author as author_view
 from cablestore.wire.codec import DELETE, decode_post, post_hash
 
 _POST_KEY_LEN = len(POSTS) + 32
@@ -205,7 +206,7 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, na
             progress.stage("migrate")
         Store.migrate(path, progress)  # rebuilds every derived row from the primary data just salvaged
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
-        present, rev, _ = _inventory(store.db)
+        present, indexed, _ = _inventory(store.db)
         if progress:
             progress.stage("view repair")
         checked = store.check(fix=True, check_signatures=False)  # first: no damaged record is read below
@@ -219,7 +220,7 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, na
     report.removed_records = [dict(f, kind=kind) for kind, items in faults.items() for f in items]
     report.consistent = checked.consistent
     report.posts_after = len(after)
-    known = present | rev | named | found.posts() | found.named()
+    known = present | indexed | named | found.posts() | found.named()
     report.known_posts = len(known)
     # A post a later post/delete removed is gone on purpose: its tombstone says so.
     report.lost = sorted(h.hex() for h in known - after - tombstoned)
@@ -345,6 +346,6 @@ def _restore_format(db, ours: bool) -> bool:
 def _inventory(db) -> tuple[set[bytes], set[bytes], int]:
     """Stored post hashes, hashes the views name (every indexed post has one ``!author!`` entry, ending in its hash), and the tombstone count."""
     posts = {k[len(POSTS) :] for k in db.iterator(prefix=POSTS, include_value=False) if len(k) == _POST_KEY_LEN}
-    rev = {k[-32:] for k in db.iterator(prefix=AUTHOR, include_value=False) if len(k) >= len(AUTHOR) + 32 + 1 + MONO_SIZE}
+    indexed = author_view.hashes(db.iterator(prefix=AUTHOR, include_value=False))
     tombstones = sum(1 for _ in db.iterator(prefix=DELETED, include_value=False))
-    return posts, rev, tombstones
+    return posts, indexed, tombstones

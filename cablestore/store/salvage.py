@@ -40,6 +40,7 @@ from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
 from cablestore.store import leveldb_reader as reader
 from cablestore.store.opening import FORMAT, OLD_FORMATS
+from cablestore.views import author as author_view
 from cablestore.wire.codec import decode_post, post_hash
 from cablestore.wire.crypto import verify_many
 
@@ -89,7 +90,7 @@ class Salvage:
 
     def named(self) -> set[bytes]:
         """Hashes of the posts the views' ``!author!`` keys in the files name (the latest write a put): stored once."""
-        return {k[-32:] for k, r in self.naming.items() if r.kind == reader.VALUE and len(k) >= len(AUTHOR) + 32 + 1 + 40}
+        return author_view.hashes(k for k, r in self.naming.items() if r.kind == reader.VALUE)
 
 
 def _wanted(low: bytes, high: bytes | None) -> bool:
