@@ -17,8 +17,9 @@ class BatchWriter:
     returns once everything is written (the phases after read what was).
     """
 
-    def __init__(self, db, sync: bool, batch_keys: int):
-        self.db, self.sync, self.batch_keys = db, sync, batch_keys
+    def __init__(self, lease, sync: bool, batch_keys: int):
+        # ``lease``: a cablestore.store.writer.Lease, the one way a bulk job writes to a store
+        self.lease, self.sync, self.batch_keys = lease, sync, batch_keys
         self.puts: list[tuple[bytes, bytes]] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="cablestore-reindex-write")
         self._pending: Future | None = None
@@ -41,7 +42,7 @@ class BatchWriter:
         # Sorted, LevelDB inserts a batch into its memtable twice as fast; keys
         # are unique, so sorting by key alone (half the cost of comparing tuples).
         self.puts.sort(key=itemgetter(0))
-        wb = self.db.write_batch(sync=self.sync)
+        wb = self.lease.write_batch(sync=self.sync)
         if _native is not None:
             _native.put_all(wb.put, self.puts)
         else:

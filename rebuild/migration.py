@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from cablestore.keyspace.keys import FORMAT_KEY, MIGRATING
 from cablestore.rebuild.reindex import reindex_db
 from cablestore.store import arguments, opening
+from cablestore.store.writer import Lease
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress
@@ -88,11 +89,12 @@ def migrate(path: str | os.PathLike, progress: Progress | None = None) -> Migrat
         if not report.migrated:
             return report
         report.resumed = db.get(MIGRATING) is not None
-        db.put(MIGRATING, b"", sync=True)
+        lease = Lease.of(db, sync=True)  # no Store has the directory open: the migration holds it alone
+        lease.put(MIGRATING, b"")
         if progress:
             progress.stage(f"migrate {report.from_format} to {report.to_format}")
-        done = reindex_db(db, progress, sync=True)
-        with db.write_batch(sync=True) as wb:  # the flip, last: until it is written the store is format 1
+        done = reindex_db(lease, progress, sync=True)
+        with lease.write_batch() as wb:  # the flip, last: until it is written the store is format 1
             wb.put(FORMAT_KEY, opening.FORMAT)
             wb.delete(MIGRATING)
         report.posts, report.indexed, report.written, report.dropped, report.faults = done.posts, done.indexed, done.written, done.dropped, done.faults

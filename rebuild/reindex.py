@@ -53,6 +53,7 @@ from cablestore.rebuild.recompute import (
 from cablestore.store.gcpause import gc_paused
 from cablestore.store.postings import index_entries
 from cablestore.store.resolving import moderation_posts, stored_seed
+from cablestore.store.writer import Lease
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
@@ -101,18 +102,15 @@ class ReindexReport:
 
 def reindex(store: Store, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
     """Rebuild every derived view of ``store`` (a :class:`cablestore.Store`) from its primary data."""
-    store._writable()  # a store opened read-only: ReadOnlyStoreError
-    with store._write_lock:
-        try:
-            return reindex_db(store.db, progress, sync)
-        finally:
-            store._forget_caches()  # the views were rewritten under the store's caches
+    with store.writer.lease() as lease:  # read-only: ReadOnlyStoreError; the writer forgets its view caches after
+        return reindex_db(lease, progress, sync)
 
 
-def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
-    """:func:`reindex` on a plyvel DB the caller holds exclusively."""
+def reindex_db(lease: Lease, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
+    """:func:`reindex` through a :class:`cablestore.store.writer.Lease` (the store's, or one on a directory no Store has open)."""
+    db = lease.db
     report = ReindexReport()
-    writer = BatchWriter(db, sync, _BATCH_KEYS)
+    writer = BatchWriter(lease, sync, _BATCH_KEYS)
     clock = time.perf_counter()
 
     def lap(name: str) -> None:
@@ -121,11 +119,11 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         report.seconds[name] = now - clock
         clock = now
 
-    db.put(REINDEXING, b"", sync=True)  # deleted below, once every view is written
+    lease.put(REINDEXING, b"", sync=True)  # deleted below, once every view is written
     with gc_paused(), contextlib.closing(writer):
         if progress:
             progress.stage("drop derived views")
-        report.dropped = _drop_derived(db, writer, progress)
+        report.dropped = _drop_derived(lease, writer, progress)
         lap("drop")
         on_target, made_by = _tombstones(db, report)
         lap("tombstones")
@@ -140,7 +138,7 @@ def reindex_db(db: plyvel.DB, progress: Progress | None = None, sync: bool = Fal
         if db.get(SEARCH_KEY) is not None:
             report.written += write_search(db, writer, unindexed)
             lap("search")
-    db.delete(REINDEXING, sync=sync)
+    lease.delete(REINDEXING, sync=sync)
     # In the order `check` lists them, not the order the checks ran in.
     report.faults.sort(key=Fault.sort_key)
     if progress:
@@ -175,14 +173,14 @@ def write_search(db: plyvel.DB, writer: BatchWriter, skip: Collection[bytes] = f
     return written
 
 
-def _drop_derived(db, writer: BatchWriter, progress) -> int:
+def _drop_derived(lease: Lease, writer: BatchWriter, progress) -> int:
     """Delete every key that is not primary, reading only the ranges between the primary prefixes."""
     dropped = 0
-    with db.snapshot() as snap:
+    with lease.db.snapshot() as snap:
         for start, stop in _derived_ranges():
             keys = snap.iterator(start=start, stop=stop, include_value=False)
             while True:
-                wb = db.write_batch(sync=writer.sync)
+                wb = lease.write_batch(sync=writer.sync)
                 if _native is not None:  # the keys go from the iterator to the batch, never into a list
                     n = _native.delete_some(wb.delete, keys, writer.batch_keys)
                 else:

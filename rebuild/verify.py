@@ -19,6 +19,7 @@ import msgpack
 
 from cablestore.errors import RebuildError
 from cablestore.keyspace.keys import CHECKED, LOCAL_USER_KEY, POSTS, QUARANTINE, REINDEXING
+from cablestore.store.writer import Lease
 
 from . import local
 from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of
@@ -182,7 +183,7 @@ def verify(
     return report
 
 
-def apply_repair(db: Any, report: Report, sync: bool = True, views: bool = True) -> dict[str, Any]:
+def apply_repair(lease: Lease, report: Report, sync: bool = True, views: bool = True) -> dict[str, Any]:
     """Make the derived views equal to the recomputation, in one WriteBatch.
 
     A post its author's stored post/delete provably deleted is removed.
@@ -192,7 +193,8 @@ def apply_repair(db: Any, report: Report, sync: bool = True, views: bool = True)
     ``cablestore`` never deletes what it cannot prove wrong.
     """
     removed = quarantined = 0
-    with db.write_batch(sync=sync, transaction=True) as wb:  # an interrupt writes nothing
+    db = lease.db
+    with lease.write_batch(sync=sync, transaction=True) as wb:  # an interrupt writes nothing
         for fault in {f.key or POSTS + f.hash: f for f in report.faults}.values():
             key = fault.key or POSTS + fault.hash
             if REPAIR_ACTION[fault.kind] == REMOVE:
@@ -240,43 +242,43 @@ def check(store: Store, fix: bool = False, engine: str = "local", record: bool =
     (:func:`last_check`), as ``cablestore check --repair`` does; a repair inside
     another command (``recover``) records nothing.
 
-    The store's write lock is held throughout, so no ingest interleaves.
+    The store's write lock is held throughout, so no ingest interleaves; a
+    repair writes through the writer's lease (the writer forgets its view
+    caches after it: a store held open by `serve` goes on ingesting).
     """
-    with store._write_lock:
-        report = verify(engine, db=store.db, **kw)
-        if not fix:
-            return report  # a plain check writes nothing, not even that it ran
+    if not fix:
+        with store.writer.locked():
+            return verify(engine, db=store.db, **kw)  # a plain check writes nothing, not even that it ran
+    with store.writer.lease() as lease:
+        report = verify(engine, db=lease.db, **kw)
         if report.consistent:
             if record:
-                _record_check(store, report, report)
+                _record_check(lease, report, report)
             return report
-        try:
-            if mostly_missing(report):
-                from cablestore.rebuild.reindex import reindex_db
+        if mostly_missing(report):
+            from cablestore.rebuild.reindex import reindex_db
 
-                repaired = apply_repair(store.db, report, views=False)
-                done = reindex_db(store.db, sync=store.sync)
-                repaired.update(deleted=done.dropped, written=done.written, reindexed=True)
-            else:
-                repaired = apply_repair(store.db, report)
-                store.db.delete(REINDEXING, sync=store.sync)  # the views are whole again: an interrupted reindex is finished
-        finally:
-            store._forget_caches()  # written under the store's caches (a store held open by `serve` goes on ingesting)
-        after = verify(engine, db=store.db, **kw)
+            repaired = apply_repair(lease, report, views=False)
+            done = reindex_db(lease, sync=store.sync)
+            repaired.update(deleted=done.dropped, written=done.written, reindexed=True)
+        else:
+            repaired = apply_repair(lease, report)
+            lease.delete(REINDEXING)  # the views are whole again: an interrupted reindex is finished
+        after = verify(engine, db=lease.db, **kw)
         after.repaired = repaired
         after.seconds = {**{f"first_{k}": v for k, v in report.seconds.items()}, **after.seconds}
         after.before = report.to_dict()
         if record:
-            _record_check(store, report, after)
+            _record_check(lease, report, after)
         return after
 
 
-def _record_check(store: Store, found: Report, after: Report) -> None:
+def _record_check(lease: Lease, found: Report, after: Report) -> None:
     """Keep what a repairing check found under ``!local!checked`` (a plain check is read-only and records nothing)."""
     problems = len(found.faults) + len(found.missing) + len(found.extra) + len(found.different)
     record = {"at": int(time.time() * 1000), "engine": after.engine, "posts": after.posts,
               "faults": problems, "repaired": after.repaired is not None, "consistent": after.consistent}
-    store.db.put(CHECKED, msgpack.packb(record), sync=store.sync)
+    lease.put(CHECKED, msgpack.packb(record))
 
 
 def last_check(store: Store) -> dict[str, Any] | None:

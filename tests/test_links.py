@@ -117,7 +117,7 @@ def test_a_remaining_linker_keeps_a_post_off_the_heads_without_its_post_being_re
     b = post(bob, TEXT, 2001, [post_hash(root)], channel="dev", text="b")
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.ingest_many([root, a, b])
-        store._forget_caches()  # the remaining linker is found in the DB, as after a reopen
+        store.writer.forget_caches()  # the remaining linker is found in the DB, as after a reopen
         read = []
         real_get = txn_mod.Txn.get
 
@@ -162,7 +162,7 @@ def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alic
         store.ingest(linker)
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.ingest(missing)
-        assert (store._link_filter._filter is None) == (after > 0)  # a write or two never pays the scan
+        assert (store.writer._link_filter._filter is None) == (after > 0)  # a write or two never pays the scan
         assert store.heads("dev") == [post_hash(linker)]
         assert_matches_oracle(store)
 
@@ -180,7 +180,7 @@ def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alic
     with Store(tmp_path / "s", now=lambda: NOW) as store:
         store.db.delete(b"!rev!" + post_hash(target) + b"l" + post_hash(linker))  # damage: the linker entry is lost
         store.ingest(post(alice, JOIN, 1500, channel="other"))  # the first write: the filter is built without it
-        assert store._link_filter._filter is not None
+        assert store.writer._link_filter._filter is not None
         assert (store.check(fix=True) if repair == "Store.check" else check(store, fix=True)).consistent
         assert store.delete(post_hash(target))
         store.ingest(target)  # back again: still linked by the reply, so no head

@@ -141,10 +141,10 @@ def test_a_removal_seeks_four_bounded_prefixes_however_much_the_author_wrote_els
     with Store(tmp_path / "s", now=lambda: NOW) as s:
         s.ingest_many([*spam, older, winner])
         seeks.clear()
-        s._winners.clear()  # no cached winner: the register is read
+        s.writer._winners.clear()  # no cached winner: the register is read
         s.ingest(cpost(ALICE, TEXT, 1500, "a"))  # an older candidate: the register answers, no seek at all
         assert [p for p in seeks if p.startswith(AUTHOR)] == []
-        s._winners.clear()  # the cache knew the winner: the removal reads the register, then seeks
+        s.writer._winners.clear()  # the cache knew the winner: the removal reads the register, then seeks
         s.ingest(delete(ALICE, 20_000, winner))
         author_seeks = [p for p in seeks if p.startswith(AUTHOR)]
         assert sorted(author_seeks) == sorted(AUTHOR + ALICE.public_key + bytes([t]) + escape("a") for t in (TEXT, TOPIC, JOIN, LEAVE))

@@ -77,7 +77,7 @@ def test_the_sync_cursor_is_written_under_the_stores_write_lock(tmp_path):
     """Regression: the peer's sync wrote its cursor with ``store.db.put`` outside the store's write lock."""
     with Store(tmp_path / "s") as store:
         done = threading.Event()
-        with store._write_lock:
+        with store.writer.lock:
             writer = threading.Thread(target=lambda: (store.set_sync_cursor("peer", "general", 5_000), done.set()))
             writer.start()
             assert not done.wait(0.3)  # it waits for the lock a commit holds

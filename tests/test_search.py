@@ -145,13 +145,11 @@ def test_a_delete_removes_the_search_entries_in_its_own_write_batch(searchable):
     target_keys = [k for k, _ in search_view.entries(Indexed.of(t))]
     assert target_keys and all(s.db.get(k) is not None for k in target_keys)
     d = post(ALICE, DELETE, 1001, hashes=(H(t),))
-    with s._write_lock:
-        batch = s._batch()
+    with s.writer.batch() as batch:  # committed by the writer when the block ends
         assert indexer.apply(batch, d, H(d), decode_post(d)) is True
         # Before the commit: the batch deletes the post and every one of its search keys, the DB still has them.
         assert batch.writes[POSTS + H(t)] is None and all(k in batch.writes and batch.writes[k] is None for k in target_keys)
         assert all(s.db.get(k) is not None for k in target_keys)
-        indexer.commit(batch, s.local_user)
     assert all(s.db.get(k) is None for k in target_keys) and s.search("secret") == []
     assert s.check().consistent
 

@@ -337,7 +337,7 @@ def test_a_damaged_short_key_does_not_stop_ingest_on_either_path(tmp_path, monke
             with Store(tmp_path / name, now=lambda: NOW) as store:
                 store.ingest_many(bufs[:30])
                 store.db.put(damaged, b"junk")
-                store._forget_caches()  # the filters are built again, from a scan that meets the damaged key
+                store.writer.forget_caches()  # the filters are built again, from a scan that meets the damaged key
                 stored = store.ingest_many(bufs[30:])
                 results[name] = ([r.error for r in stored], list(store.items()))
     assert results["compiled"] == results["pure"]

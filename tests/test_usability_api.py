@@ -304,13 +304,13 @@ def test_closing_a_store_stops_its_workers(tmp_path):
     posts = generate(seed=9, posts=600)
     with Store(tmp_path / "s", verify_workers=2, now=lambda: NOW) as s:
         assert all(r.ok for r in s.ingest_many(posts))
-        pool = s._verify_pool
+        pool = s._ingest.verify_pool
         if THREADED:  # the compiled checker's threads
             assert 1 <= pool.running <= 2
         else:
             procs = [w.proc for w in pool._procs]
     if THREADED:
-        assert pool.running == 0 and s._verify_pool is None
+        assert pool.running == 0 and s._ingest.verify_pool is None
     else:
         assert len(procs) == 2 and all(p.poll() is not None for p in procs)
 

@@ -75,14 +75,14 @@ def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableEr
     return True
 
 
-def commit(state: IndexState, local_user: bytes | None, sync: bool = False) -> None:
+def commit(state: IndexState, local_user: bytes | None, sync: bool = False, resolve: bool = False) -> None:
     """Finish a batch and write it: settle its latest groups, resolve the moderation state it changed (removing the posts that state keeps out), write.
 
     The one place that orders a batch's last steps: the store calls it, and
     the Txn below only writes.
     """
     state.settle()
-    if needed(state.types) and worth_resolving(state):
+    if resolve or (needed(state.types) and worth_resolving(state)):
         enforce(state, refresh(state, local_user))
         state.settle()  # what the enforcement removed touched latest groups
     state.commit(sync)

@@ -12,12 +12,13 @@ from typing import Any
 
 from cablestore.errors import QueryError
 from cablestore.keyspace.keys import POSTS, HashLike, as_hash
+from cablestore.store.handle import Component
 from cablestore.views import links as view
 from cablestore.wire.codec import decode_post
 
 
-class LinkQueries:
-    """Mixed into Store (through Queries); expects ``self.db`` (a plyvel DB)."""
+class LinkQueries(Component):
+    """Links between posts: what a post links to, what links to it, a channel's heads."""
 
     def links(self, h: HashLike) -> list[bytes]:
         """The hashes the stored post ``h`` links to, in its order; [] when it is not stored."""

@@ -25,12 +25,17 @@ def cabal_digest(key: bytes) -> bytes:
     return hashlib.blake2b(bytes(key), digest_size=32, person=b"cablestore-cabal").digest()
 
 
-def adopt_cabal(db: Any, key: bytes) -> bytes:
-    """Record ``key``'s digest if the store has none; raise :class:`CabalMismatchError` if it has another."""
+def adopt_cabal(db: Any, writer: Any, key: bytes) -> bytes:
+    """Record ``key``'s digest if the store (``db``) has none, through ``writer`` (the store's
+    :class:`cablestore.store.writer.Writer`); raise :class:`CabalMismatchError` if it has another."""
     digest = cabal_digest(key)
     kept = db.get(CABAL_KEY)
     if kept is None:
-        db.put(CABAL_KEY, digest, sync=True)
-    elif kept != digest:
+        with writer.batch(sync=True) as batch:
+            kept = batch.get(CABAL_KEY)  # under the lock: another thread may have bound it meanwhile
+            if kept is None:
+                batch.put(CABAL_KEY, digest)
+                kept = digest
+    if kept != digest:
         raise CabalMismatchError("this store belongs to another cabal: serve or sync it with that cabal's key (two cabals are never mixed in one store)")
     return digest

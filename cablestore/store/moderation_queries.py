@@ -1,6 +1,6 @@
 """Reading the moderation state: roles, hidden users and posts, drops, blocks, and moderation state requests.
 
-Mixed into :class:`cablestore.store.store.Store`.  The state is resolved for
+A component of :class:`cablestore.Store`.  The state is resolved for
 the store's *local user* (moderation.md §4.2.5: the root of authority), whose
 public key the store keeps under ``!local!user`` once given; a store without
 one applies no one's roles (everyone is a normal user) and no action, but
@@ -16,11 +16,10 @@ from typing import Any
 from cablestore.errors import LocalUserError, QueryError, ReadOnlyStoreError
 from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
-from cablestore.store import indexer
-from cablestore.store.indexing import IndexState
+from cablestore.store.handle import Handle
 from cablestore.store.inflight import Gate
-from cablestore.store.resolving import moderation_posts, refresh, stored_seed
-from cablestore.store.txn import Txn
+from cablestore.store.resolving import moderation_posts, stored_seed
+from cablestore.store.writer import Writer
 from cablestore.views import actions, blocks, roles
 from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, ROLE, decode_post, post_type_of
 from cablestore.wire.moderation import ROLE_NAMES
@@ -28,13 +27,16 @@ from cablestore.wire.moderation import ROLE_NAMES
 ROLE_WORDS = {ADMIN: "admin", MOD: "mod"}
 
 
-def adopt_local_user(db: Any, given: HashLike | None, readonly: bool = False) -> bytes | None:
+def adopt_local_user(handle: Handle, writer: Writer, given: HashLike | None) -> bytes | None:
     """The store's local user: the one kept, or ``given`` (kept from now on, the state resolved for it).
 
     A ``given`` key that differs from the kept one raises :class:`LocalUserError`;
-    one a ``readonly`` store would have to keep, :class:`ReadOnlyStoreError`.
+    one a read-only store would have to keep, :class:`ReadOnlyStoreError`.
+    A new one is written through the writer's door with the whole moderation
+    state resolved for it and acted on (the posts it keeps out are removed,
+    and subscribers hear of it).
     """
-    kept = db.get(LOCAL_USER_KEY)
+    kept = handle.db.get(LOCAL_USER_KEY)
     if given is None:
         return kept
     key = local_user_key(given)
@@ -42,13 +44,15 @@ def adopt_local_user(db: Any, given: HashLike | None, readonly: bool = False) ->
         if kept != key:
             raise LocalUserError(f"this store belongs to local user {kept.hex()}, not {key.hex()}")
         return kept
-    if readonly:
+    if handle.readonly:
         raise ReadOnlyStoreError(f"this store has no local user, and a read-only store cannot keep {key.hex()} as one (open it writable once with it)")
-    batch = IndexState(Txn(db))
-    batch.put(LOCAL_USER_KEY, key)
-    indexer.enforce(batch, refresh(batch, key))  # the state of the posts already held, for this user, acted on
-    batch.settle()
-    batch.commit(sync=True)
+    handle.local_user = key  # the state is resolved for it in the batch below
+    try:
+        with writer.batch(sync=True, resolve=True) as batch:
+            batch.put(LOCAL_USER_KEY, key)
+    except BaseException:
+        handle.local_user = kept
+        raise
     return key
 
 
@@ -73,9 +77,26 @@ def _channel_context(channel: str | None) -> str:
 
 
 class ModerationQueries:
-    """The moderation state as the local user sees it (needs ``self.db``, ``self._gate``, ``self._write_lock`` and ``self._forget_caches``)."""
+    """The moderation state as the local user sees it: reads, and the writes of the seed and the local user (through ``writer``)."""
 
-    local_user: bytes | None
+    def __init__(self, handle: Handle, writer: Writer | None = None, posts: Any = None) -> None:
+        self._handle = handle
+        self._writer = writer  # None: a reader of a snapshot
+        self._posts = posts  # the hash-level reads (cablestore.store.queries.Queries)
+
+    @property
+    def db(self) -> Any:
+        """The store's open plyvel database (or the snapshot an export reads)."""
+        return self._handle.db
+
+    @property
+    def local_user(self) -> bytes | None:
+        """The store's local user, for whom the state is resolved."""
+        return self._handle.local_user
+
+    def get_many(self, hashes: Iterable[HashLike]) -> list[bytes | None]:
+        """The posts' bytes (None where not stored), from the store's hash-level reads."""
+        return self._posts.get_many(hashes)
 
     def _table(self, snap, context_key: bytes, prefix_of, context: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         """The entries of ``context``, or of the cabal when ``context`` was never resolved on its own."""
@@ -92,12 +113,8 @@ class ModerationQueries:
         already held are resolved and acted on for the new local user in one
         WriteBatch, under the write lock (``serve`` runs commands so).
         """
-        self._writable()
-        key = local_user_key(user)
-        with self._write_lock:
-            self.local_user = adopt_local_user(self.db, key)
-            self._forget_caches()  # enforcing may have removed posts the write caches knew
-        return self.local_user
+        self._writer.writable()
+        return adopt_local_user(self._handle, self._writer, local_user_key(user))
 
     def seed(self) -> dict[bytes, str]:
         """The moderation seed the store's local user joined with (moderation.md §4.7): public key -> ``"admin"``, ``"mod"`` or ``"user"``."""
@@ -111,20 +128,17 @@ class ModerationQueries:
         admin's role for a seeded user decides instead.  Replaces a seed set
         before.  Returns the seed as :meth:`seed` does.
         """
-        self._writable()
+        self._writer.writable()
         roles = parse_seed(seed)
-        with self._write_lock:
-            batch = self._batch()
+        with self._writer.batch() as batch:
             batch.put(SEED_KEY, format_seed(roles))
             batch.types.add(ROLE)  # the moderation state changes: resolve it in this WriteBatch
-            self._commit(batch)
         return self.seed()
 
     def clear_seed(self) -> None:
         """Revoke the moderation seed: its users are normal users again; what they did that was applied stays applied (§4.7.2)."""
-        self._writable()
-        with self._write_lock:
-            batch = self._batch()
+        self._writer.writable()
+        with self._writer.batch() as batch:
             current = stored_seed(batch.get)
             if not current.roles:
                 return
@@ -132,7 +146,6 @@ class ModerationQueries:
             batch.put(SEED_KEPT, b"".join(sorted(seeded_applied(state, current))))
             batch.delete(SEED_KEY)
             batch.types.add(ROLE)
-            self._commit(batch)
 
     def roles_from_seed(self, channel: str | None = None) -> set[bytes]:
         """The users whose role in ``channel`` (the cabal when None) comes from the moderation seed, not from a post/role."""
@@ -299,6 +312,8 @@ __all__ = ["ModerationQueries", "adopt_local_user"]
 class _SnapshotReader:
     """A LevelDB snapshot read as :class:`ModerationQueries` reads its ``db``: ``snapshot()`` is the snapshot itself, left open."""
 
+    closed = False
+
     def __init__(self, snap: Any) -> None:
         self._snap = snap
 
@@ -314,6 +329,6 @@ class _SnapshotReader:
 
 def snapshot_moderation(snap: Any, local_user: bytes | None) -> dict[str, Any]:
     """:meth:`ModerationQueries.moderation_summary` of a LevelDB snapshot: an export's, so it agrees with the posts it exports."""
-    queries = ModerationQueries.__new__(ModerationQueries)  # reads only: no lock nor caches; a gate of its own, never closed
-    queries.db, queries.local_user, queries._gate, queries.path = _SnapshotReader(snap), local_user, Gate(), "(a snapshot)"
-    return queries.moderation_summary()
+    handle = Handle("(a snapshot)", _SnapshotReader(snap), readonly=True, sync=False, now=None, gate=Gate())  # reads only: no writer
+    handle.local_user = local_user
+    return ModerationQueries(handle).moderation_summary()

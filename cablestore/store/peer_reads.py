@@ -1,7 +1,7 @@
 """What the store answers a Cable peer with, and the peer's own records: the channel state answer, the
 spelling a channel is listed under, a page of a time range, the tombstoned among listed hashes, the live
-state's member check, the check of a relayed post and the sync cursors (``!local!sync!``, written under
-the store's write lock).  :class:`cablestore.store.store.Store` delegates to these functions, so nothing
+state's member check, the check of a relayed post and the sync cursors (``!local!sync!``, written through
+the store's writer).  :class:`cablestore.store.store.Store` delegates to these functions, so nothing
 in :mod:`cablestore.peer` reads or writes LevelDB itself.
 """
 
@@ -87,10 +87,11 @@ def any_member(store: Any, channel: str, public_keys: Iterable[bytes]) -> bool:
     return any(get(channel_view.latest_prefix(group + pk)) is not None for pk in public_keys)
 
 
-def check_relayed(store: Any, buf: bytes, now: int) -> bytes:
+def check_relayed(ingest: Any, buf: bytes, now: int) -> bytes:
     """Check a post another peer sent for a forwarded request: it decodes, its timestamp is acceptable
-    (the store's rule), its signature verifies (always).  Returns its hash; raises the CableError that says what is wrong."""
-    h, _ = store._check_fields(buf, now)
+    (the store's rule, :meth:`cablestore.store.ingest.Ingest.check_fields`), its signature verifies (always).
+    Returns its hash; raises the CableError that says what is wrong."""
+    h, _ = ingest.check_fields(buf, now)
     check_signature(buf)
     return h
 
@@ -112,13 +113,9 @@ def sync_cursor(store: Any, peer: str, channel: str) -> int | None:
     return None if value is None else int.from_bytes(value, "big")
 
 
-def set_sync_cursor(store: Any, peer: str, channel: str, timestamp: int) -> None:
-    """Store the sync cursor under the store's write lock; it never moves backwards."""
-    key = cursor_key(peer, channel)
-    with store._write_lock:
-        old = store.db.get(key)
-        if old is None or timestamp > int.from_bytes(old, "big"):
-            store.db.put(key, max(0, timestamp).to_bytes(8, "big"), sync=store.sync)
+def set_sync_cursor(writer: Any, peer: str, channel: str, timestamp: int) -> None:
+    """Store the sync cursor through the store's writer; it never moves backwards."""
+    writer.put_local(cursor_key(peer, channel), max(0, timestamp).to_bytes(8, "big"), only_if_greater=True)
 
 
 def known_user(store: Any, public_key: bytes) -> bool:

@@ -48,9 +48,9 @@ def _stop(limit: int) -> int | None:
 
 
 class Queries(LinkQueries):
-    """Mixed into Store; expects ``self.db`` (a plyvel DB) and ``self._gate``.
+    """Hash-level reads of one store: posts by hash, tombstones, channels' time ranges and states, users' posts.
 
-    Every public method is guarded by ``Store``'s class decorator
+    The store's facade guards every call
     (:func:`cablestore.store.inflight.guard_public_methods`): ``close()``
     waits for it, and plyvel errors leave it as CableErrors.
     """

@@ -19,6 +19,7 @@ from typing import Any
 from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
 from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, channel_key, escape
+from cablestore.store.handle import Component, Handle
 from cablestore.store.queries import channel_names
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
@@ -226,8 +227,15 @@ def _disk_bytes(path: Path) -> int:
     return total
 
 
-class Reading:
-    """Mixed into Store; expects ``self.db`` (a plyvel DB), ``self.path`` and the :class:`Queries`."""
+class Reading(Component):
+    """Decoded reading of one store: posts as :class:`StoredPost`, a channel's messages, channels, statistics.
+
+    ``posts``: the store's hash-level reads (:class:`cablestore.store.queries.Queries`).
+    """
+
+    def __init__(self, handle: Handle, posts: Any) -> None:
+        super().__init__(handle)
+        self._posts = posts
 
     def post(self, h: bytes | str) -> StoredPost | None:
         """The stored post with hash ``h`` (bytes or hex), decoded, or ``None``."""
@@ -255,13 +263,13 @@ class Reading:
         """
         moderated = self._any_hidden()
         if not moderated or include_hidden:
-            hashes = self.channel_time_range(channel, start, end, limit)
+            hashes = self._posts.channel_time_range(channel, start, end, limit)
         names: dict[bytes, str | None] = {}
         out = []
         with self.db.snapshot() as snap:
             hidden_users = _hidden_users(snap, channel) if moderated else {}
             if moderated and not include_hidden:  # read the range lazily: hidden posts do not count toward ``limit``
-                chat_keys = self._chat_range(snap, channel, start, end)
+                chat_keys = self._posts._chat_range(snap, channel, start, end)
                 hashes = (k[-32:] for k in chat_keys)
             for h in hashes:
                 buf = snap.get(POSTS + h, verify_checksums=True)
@@ -296,7 +304,7 @@ class Reading:
         join, leave) and the post/deletes listed under it.
         """
         wanted = None if channel is None else canonical_channel(channel)
-        deletes = set(self.channel_time_range(channel)) if channel is not None else set()
+        deletes = set(self._posts.channel_time_range(channel)) if channel is not None else set()
         names: dict[bytes, str | None] = {}
         with self.db.snapshot() as snap, snap.iterator(prefix=POSTS, verify_checksums=True) as it:
             for key, buf in it:
@@ -331,7 +339,7 @@ class Reading:
                     members = sum(1 for _, v in it if channel_view.is_member(v))
                 messages = _count_keys(snap, chat_view.PREFIX + ch)
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
-        spellings = self.listed_spellings([c.name for c in out])
+        spellings = self._posts.listed_spellings([c.name for c in out])
         return [replace(c, spelling=spelled) for c, spelled in zip(out, spellings, strict=True)]
 
     def channel_post_count(self, channel: str) -> int:
@@ -360,10 +368,6 @@ class Reading:
         # Types 0-5 always (a chat store's shape); moderation types 6-9 when the store holds some.
         types = {name: by_type.get(t, 0) for t, name in POST_TYPE_NAMES.items() if t < 6 or by_type.get(t)}
         return StoreStats(str(self.path), posts, types, channels, len(authors), tombstones, _disk_bytes(self.path))
-
-    def __repr__(self) -> str:
-        state = "closed" if self._db.closed else "open"
-        return f"<{type(self).__name__} {str(self.path)!r} {state}>"
 
 
 def hidden_by(reader: Any, h: bytes, post: Post, users: dict[bytes, bytes] | None = None) -> bytes | None:

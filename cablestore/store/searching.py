@@ -30,7 +30,9 @@ from cablestore.errors import QueryError, SearchNotEnabledError
 from cablestore.keyspace.keys import POSTS, SEARCH, SEARCH_KEY, HashLike, as_hash, canonical_channel, escape
 from cablestore.search import Query, normalize, parse
 from cablestore.store import postings
+from cablestore.store.handle import Component, Handle
 from cablestore.store.reading import StoredPost, _checked_post, _hidden_users, _name_key, _text, hidden_by
+from cablestore.store.writer import Writer
 from cablestore.views import actions as actions_view
 from cablestore.views import blocks as blocks_view
 from cablestore.views import search as search_view
@@ -153,9 +155,12 @@ def _moderation(snap) -> tuple[bool, set, bool, set]:
     return hidden, blocked, _any(snap, actions_view.PREFIX + b"d"), channels
 
 
-class Searching:
-    """Mixed into Store; expects ``self.db``, ``self.path``, ``self.sync``, ``self._write_lock``, ``self._writable()``
-    and sets ``self._search`` (whether the store's batches keep the view)."""
+class Searching(Component):
+    """The full-text index of one store: keeping it (through ``writer``, whose batches then index every post) and searching it."""
+
+    def __init__(self, handle: Handle, writer: Writer) -> None:
+        super().__init__(handle)
+        self._writer = writer
 
     def enable_search(self) -> int:
         """Keep the full-text index from now on, and build it for the posts held; returns the entries written.
@@ -163,39 +168,31 @@ class Searching:
         Every later ingest and removal keeps it in the same WriteBatch;
         ``check`` verifies it, ``reindex`` rebuilds it.  Already kept: 0.
         """
-        self._writable()
-        with self._write_lock:
-            if self.db.get(SEARCH_KEY) is not None:
-                self._search = True
+        with self._writer.lease() as lease:
+            if lease.db.get(SEARCH_KEY) is not None:
+                self._writer.search = True
                 return 0
             written = 0
-            with self.db.snapshot() as snap:
+            with lease.db.snapshot() as snap:
                 entries = postings.index_entries(snap)
                 while chunk := list(islice(entries, _BUILD_BATCH)):
-                    with self.db.write_batch(sync=self.sync) as wb:
-                        for key, value in chunk:
-                            wb.put(key, value)
-                    written += len(chunk)
-            self.db.put(SEARCH_KEY, b"1", sync=True)  # after the rows: an interrupted build leaves no flag (check reports the rows)
-            self._search = True
+                    written += lease.write(chunk)
+            lease.put(SEARCH_KEY, b"1", sync=True)  # after the rows: an interrupted build leaves no flag (check reports the rows)
+            self._writer.search = True
         return written
 
     def disable_search(self) -> int:
         """Stop keeping the full-text index and remove it; returns the entries removed."""
-        self._writable()
-        with self._write_lock:
-            self.db.delete(SEARCH_KEY, sync=True)  # first: an interrupted removal leaves rows check reports, never a flag without rows
-            self._search = False
+        with self._writer.lease() as lease:
+            lease.delete(SEARCH_KEY, sync=True)  # first: an interrupted removal leaves rows check reports, never a flag without rows
+            self._writer.search = False
             removed = 0
             while True:
-                with self.db.iterator(prefix=SEARCH, include_value=False) as it:
+                with lease.db.iterator(prefix=SEARCH, include_value=False) as it:
                     keys = list(islice(it, _BUILD_BATCH))
                 if not keys:
                     return removed
-                with self.db.write_batch(sync=self.sync) as wb:
-                    for k in keys:
-                        wb.delete(k)
-                removed += len(keys)
+                removed += lease.write([(k, None) for k in keys])
 
     @property
     def search_enabled(self) -> bool:

@@ -5,76 +5,69 @@ data; every other key is derived from them by the modules in
 ``cablestore.views`` and can be rebuilt (see ``cablestore.rebuild``).
 Everything one ingest (or one ``ingest_many`` call) writes goes into one
 LevelDB WriteBatch, so a crash leaves all of it or none of it.
+
+``Store`` is a facade over components, each holding its own state and
+handed what it needs at construction: the :class:`cablestore.store.handle.Handle`
+(path, LevelDB, gate, options), the :class:`cablestore.store.writer.Writer`
+(the one door of every write), :class:`cablestore.store.ingest.Ingest` (posts
+in and out), the readers (:class:`cablestore.store.queries.Queries`,
+:class:`cablestore.store.reading.Reading`, :class:`cablestore.store.users.UserQueries`,
+the peer's reads in :mod:`cablestore.store.peer_reads`), moderation
+(:class:`cablestore.store.moderation_queries.ModerationQueries`) and search
+(:class:`cablestore.store.searching.Searching`).  Every public method is a
+delegation, guarded by the store's gate.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import plyvel
 
-from cablestore import views
-from cablestore.errors import (
-    ArgumentError,
-    CableError,
-    QueryError,
-    ReadOnlyStoreError,
-    SignatureError,
-    StoreClosedError,
-    StoreError,
-)
-from cablestore.keyspace.keys import LOCAL, POSTS, SEARCH_KEY, HashLike, as_hash, channel_key, check_horizon
-from cablestore.store import arguments, indexer, membership, opening, peer_reads
+from cablestore.errors import ArgumentError
+from cablestore.keyspace.keys import SEARCH_KEY, HashLike
+from cablestore.store import arguments, membership, opening, peer_reads
 from cablestore.store.events import Committed, Listeners
-from cablestore.store.gcpause import gc_paused
-from cablestore.store.hashfilter import link_filter, tombstone_filter
-from cablestore.store.indexing import IndexState
+from cablestore.store.handle import Handle, wall_clock_ms
 from cablestore.store.inflight import Gate, guard_public_methods, guarded_iter
+from cablestore.store.ingest import VERIFY_AHEAD, Ingest, IngestResult
 from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user, local_user_key
 from cablestore.store.queries import Queries
 from cablestore.store.reading import Reading
 from cablestore.store.searching import Searching
-from cablestore.store.txn import Txn
 from cablestore.store.users import UserQueries
-from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
-from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
+from cablestore.store.writer import Writer
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.progress import Progress
     from cablestore.rebuild import MigrateReport, Report
 
-VERIFY_AHEAD = 2  # batches ingest_batches has its workers verify ahead of the one it indexes
 
+def _to(component: str, function: Callable) -> Callable:
+    """A Store method calling ``function``'s namesake on the component ``self.<component>`` (its docstring and signature kept)."""
+    name = function.__name__
+    if inspect.isgeneratorfunction(function):  # a generator stays one, so the gate guards each of its steps
 
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch by the wall clock (the default ``now`` of a store)."""
-    return time.time_ns() // 1_000_000
+        @functools.wraps(function)
+        def steps(self: Store, *args: Any, **kwargs: Any) -> Any:
+            yield from getattr(getattr(self, component), name)(*args, **kwargs)
 
+        return steps
 
-@dataclass(frozen=True)
-class IngestResult:
-    """What happened to one post of an ``ingest_many`` call."""
+    @functools.wraps(function)
+    def method(self: Store, *args: Any, **kwargs: Any) -> Any:
+        return getattr(getattr(self, component), name)(*args, **kwargs)
 
-    index: int
-    hash: bytes | None
-    error: CableError | None = None
-    new: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True when the post was accepted (stored now or already)."""
-        return self.error is None
+    return method
 
 
 @guard_public_methods
-class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
+class Store:
     """A Cable post store in a LevelDB directory.
 
     >>> with Store("/tmp/peer.ldb") as store:        # doctest: +SKIP
@@ -129,53 +122,77 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
             raise ArgumentError(f"readonly is True or False, not {readonly!r}")
         if not isinstance(search, bool):
             raise ArgumentError(f"search is True or False, not {search!r}")
-        self.readonly = readonly
         arguments.check_options(verify_workers=verify_workers, now=now, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
-        self.sync = sync
-        self.verify_signatures = verify_signatures
-        self.verify_workers = verify_workers
-        self._verify_pool = None
-        self._now = now or wall_clock_ms
-        self._write_lock = threading.Lock()
-        self._listeners = Listeners()
-        self._tomb_filter = self._link_filter = None  # made on the first write (cablestore.store.hashfilter)
-        self._winners: dict = {}  # latest candidate per group, as committed (see cablestore.store.indexing)
-        self._gate = Gate(reopen=self._reopen)
         self._sizes = dict(cache_mb=cache_mb, write_buffer_mb=write_buffer_mb)
         local_user = local_user_key(local_user)  # before anything is opened or created
-        self._db, self._registered, self._links = opening.open_db(self.path, create=create, readonly=readonly, **self._sizes)
+        db, self._registered, self._links = opening.open_db(self.path, create=create, readonly=readonly, **self._sizes)
+        self._handle = handle = Handle(self.path, db, readonly=readonly, sync=sync, now=now, gate=Gate(reopen=self._reopen))
         try:
-            self.local_user = adopt_local_user(self._db, local_user, readonly=readonly)
-            self._search = self._db.get(SEARCH_KEY) is not None  # the store keeps the search view (views/search.py)
-            if search and not self._search:
-                self.enable_search()
+            self._listeners = Listeners()
+            self.writer = Writer(handle, self._listeners, search=db.get(SEARCH_KEY) is not None)
+            self._ingest = Ingest(handle, self.writer, verify_signatures=verify_signatures, verify_workers=verify_workers)
+            self._queries = Queries(handle)
+            self._reading = Reading(handle, self._queries)
+            self._moderation = ModerationQueries(handle, self.writer, self._queries)
+            self._users = UserQueries(handle, self._moderation)
+            self._searching = Searching(handle, self.writer)
+            handle.local_user = adopt_local_user(handle, self.writer, local_user)
+            if search and not self.writer.search:
+                self._searching.enable_search()
         except BaseException:
-            self._db.close()
+            db.close()
             if self._links is not None:
                 self._links.remove()
             opening.release(self._registered)
             raise
 
-    # --- lifecycle ------------------------------------------------------
+    # --- options and lifecycle -------------------------------------------
+    @property
+    def readonly(self) -> bool:
+        """True if the store was opened with ``readonly=True``: every write raises."""
+        return self._handle.readonly
+
+    @property
+    def sync(self) -> bool:
+        """True if every batch is written with LevelDB's sync flag."""
+        return self._handle.sync
+
+    @property
+    def local_user(self) -> bytes | None:
+        """The local user's public key (the root of moderation authority), or None."""
+        return self._handle.local_user
+
+    @property
+    def verify_signatures(self) -> bool:
+        """Whether ingest verifies signatures."""
+        return self._ingest.verify_signatures
+
+    @property
+    def verify_workers(self) -> int:
+        """How many workers verify signatures for ``ingest_many``."""
+        return self._ingest.verify_workers
+
     def close(self) -> None:
         """Wait for calls in flight, then close; later calls raise :class:`StoreClosedError`."""
-        if not self._gate.shut():
+        if not self._handle.gate.shut():
             return
-        if self._verify_pool is not None:
-            self._verify_pool.shutdown(wait=True, cancel_futures=True)
-            self._verify_pool = None
-        opening.close_db(self._db, self._registered, self._links)
+        self._ingest.close()
+        opening.close_db(self._handle.raw_db, self._registered, self._links)
 
     def _reopen(self) -> None:
         """Close and reopen LevelDB (no call in flight): clears its sticky write error."""
-        self._db.close()
-        self._db = opening.reopen_db(self.path, self._links, **self._sizes)
-        self._forget_caches()  # what was written before the failure is not known; the filters read the old DB
+        self._handle.raw_db.close()
+        self._handle.replace_db(opening.reopen_db(self.path, self._links, **self._sizes))
+        self.writer.forget_caches()  # what was written before the failure is not known; the filters read the old DB
+
+    @property
+    def _gate(self) -> Gate:
+        return self._handle.gate
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` began."""
-        return self._gate.closed
+        return self._handle.gate.closed
 
     def __enter__(self) -> Store:
         return self
@@ -183,12 +200,14 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        state = "closed" if self._handle.raw_db.closed else "open"
+        return f"<{type(self).__name__} {str(self.path)!r} {state}>"
+
     @property
     def db(self) -> plyvel.DB:
         """The underlying plyvel database (for tools; use it inside :meth:`in_flight`); raises :class:`StoreClosedError` once closed."""
-        if self._db.closed:
-            raise StoreClosedError("the store is closed")
-        return self._db
+        return self._handle.db
 
     def in_flight(self) -> AbstractContextManager[None]:
         """A block ``close()`` waits for, whose plyvel errors become CableErrors.
@@ -196,61 +215,7 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
         >>> with store.in_flight():                     # doctest: +SKIP
         ...     export(store.db, "snap/")
         """
-        return self._gate.call(self.path)
-
-    # --- ingest ---------------------------------------------------------
-    def validate(self, buf: bytes, now: int | None = None) -> tuple[bytes, Post]:
-        """Decode and check one post as a host must before accepting it.
-
-        Returns ``(hash, post)``; raises a :class:`CableError` subclass.
-        """
-        h, post = self._check_fields(buf, now)
-        if self.verify_signatures:
-            check_signature(buf)
-        return h, post
-
-    def _pool(self):
-        # One verify thread already overlaps with indexing; one worker process would not pay for its pickling.
-        if self.verify_workers > (0 if THREADED else 1) and self._verify_pool is None:
-            self._verify_pool = verify_pool(self.verify_workers)
-        return self._verify_pool
-
-    def _writable(self) -> None:
-        """Raise :class:`ReadOnlyStoreError` if the store was opened with ``readonly=True`` (before a write)."""
-        if self.readonly:
-            raise ReadOnlyStoreError(f"{self.path} is open read-only (readonly=True): it cannot be written")
-
-    def _batch(self) -> IndexState:
-        """A write transaction and its indexing state (call with the write lock held); written by :meth:`_commit`."""
-        self._writable()
-        if self._tomb_filter is None:
-            self._tomb_filter, self._link_filter = tombstone_filter(self.db), link_filter(self.db)
-        self._tomb_filter.grow_if_full()
-        self._link_filter.grow_if_full()
-        return IndexState(Txn(self.db), self._tomb_filter, self._winners, link_filter=self._link_filter, search=self._search)
-
-    def _commit(self, batch: IndexState) -> None:
-        indexer.commit(batch, self.local_user, self.sync)
-
-    def join_cabal(self, cabal_key: bytes) -> None:
-        """Tie the store to the cabal of ``cabal_key`` (a digest is kept, never the key); another cabal's key raises :class:`CabalMismatchError`.
-
-        A private ``serve`` or ``sync`` calls it before any byte is exchanged,
-        so two cabals are never mixed in one store.
-        """
-        with self._write_lock:
-            membership.adopt_cabal(self.db, cabal_key)
-
-    def _forget_caches(self) -> None:
-        """Drop what the store remembers of its views: after writes not made by its transactions (a repair, a reindex, a reopen)."""
-        self._winners.clear()
-        self._tomb_filter = self._link_filter = None
-
-    def _check_fields(self, buf: bytes, now: int | None) -> tuple[bytes, Post]:
-        post = decode_post(buf)
-        now = self._now() if now is None else now
-        check_horizon(post.timestamp, now)
-        return post_hash(buf), post
+        return self._handle.gate.call(self.path)
 
     def subscribe(self, callback: Callable[[Committed], None]) -> Callable[[], None]:
         """Call ``callback(Committed)`` after every commit that adds or removes posts.
@@ -259,179 +224,108 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
         """
         return self._listeners.subscribe(callback)
 
-    def ingest(self, buf: bytes, *, now: int | None = None, extra: dict[bytes, bytes] | None = None) -> bytes:
-        """Validate and store one post with all its view entries; return its hash.
+    def join_cabal(self, cabal_key: bytes) -> None:
+        """Tie the store to the cabal of ``cabal_key`` (a digest is kept, never the key); another cabal's key raises :class:`CabalMismatchError`.
 
-        Storing a post already stored is a no-op.  A refused post raises and
-        leaves the store unchanged.  ``extra``: more ``!local!`` keys to write
-        in the same WriteBatch (an author's clock, a sync cursor), so they
-        land with the post or not at all.
+        A private ``serve`` or ``sync`` calls it before any byte is exchanged,
+        so two cabals are never mixed in one store.
         """
-        self._writable()
-        buf = arguments.post_bytes(buf)
-        h, post = self.validate(buf, now)
-        with self._write_lock:
-            batch = self._batch()
-            outcome = indexer.apply(batch, buf, h, post)
-            for key, value in (extra or {}).items():
-                if not key.startswith(LOCAL):
-                    raise StoreError(f"extra keys live under {LOCAL!r}, not {key[:16]!r}")
-                batch.put(key, value)
-            self._commit(batch)
-        self._listeners.notify(batch.committed())
-        if isinstance(outcome, CableError):
-            raise outcome
-        if h in batch.enforced:  # stored, then kept out by the moderation state it changed
-            raise batch.enforced[h]
-        return h
+        membership.adopt_cabal(self.db, self.writer, cabal_key)
 
-    def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
-        """Ingest posts in order, in one WriteBatch; refusals are reported per item.
+    # --- posts in and out (cablestore.store.ingest) -------------------------
+    validate = _to("_ingest", Ingest.validate)
+    ingest = _to("_ingest", Ingest.ingest)
+    ingest_many = _to("_ingest", Ingest.ingest_many)
+    ingest_batches = _to("_ingest", Ingest.ingest_batches)
+    learn_listing = _to("_ingest", Ingest.learn_listing)
+    delete = _to("_ingest", Ingest.delete)
+    purge_author = _to("_ingest", Ingest.purge_author)
 
-        With ``verify_workers``, signatures are verified by that many workers
-        while this thread indexes the posts already checked.
-        """
-        self._writable()
-        with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
-            return self._ingest_many(bufs, now)
+    # --- hash-level reads (cablestore.store.queries, cablestore.store.link_queries)
+    get = _to("_queries", Queries.get)
+    get_many = _to("_queries", Queries.get_many)
+    is_deleted = _to("_queries", Queries.is_deleted)
+    tombstones = _to("_queries", Queries.tombstones)
+    tombstones_made_by = _to("_queries", Queries.tombstones_made_by)
+    channel_time_range = _to("_queries", Queries.channel_time_range)
+    channel_state = _to("_queries", Queries.channel_state)
+    members = _to("_queries", Queries.members)
+    topic = _to("_queries", Queries.topic)
+    channel_list = _to("_queries", Queries.channel_list)
+    listed_spellings = _to("_queries", Queries.listed_spellings)
+    name = _to("_queries", Queries.name)
+    user_info = _to("_queries", Queries.user_info)
+    author_posts = _to("_queries", Queries.author_posts)
+    newest_timestamp = _to("_queries", Queries.newest_timestamp)
+    local_value = _to("_queries", Queries.local_value)
+    links = _to("_queries", Queries.links)
+    reverse_links = _to("_queries", Queries.reverse_links)
+    heads = _to("_queries", Queries.heads)
+    __contains__ = _to("_queries", Queries.__contains__)
 
-    def ingest_batches(self, batches: Iterable[Iterable[bytes]], *, now: int | None = None) -> Iterator[list[IngestResult]]:
-        """:meth:`ingest_many` of each batch in turn (one WriteBatch each), yielding each batch's results.
+    # --- decoded reads (cablestore.store.reading, cablestore.store.users) ----
+    post = _to("_reading", Reading.post)
+    messages = _to("_reading", Reading.messages)
+    posts = _to("_reading", Reading.posts)
+    channels = _to("_reading", Reading.channels)
+    channel_post_count = _to("_reading", Reading.channel_post_count)
+    stats = _to("_reading", Reading.stats)
+    __len__ = _to("_reading", Reading.__len__)
 
-        With ``verify_workers`` the workers check the next batches'
-        signatures (``VERIFY_AHEAD`` of them) while this thread indexes the
-        current one, so neither waits for the other between batches;
-        ``VERIFY_AHEAD + 1`` batches are held at most.
-        A bad batch (not a list of bytes) raises when it is reached: the
-        batches before it are stored.
-        """
-        self._writable()
-        pending: deque = deque()
-        for batch in batches:
-            bufs = arguments.post_list(batch)
-            pending.append((bufs, self._signatures(bufs)))  # the workers start on it now
-            if len(pending) > VERIFY_AHEAD:
-                with gc_paused():  # not across the yield: the caller's code runs with the collector on
-                    results = self._ingest_checked(*pending.popleft(), now)
-                yield results
-        while pending:
-            with gc_paused():
-                results = self._ingest_checked(*pending.popleft(), now)
-            yield results
+    def __iter__(self) -> Iterator:
+        """Iterate over every stored post (see :meth:`posts`)."""
+        return self.posts()
 
-    def _signatures(self, bufs: list[bytes]) -> Iterator[bool] | None:
-        # Verification needs only the bytes: start it first, decode meanwhile.
-        return verify_many(bufs, self._pool()) if self.verify_signatures else None
-
-    def _ingest_many(self, bufs: Iterable[bytes], now: int | None) -> list[IngestResult]:
-        bufs = arguments.post_list(bufs)
-        return self._ingest_checked(bufs, self._signatures(bufs), now)
-
-    def _ingest_checked(self, bufs: list[bytes], signatures: Iterator[bool] | None, now: int | None) -> list[IngestResult]:
-        now = self._now() if now is None else now
-        checked = []
-        for i, buf in enumerate(bufs):
-            try:
-                checked.append((i, buf, *self._check_fields(buf, now), None))
-            except CableError as exc:
-                checked.append((i, buf, None, None, exc))
-        results = []
-        with self._write_lock:
-            batch = self._batch()
-            for i, buf, h, post, error in checked:
-                signed = next(signatures) if signatures is not None else True
-                if error is None and not signed:
-                    error = SignatureError("Ed25519 signature does not verify")
-                if error is None:
-                    try:
-                        outcome = indexer.apply(batch, buf, h, post)
-                    except CableError as exc:
-                        outcome = exc
-                    if not isinstance(outcome, CableError):
-                        results.append(IngestResult(i, h, None, outcome))
-                        continue
-                    error = outcome
-                results.append(IngestResult(i, h, error))
-            self._commit(batch)
-        self._listeners.notify(batch.committed())
-        # A post stored early in the batch and kept out by a moderation post later in it is not stored.
-        return [IngestResult(r.index, r.hash, batch.enforced[r.hash]) if r.ok and r.hash in batch.enforced else r for r in results]
-
-    def learn_listing(self, channel: str, hashes: Iterable[HashLike]) -> int:
-        """Record that a peer listed these posts in ``channel``'s time range; return how many deletes that re-listed.
-
-        A post/delete names no channel: it is listed under the channels of
-        the posts it deleted.  A store that never held those posts learns
-        the channel only from the peer that listed the delete, so the sync
-        layer passes it on here.  Posts that are not stored post/deletes,
-        and deletes whose targets the store knows, are left as they are.
-        """
-        self._writable()
-        hashes = [as_hash(h) for h in hashes]
-        channel_key(channel)  # a bad name is the caller's error, before any write
-        lo, hi = CHANNEL_CODEPOINTS
-        if not lo <= len(channel) <= hi:
-            raise QueryError(f"a channel name has {lo} to {hi} codepoints, not {len(channel)}")
-        with self._write_lock:
-            batch = self._batch()
-            learned = sum(indexer.learn_listing(batch, h, channel) for h in hashes)
-            if learned:
-                self._commit(batch)
-        if learned:
-            self._listeners.notify(batch.committed())
-        return learned
-
-    # --- local removal --------------------------------------------------
-    def delete(self, h: HashLike) -> bool:
-        """Discard a post locally, without a post/delete and without a tombstone.
-
-        Returns False if the post was not stored.  Tombstones a discarded
-        post/delete made are kept: the deletion it carried still holds, and a
-        later post/delete of the discarded delete cannot lift it (the store no
-        longer holds the delete, so it cannot tell what it targeted).
-        """
-        self._writable()
-        h = as_hash(h)
-        with self._write_lock:
-            batch = self._batch()
-            blob = batch.get(POSTS + h)
-            if blob is None:
-                return False
-            indexer.unindex(batch, h, blob, forget_tombstones=False)
-            self._commit(batch)
-        self._listeners.notify(batch.committed())
+    def __bool__(self) -> bool:
+        """A store is true even when empty (``len`` counts its posts)."""
         return True
+    user_labels = _to("_users", UserQueries.user_labels)
+    users = _to("_users", UserQueries.users)
 
-    def purge_author(self, public_key: HashLike) -> int:
-        """Remove every post an author wrote (for blocking); return how many."""
-        self._writable()
-        public_key = as_hash(public_key)
-        with self._write_lock:
-            batch = self._batch()
-            prefix = views.author.prefix(public_key)
-            hashes = [k[-32:] for k in self.db.iterator(prefix=prefix, include_value=False)]
-            for h in hashes:
-                blob = batch.get(POSTS + h)
-                if blob is not None:
-                    indexer.unindex(batch, h, blob, forget_tombstones=False)
-            self._commit(batch)
-        self._listeners.notify(batch.committed())
-        return len(hashes)
+    # --- moderation (cablestore.store.moderation_queries) --------------------
+    set_local_user = _to("_moderation", ModerationQueries.set_local_user)
+    seed = _to("_moderation", ModerationQueries.seed)
+    set_seed = _to("_moderation", ModerationQueries.set_seed)
+    clear_seed = _to("_moderation", ModerationQueries.clear_seed)
+    roles_from_seed = _to("_moderation", ModerationQueries.roles_from_seed)
+    roles = _to("_moderation", ModerationQueries.roles)
+    hidden_users = _to("_moderation", ModerationQueries.hidden_users)
+    hidden_posts = _to("_moderation", ModerationQueries.hidden_posts)
+    dropped_posts = _to("_moderation", ModerationQueries.dropped_posts)
+    dropped_channels = _to("_moderation", ModerationQueries.dropped_channels)
+    blocks = _to("_moderation", ModerationQueries.blocks)
+    kept_out = _to("_moderation", ModerationQueries.kept_out)
+    unblocks = _to("_moderation", ModerationQueries.unblocks)
+    blocked_by = _to("_moderation", ModerationQueries.blocked_by)
+    moderation_state = _to("_moderation", ModerationQueries.moderation_state)
+    moderation_summary = _to("_moderation", ModerationQueries.moderation_summary)
+    is_dropped = _to("_moderation", ModerationQueries.is_dropped)
+    channel_dropped = _to("_moderation", ModerationQueries.channel_dropped)
+    shareable = _to("_moderation", ModerationQueries.shareable)
+    moderation_posts = _to("_moderation", ModerationQueries.moderation_posts)
+
+    # --- search (cablestore.store.searching) ---------------------------------
+    enable_search = _to("_searching", Searching.enable_search)
+    disable_search = _to("_searching", Searching.disable_search)
+    search = _to("_searching", Searching.search)
+
+    @property
+    def search_enabled(self) -> bool:
+        """Whether the store keeps the full-text index (:meth:`search` needs it)."""
+        return self._searching.search_enabled
 
     # --- verification ---------------------------------------------------
     def check(self, fix: bool = False, engine: str = "local", **kw: Any) -> Report:
         """Recompute every derived view and compare; with ``fix``, repair.
 
         Returns a :class:`cablestore.rebuild.Report` (``report.consistent``).
+        A repair writes through the writer's lease (:meth:`Writer.lease`).
         """
         from cablestore.rebuild import check
 
         if fix:
-            self._writable()
-        try:
-            return check(self, fix=fix, engine=engine, **kw)
-        finally:
-            self._forget_caches()  # a repair writes views directly
+            self.writer.writable()
+        return check(self, fix=fix, engine=engine, **kw)
 
     @staticmethod
     def migrate(path: str | os.PathLike, progress: Progress | None = None) -> MigrateReport:
@@ -472,7 +366,7 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
 
     def check_relayed(self, buf: bytes, now: int) -> bytes:
         """Check a post relayed for a forwarded request; its hash (:func:`cablestore.store.peer_reads.check_relayed`)."""
-        return peer_reads.check_relayed(self, buf, now)
+        return peer_reads.check_relayed(self._ingest, buf, now)
 
     def has_posts(self) -> bool:
         """True if the store holds any post."""
@@ -491,8 +385,8 @@ class Store(Reading, Queries, ModerationQueries, UserQueries, Searching):
         return peer_reads.sync_cursor(self, peer, channel)
 
     def set_sync_cursor(self, peer: str, channel: str, timestamp: int) -> None:
-        """Move the sync cursor forward, under the write lock (:func:`cablestore.store.peer_reads.set_sync_cursor`)."""
-        peer_reads.set_sync_cursor(self, peer, channel, timestamp)
+        """Move the sync cursor forward, through the writer (:func:`cablestore.store.peer_reads.set_sync_cursor`)."""
+        peer_reads.set_sync_cursor(self.writer, peer, channel, timestamp)
 
 
-__all__ = ["Store", "IngestResult", "wall_clock_ms"]
+__all__ = ["Store", "IngestResult", "VERIFY_AHEAD", "wall_clock_ms"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cablestore.keyspace.keys import HashLike, as_hash, next_prefix
+from cablestore.store.handle import Component, Handle
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import roles as roles_view
@@ -109,8 +110,13 @@ def _post_counts(snap) -> dict[bytes, int]:
     return out
 
 
-class UserQueries:
-    """Mixed into Store; expects ``self.db`` and the moderation queries (``roles``, ``hidden_users``, ``blocks``)."""
+class UserQueries(Component):
+    """The users a store knows: labels, and a summary per user. ``moderation``: the store's
+    :class:`cablestore.store.moderation_queries.ModerationQueries` (roles, hidden users, blocks)."""
+
+    def __init__(self, handle: Handle, moderation: Any) -> None:
+        super().__init__(handle)
+        self._moderation = moderation
 
     def user_labels(self, public_keys: Iterable[HashLike]) -> dict[bytes, str]:
         """Public key -> how to show that user to people (:func:`labels`: a shared name gets key digits)."""
@@ -127,14 +133,14 @@ class UserQueries:
             names, counts = _names(snap), _post_counts(snap)
             accepting = {pk: snap.get(user_view.property_key(pk, ACCEPT_ROLE)) for pk in names}
         roles: dict[bytes, dict[str, str]] = {}
-        for context in self._contexts(roles_view):
-            for pk, role in self.roles(context or None).items():
+        for context in self._moderation._contexts(roles_view):
+            for pk, role in self._moderation.roles(context or None).items():
                 roles.setdefault(pk, {})[context] = role
         hidden: dict[bytes, list[str]] = {}
-        for context in self._contexts(actions_view):
-            for pk in self.hidden_users(context or None):
+        for context in self._moderation._contexts(actions_view):
+            for pk in self._moderation.hidden_users(context or None):
                 hidden.setdefault(pk, []).append(context)
-        blocked = {pk: {"drop": v["drop"], "notify": v["notify"]} for pk, v in self.blocks().items()}
+        blocked = {pk: {"drop": v["drop"], "notify": v["notify"]} for pk, v in self._moderation.blocks().items()}
         known = sorted(set(names) | set(counts) | set(roles) | set(hidden) | set(blocked))
         for pk in known:
             names.setdefault(pk, None)
