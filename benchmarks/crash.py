@@ -43,7 +43,7 @@ import blake3
 from cablestore import DELETE, Store, decode_post, post_hash
 from cablestore.authoring.workload import Workload, read_posts, write_posts
 from cablestore.keyspace.keys import CHECKED
-from cablestore.store import opening
+from cablestore.store.lifecycle import opening
 
 NOW = 1_900_000_000_000
 

@@ -130,7 +130,7 @@ def disk_families(out: Path, n: int, seed: int) -> None:
     import plyvel
 
     from cablestore import Store
-    from cablestore.store import opening
+    from cablestore.store.lifecycle import opening
 
     src = _store(out, n, seed)
     with Store(src, now=lambda: NOW) as store:
@@ -183,7 +183,7 @@ def count_writes(out: Path, n: int, seed: int) -> None:
     """Puts and deletes a post, by key family, as the WriteBatches hold them."""
     from cablestore import Store
     from cablestore.authoring.workload import iter_posts
-    from cablestore.store import txn as txn_mod
+    from cablestore.store.write import txn as txn_mod
 
     puts: Counter = Counter()
     deletes: Counter = Counter()

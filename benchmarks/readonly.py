@@ -5,7 +5,7 @@
 Each round opens the store both ways, in alternating order (a writable
 open first in even rounds), and times the open, ``stats()`` (what
 ``cablestore stats`` computes) and the close.  A read-only open makes a
-directory of links and takes a shared lock (cablestore/store/readonly.py);
+directory of links and takes a shared lock (cablestore/store/lifecycle/readonly.py);
 LevelDB then writes its bookkeeping into that directory, whose size (files
 LevelDB wrote, not the links) is reported too.  The writable open rewrites
 the store's own bookkeeping files, as every open did before: run this on a

@@ -46,7 +46,7 @@ class _TimedReads:
 def profile_reads(posts_file: Path, out: Path, tail: int) -> None:
     from cablestore import Store
     from cablestore.authoring.workload import iter_posts
-    from cablestore.store import txn as txn_mod
+    from cablestore.store.write import txn as txn_mod
 
     work = out / "profile-reads.ldb"
     shutil.rmtree(work, ignore_errors=True)

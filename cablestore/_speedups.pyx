@@ -268,7 +268,7 @@ def groups(ip):
     return out
 
 
-# --- Bloom filter probes (cablestore.store.hashfilter) ---------------------------
+# --- Bloom filter probes (cablestore.store.write.hashfilter) ---------------------------
 
 cdef inline uint64_t _probe(const unsigned char* h, Py_ssize_t n, Py_ssize_t i, uint64_t mask):
     # ``int.from_bytes(h[i:i+4], "big") & mask``, a short slice included (a damaged key's hash).

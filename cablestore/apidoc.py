@@ -21,8 +21,8 @@ from cablestore.errors import CableError
 INTERNAL_PREFIXES = (
     "cablestore.__main__",
     "cablestore.cli",
-    "cablestore.store.txn",
-    "cablestore.store.indexing",
+    "cablestore.store.write.txn",
+    "cablestore.store.write.batch",
     "cablestore.views",
     "cablestore.rebuild.",
 )

@@ -13,7 +13,7 @@ from typing import Any
 from cablestore.authoring.workload import Workload
 from cablestore.errors import RebuildError, StoreExistsError
 from cablestore.progress import Progress, plural
-from cablestore.store import opening
+from cablestore.store.lifecycle import opening
 from cablestore.store.store import Store
 
 

@@ -195,7 +195,7 @@ class PostsFileError(CableError):
     """A file given as a posts file is not one, or is truncated or damaged."""
 
 
-# --- opening, closing and damaged stores (cablestore.store.opening, cablestore.store.recovery) ---
+# --- opening, closing and damaged stores (cablestore.store.lifecycle.opening, cablestore.store.recovery) ---
 
 
 class StoreNotFoundError(StoreError):
@@ -234,7 +234,7 @@ class SearchNotEnabledError(StoreError):
     """A search of a store that keeps no search index (``Store(path, search=True)`` or ``Store.enable_search()`` builds it)."""
 
 
-# --- moderation (cablestore.moderation, cablestore.store.moderation_queries) ---
+# --- moderation (cablestore.moderation, cablestore.store.read.moderation) ---
 
 
 class LocalUserError(StoreError):

@@ -18,7 +18,7 @@ class BatchWriter:
     """
 
     def __init__(self, lease, sync: bool, batch_keys: int):
-        # ``lease``: a cablestore.store.writer.Lease, the one way a bulk job writes to a store
+        # ``lease``: a cablestore.store.write.writer.Lease, the one way a bulk job writes to a store
         self.lease, self.sync, self.batch_keys = lease, sync, batch_keys
         self.puts: list[tuple[bytes, bytes]] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="cablestore-reindex-write")

@@ -34,8 +34,8 @@ from cablestore.errors import RebuildError
 from cablestore.keyspace import facts
 from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, META, POSTS, SEARCH_KEY
 from cablestore.moderation import Seed, format_seed, parse_seed
-from cablestore.store.moderation_queries import snapshot_moderation
-from cablestore.store.resolving import held_facts, stored_seed
+from cablestore.store.read.moderation import snapshot_moderation
+from cablestore.store.write.resolving import held_facts, stored_seed
 
 from . import decoded as decoded_table
 from .moderation_tables import Moderation

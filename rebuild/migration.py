@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 from cablestore.keyspace.keys import FORMAT_KEY, MIGRATING
 from cablestore.rebuild.reindex import reindex_db
-from cablestore.store import arguments, opening
-from cablestore.store.writer import Lease
+from cablestore.store import arguments
+from cablestore.store.lifecycle import opening
+from cablestore.store.write.writer import Lease
 
 if TYPE_CHECKING:
     from cablestore.progress import Progress

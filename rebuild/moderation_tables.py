@@ -45,7 +45,7 @@ def _channel(context: str) -> str | None:
 
 
 class Moderation:
-    """The resolved state of one snapshot (``summary``: :func:`cablestore.store.moderation_queries.snapshot_moderation`)."""
+    """The resolved state of one snapshot (``summary``: :func:`cablestore.store.read.moderation.snapshot_moderation`)."""
 
     def __init__(self, summary: dict) -> None:
         self.summary = summary

@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cablestore.errors import RebuildError
-from cablestore.store.opening import OLD_FORMATS as STORE_OLD_FORMATS
+from cablestore.store.lifecycle.opening import OLD_FORMATS as STORE_OLD_FORMATS
 
 FORMAT = "cablestore-parquet-1"
 MANIFEST = "manifest.json"

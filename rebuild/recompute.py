@@ -17,7 +17,7 @@ from cablestore.errors import CableError, CorruptRecordError
 from cablestore.keyspace.keys import DELETED, FACTS, LOCAL, META, POSTS, QUARANTINE, REFUSED, REVERSE
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.moderation import RELEVANT_TYPES, resolve
-from cablestore.store.enforcing import refusal
+from cablestore.store.write.enforcing import refusal
 from cablestore.views import search as search_view
 from cablestore.wire.codec import DELETE, decode_post, post_hash, post_type_of
 from cablestore.wire.crypto import verify_post
@@ -173,11 +173,11 @@ def kept_out(h: bytes, post, rows: dict) -> Fault | None:
 
 
 def resolved_entries(local_user: bytes | None, posts, facts=(), seed=None) -> list[tuple[bytes, bytes]]:
-    """The resolved moderation entries of ``(hash, blob)`` posts and ``(hash, fact)`` facts: what ``cablestore.store.resolving`` writes.
+    """The resolved moderation entries of ``(hash, blob)`` posts and ``(hash, fact)`` facts: what ``cablestore.store.write.resolving`` writes.
 
-    ``facts``: ``cablestore.store.resolving.held_facts`` of the store, the
+    ``facts``: ``cablestore.store.write.resolving.held_facts`` of the store, the
     moderation fields of posts a block removed (primary data, like tombstones).
-    ``seed``: the store's moderation seed (``cablestore.store.resolving.stored_seed``).
+    ``seed``: the store's moderation seed (``cablestore.store.write.resolving.stored_seed``).
     """
     posts = [(h, decode_post(blob)) for h, blob in posts]
     return views.resolved_entries(resolve(local_user, posts + list(facts), seed))

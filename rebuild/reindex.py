@@ -50,10 +50,10 @@ from cablestore.rebuild.recompute import (
     tombstone_status,
     unpack_tombstone,
 )
-from cablestore.store.gcpause import gc_paused
-from cablestore.store.postings import index_entries
-from cablestore.store.resolving import moderation_posts, stored_seed
-from cablestore.store.writer import Lease
+from cablestore.store.search_index.postings import index_entries
+from cablestore.store.write.gcpause import gc_paused
+from cablestore.store.write.resolving import moderation_posts, stored_seed
+from cablestore.store.write.writer import Lease
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def reindex(store: Store, progress: Progress | None = None, sync: bool = False) 
 
 
 def reindex_db(lease: Lease, progress: Progress | None = None, sync: bool = False) -> ReindexReport:
-    """:func:`reindex` through a :class:`cablestore.store.writer.Lease` (the store's, or one on a directory no Store has open)."""
+    """:func:`reindex` through a :class:`cablestore.store.write.writer.Lease` (the store's, or one on a directory no Store has open)."""
     db = lease.db
     report = ReindexReport()
     writer = BatchWriter(lease, sync, _BATCH_KEYS)
@@ -158,7 +158,7 @@ def _write_resolved(db, writer: BatchWriter) -> int:
 
 
 def write_search(db: plyvel.DB, writer: BatchWriter, skip: Collection[bytes] = frozenset()) -> int:
-    """The search entries of every indexed post (``cablestore.store.searching.index_entries``); returns how many.
+    """The search entries of every indexed post (``cablestore.store.search_index.searcher.index_entries``); returns how many.
 
     A pass of its own, run only for a store with search enabled: the
     compiled posts pass knows nothing of the view, so a store without it

@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
-from cablestore.store.resolving import held_facts, stored_seed
+from cablestore.store.write.resolving import held_facts, stored_seed
 
 from .exporter import export, manifest_facts, manifest_search, manifest_seed
 from .parquet import files_of, filesystem, load_manifest, read_file, rows
@@ -63,7 +63,7 @@ class StoreSource:
         return held_facts(lambda prefix: list(self._snap.iterator(prefix=prefix, verify_checksums=True)))
 
     def seed(self):
-        """The store's moderation seed (``cablestore.store.resolving.stored_seed``)."""
+        """The store's moderation seed (``cablestore.store.write.resolving.stored_seed``)."""
         return stored_seed(self._snap.get)
 
     def search(self) -> bool:

@@ -19,7 +19,7 @@ import msgpack
 
 from cablestore.errors import RebuildError
 from cablestore.keyspace.keys import CHECKED, LOCAL_USER_KEY, POSTS, QUARANTINE, REINDEXING
-from cablestore.store.writer import Lease
+from cablestore.store.write.writer import Lease
 
 from . import local
 from .recompute import FAULT_KINDS, REMOVE, REPAIR_ACTION, VIEW_NAMES, Fault, view_of

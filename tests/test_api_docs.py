@@ -51,8 +51,8 @@ def _all():
 def test_the_walk_finds_the_main_api():
     names = {qualname for _, _, objs in _all() for qualname, _ in objs}
     assert {
-        "cablestore.Store", "cablestore.store.Store.ingest", "cablestore.store.reading.Reading.messages",
-        "cablestore.store.queries.Queries.channel_time_range", "cablestore.rebuild.rebuild", "cablestore.wire.codec.decode_post",
+        "cablestore.Store", "cablestore.store.Store.ingest", "cablestore.store.read.decoded.Reading.messages",
+        "cablestore.store.read.hashes.Queries.channel_time_range", "cablestore.rebuild.rebuild", "cablestore.wire.codec.decode_post",
     } <= names
     assert not any(".txn." in n or ".views." in n for n in names)
 
@@ -95,7 +95,7 @@ def test_the_reference_builds_a_page_per_public_module(tmp_path):
     assert index.is_file()
     pages = {p.relative_to(tmp_path / "api").with_suffix("").as_posix().replace("/", ".") for p in (tmp_path / "api").rglob("*.html")}
     assert set(public_modules()) <= pages
-    reading = (tmp_path / "api" / "cablestore" / "store" / "reading.html").read_text()
+    reading = (tmp_path / "api" / "cablestore" / "store" / "read" / "decoded.html").read_text()
     assert "decoded, newest first" in reading  # a docstring, rendered
     store_page = (tmp_path / "api" / "cablestore" / "store" / "store.html").read_text()
     assert "Store.messages" in store_page and "decoded, newest first" in store_page  # a delegation shows its component's docstring

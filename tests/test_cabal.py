@@ -12,7 +12,7 @@ from cablestore import Store
 from cablestore.authoring.keyfile import read_cabal_key, write_cabal_key
 from cablestore.errors import CabalMismatchError, KeyFileError
 from cablestore.keyspace.keys import CABAL_KEY
-from cablestore.store.membership import cabal_digest
+from cablestore.store.lifecycle.cabal import cabal_digest
 
 from .conftest import NOW
 

@@ -10,7 +10,7 @@ Conventions the tests below rely on (CONTRIBUTING.md repeats them):
 - every other block (```sh, ```text, ...) is shown, not run: each
   ``cablestore`` and ``python -m`` command in it, and in inline code, must
   name a subcommand or module that exists, with flags that exist;
-- module paths (``cablestore/store/indexer.py``), dotted names
+- module paths (``cablestore/store/write/indexer.py``), dotted names
   (``cablestore.peer.transport.run_server``) and relative links must resolve.
 """
 

@@ -282,7 +282,7 @@ def test_every_call_after_close_raises_store_closed(tmp_path, alice):
 
 def test_every_public_store_method_is_guarded():
     """Every public method (mixed in from any module) passes through the gate close() waits on."""
-    from cablestore.store.inflight import UNGUARDED
+    from cablestore.store.lifecycle.inflight import UNGUARDED
 
     unguarded = [
         name

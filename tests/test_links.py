@@ -110,7 +110,7 @@ def test_deleting_a_head_brings_back_what_it_alone_linked(store, alice, bob):
 def test_a_remaining_linker_keeps_a_post_off_the_heads_without_its_post_being_read(tmp_path, alice, bob, monkeypatch):
     """Deleting one linker of ``root``: the other, found by the reverse seek, keeps ``root`` off the heads,
     and the txn does not read the other linker's post to learn that (its ``latest`` is empty whoever it is)."""
-    from cablestore.store import txn as txn_mod
+    from cablestore.store.write import txn as txn_mod
 
     root = post(alice, JOIN, 1000, channel="dev")
     a = post(alice, TEXT, 2000, [post_hash(root)], channel="dev", text="a")
@@ -152,8 +152,8 @@ def test_a_link_to_an_unknown_hash_counts(store, alice, bob):
 
 @pytest.mark.parametrize("after", [0, 2_000])  # the link filter built at the first question, and not yet built
 def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alice, bob, monkeypatch, after):
-    """The in-memory link filter (cablestore.store.hashfilter) is built from the stored linkers, not from what a store saw."""
-    from cablestore.store import hashfilter
+    """The in-memory link filter (cablestore.store.write.hashfilter) is built from the stored linkers, not from what a store saw."""
+    from cablestore.store.write import hashfilter
 
     monkeypatch.setattr(hashfilter, "LINK_FILTER_AFTER", after)
     missing = post(bob, TEXT, 1000, channel="dev", text="arrives late")
@@ -170,7 +170,7 @@ def test_a_post_linked_before_a_reopen_is_no_head_when_it_arrives(tmp_path, alic
 @pytest.mark.parametrize("repair", ["Store.check", "rebuild.check"])  # the second: what a control client of `serve` runs
 def test_a_repair_that_restores_a_linker_is_seen_by_later_ingests(tmp_path, alice, bob, repair, monkeypatch):
     """A repair writes linker entries under the store's link filter: the store drops the filter, so it is no false "unlinked"."""
-    from cablestore.store import hashfilter
+    from cablestore.store.write import hashfilter
 
     monkeypatch.setattr(hashfilter, "LINK_FILTER_AFTER", 0)  # built at the first question
     target = post(alice, TEXT, 1000, channel="dev", text="target")
@@ -272,7 +272,7 @@ def test_rebuild_finds_damage_to_the_links_view(linked_store, tmp_path, engine, 
 
 
 def test_causal_sort_puts_links_before_timestamps(store, alice, bob):
-    from cablestore.store.link_queries import causal_sort
+    from cablestore.store.read.links import causal_sort
 
     root = post(alice, TEXT, 5000, channel="dev", text="root")
     skewed = post(bob, TEXT, 1000, [post_hash(root)], channel="dev", text="bob's clock is slow")

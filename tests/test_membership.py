@@ -14,7 +14,7 @@ from cablestore import DELETE, JOIN, LEAVE, TEXT, TOPIC, Store, decode_post, pos
 from cablestore.keyspace.keys import AUTHOR, CHANNEL, canonical_channel, channel_key, escape, mono
 from cablestore.keyspace.records import Indexed
 from cablestore.rebuild.reindex import reindex
-from cablestore.store import txn as txn_mod
+from cablestore.store.write import txn as txn_mod
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import DROP_POST
 

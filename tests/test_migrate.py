@@ -17,7 +17,7 @@ import pytest
 from cablestore import Store
 from cablestore.errors import MigrationNeededError, NotAStoreError, StoreLockedError
 from cablestore.keyspace.keys import FORMAT_KEY, MIGRATING, REINDEXING
-from cablestore.store import opening
+from cablestore.store.lifecycle import opening
 
 from .conftest import NOW, keypair, post, run_cli
 from .format1_fixture import answers, encode, golden, unpack

@@ -10,7 +10,7 @@ from cablestore import DELETE, JOIN, TEXT, TOPIC, post_hash
 from cablestore.authoring.workload import generate
 from cablestore.errors import DuplicateRequestError, RequestTableFullError
 from cablestore.peer import Concluded, Node, PeerLimits, Refused, Sync
-from cablestore.store.peer_reads import cursor_key
+from cablestore.store.read.peer import cursor_key
 from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 

@@ -9,7 +9,7 @@ import pytest
 from cablestore import DELETE, INFO, JOIN, TEXT, TOPIC, Keypair, Store, decode_post, post_hash
 from cablestore.authoring.workload import generate
 from cablestore.errors import QueryError
-from cablestore.store.reading import StoredPost
+from cablestore.store.read.decoded import StoredPost
 
 from .conftest import NOW, dump, post
 

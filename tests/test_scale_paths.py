@@ -62,7 +62,7 @@ def test_a_compacted_store_takes_at_most_2_4_times_the_raw_post_bytes(tmp_path):
 
 
 def test_a_store_written_with_small_blocks_opens_and_reads_with_the_new_size(tmp_path, monkeypatch):
-    from cablestore.store import opening
+    from cablestore.store.lifecycle import opening
 
     bufs = list(Workload(seed=6, posts=400))
     monkeypatch.setattr(opening, "BLOCK_SIZE", 4096)

@@ -21,8 +21,8 @@ from cablestore.errors import CableError, QueryError, ReadOnlyStoreError, Search
 from cablestore.keyspace.keys import POSTS, SEARCH, SEARCH_KEY
 from cablestore.keyspace.records import Indexed
 from cablestore.search import Lookup, parse
-from cablestore.store import indexer
-from cablestore.store.searching import SearchHit
+from cablestore.store.search_index.searcher import SearchHit
+from cablestore.store.write import indexer
 from cablestore.views import search as search_view
 from cablestore.wire.codec import DROP_CHANNEL, DROP_POST, HIDE_POST, HIDE_USER, UNHIDE_POST
 
@@ -94,7 +94,8 @@ def test_search_finds_texts_and_topics_newest_first_with_spans_pages_and_filters
 
 
 def test_the_work_bounds_stop_a_page_early_and_its_cursor_goes_on_from_there(searchable, monkeypatch):
-    from cablestore.store import postings, searching
+    from cablestore.store.search_index import postings
+    from cablestore.store.search_index import searcher as searching
 
     s = searchable
     bufs = [text(ALICE, 1000 + i, f"ab{i % 3} same") for i in range(6)]

@@ -30,8 +30,8 @@ from cablestore.rebuild import fold as fold_mod
 from cablestore.rebuild import reindex as reindex_mod
 from cablestore.rebuild.fold import Fold
 from cablestore.rebuild.reindex import reindex
-from cablestore.store import hashfilter as hashfilter_mod
-from cablestore.store import txn as txn_mod
+from cablestore.store.write import hashfilter as hashfilter_mod
+from cablestore.store.write import txn as txn_mod
 from cablestore.wire import codec
 from cablestore.wire.codec import DELETE, INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 
@@ -283,7 +283,7 @@ def test_an_unread_batch_in_a_cycle_left_to_exit_does_not_hang_the_interpreter()
 
 
 def _empty_filter(bits: int):
-    from cablestore.store.hashfilter import HashFilter
+    from cablestore.store.write.hashfilter import HashFilter
 
     f = object.__new__(HashFilter)  # the bits alone, without a DB to build from
     f._bits, f._mask, f._count, f._capacity = bytearray(bits >> 3), bits - 1, 0, bits // 16

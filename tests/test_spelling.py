@@ -2,7 +2,7 @@
 
 cable-core.js 0.2.1 compares channel names exactly: a cable-cli user in `Dev-Talk` never sees a post to
 `dev-talk`.  The store keeps one channel whatever the spelling, and writes and lists it as its earliest
-post/text or post/topic spells it (cablestore.store.spelling).
+post/text or post/topic spells it (cablestore.store.read.spelling).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import json
 
 from cablestore import Store
 from cablestore.cli import main
-from cablestore.store.users import labels
+from cablestore.store.read.users import labels
 from cablestore.wire.codec import INFO, JOIN, MOD, TEXT
 
 from .conftest import NOW, keypair, post

@@ -1,4 +1,4 @@
-"""The store's one write door (cablestore.store.writer): every mutation takes the writer's lock, commits
+"""The store's one write door (cablestore.store.write.writer): every mutation takes the writer's lock, commits
 through it and tells subscribers what it added and removed; nothing else in the library writes to LevelDB."""
 
 from __future__ import annotations
@@ -201,9 +201,9 @@ def test_a_read_only_store_refuses_every_mutation_before_writing(tmp_path):
 # --- nothing but the writer writes ------------------------------------------------
 # Modules that may write LevelDB themselves, each for a reason.
 WRITES_ALLOWED = {
-    "cablestore/store/writer.py": "the door: Lease, the bulk jobs' bounded WriteBatches",
-    "cablestore/store/txn.py": "Txn.commit writes the one WriteBatch the writer's door commits",
-    "cablestore/store/opening.py": "stamps the format of a store it has just created (no Store exists yet)",
+    "cablestore/store/write/writer.py": "the door: Lease, the bulk jobs' bounded WriteBatches",
+    "cablestore/store/write/txn.py": "Txn.commit writes the one WriteBatch the writer's door commits",
+    "cablestore/store/lifecycle/opening.py": "stamps the format of a store it has just created (no Store exists yet)",
 }
 # Folders of code that writes a LevelDB directory no Store has open (a salvage's new database, a recovered store's format).
 WRITES_ALLOWED_UNDER = ("recovery/", "cablestore/store/salvage.py", "cablestore/store/recovery.py")

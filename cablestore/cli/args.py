@@ -111,7 +111,7 @@ def report_error(args, exc: BaseException) -> int:
 
 def require_store(path: str) -> None:
     """Refuse ``path`` as opening an existing store would (same error, same words), without opening it."""
-    from cablestore.store import opening
+    from cablestore.store.lifecycle import opening
 
     p = Path(path)
     refused = opening.refusal(p, opening.classify(p), create=False)

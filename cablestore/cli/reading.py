@@ -2,7 +2,7 @@
 
 None of them creates or writes anything: a path that holds no store is
 refused before LevelDB is asked to open it, and a store is opened
-``readonly`` (:mod:`cablestore.store.readonly`): nothing in its directory is
+``readonly`` (:mod:`cablestore.store.lifecycle.readonly`): nothing in its directory is
 written, and it may be on read-only media.  A channel named on the command
 line must exist (``show``, ``dump --channel``): an unknown name is an error,
 not an empty answer.  Names and texts are printed through

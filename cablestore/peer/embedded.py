@@ -237,7 +237,7 @@ class Peer:
     def posts(self, channel: str | None = None, *, buffer: int = FEED_BUFFER) -> PostFeed:
         """New posts as the store commits them, from any peer or posted through this one: ``async for post in peer.posts():``.
 
-        Each is a :class:`cablestore.store.reading.StoredPost` (``hash``,
+        Each is a :class:`cablestore.store.read.decoded.StoredPost` (``hash``,
         ``author``, ``who``, ``post_type``, ``type_name``, ``channel``,
         ``text``, ``timestamp``, ``hidden_by``, ...), in the order the store
         committed them.  ``channel``: only that channel's posts; None: every

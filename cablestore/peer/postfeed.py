@@ -3,7 +3,7 @@
 A feed subscribes to its store's commits (:meth:`cablestore.Store.subscribe`,
 called in whichever thread wrote) and hands the posts each commit added to
 one asyncio reader, in the order the store reported them, as
-:class:`cablestore.store.reading.StoredPost` objects.
+:class:`cablestore.store.read.decoded.StoredPost` objects.
 
 Back-pressure: a feed holds at most ``buffer`` posts.  The writer never
 waits for a reader and never allocates past that bound: once a reader lets
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from cablestore.errors import ArgumentError, FellBehindError
 from cablestore.keyspace.keys import canonical_channel
 from cablestore.peer.limits import FEED_BUFFER
-from cablestore.store.reading import StoredPost
+from cablestore.store.read.decoded import StoredPost
 from cablestore.wire.codec import Post, encode_post
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
-"""The LevelDB store: opening (:mod:`cablestore.store.opening`), one atomic
-write per ingest (:mod:`cablestore.store.txn`,
-:mod:`cablestore.store.indexer`), the queries a peer answers from
-(:mod:`cablestore.store.queries`), decoded reading
-(:mod:`cablestore.store.reading`), recovery of a damaged directory
+"""The LevelDB store: opening (:mod:`cablestore.store.lifecycle.opening`), one atomic
+write per ingest (:mod:`cablestore.store.write.txn`,
+:mod:`cablestore.store.write.indexer`), the queries a peer answers from
+(:mod:`cablestore.store.read.hashes`), decoded reading
+(:mod:`cablestore.store.read.decoded`), recovery of a damaged directory
 (:mod:`cablestore.store.recovery`), and :class:`Store`, which holds them
 together.
 """

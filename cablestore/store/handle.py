@@ -4,7 +4,7 @@
 readers, moderation, search, the peer's reads); each is handed the one
 :class:`Handle` of its store at construction and reads ``handle.db``
 whenever it needs the database, because a reopen after an I/O error
-(:mod:`cablestore.store.inflight`) replaces it.  Nothing else is shared
+(:mod:`cablestore.store.lifecycle.inflight`) replaces it.  Nothing else is shared
 between components: what one needs of another it is handed too.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cablestore.errors import StoreClosedError
-from cablestore.store.inflight import Gate
+from cablestore.store.lifecycle.inflight import Gate
 
 
 class Component:

@@ -47,7 +47,8 @@ import plyvel
 from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
 from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, POSTS, REVERSE
 from cablestore.progress import Progress
-from cablestore.store import opening, salvage
+from cablestore.store import salvage
+from cablestore.store.lifecycle import opening
 from cablestore.views import author as author_view
 from cablestore.wire.codec import DELETE, decode_post, post_hash
 

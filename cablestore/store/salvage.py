@@ -39,7 +39,7 @@ from cablestore.keyspace.records import Tombstone
 from cablestore.progress import Progress
 from cablestore.store import leveldb_files, leveldb_log
 from cablestore.store import leveldb_reader as reader
-from cablestore.store.opening import FORMAT, OLD_FORMATS
+from cablestore.store.lifecycle.opening import FORMAT, OLD_FORMATS
 from cablestore.views import author as author_view
 from cablestore.wire.codec import decode_post, post_hash
 from cablestore.wire.crypto import verify_many

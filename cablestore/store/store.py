@@ -8,13 +8,13 @@ LevelDB WriteBatch, so a crash leaves all of it or none of it.
 
 ``Store`` is a facade over components, each holding its own state and
 handed what it needs at construction: the :class:`cablestore.store.handle.Handle`
-(path, LevelDB, gate, options), the :class:`cablestore.store.writer.Writer`
-(the one door of every write), :class:`cablestore.store.ingest.Ingest` (posts
-in and out), the readers (:class:`cablestore.store.queries.Queries`,
-:class:`cablestore.store.reading.Reading`, :class:`cablestore.store.users.UserQueries`,
-the peer's reads in :mod:`cablestore.store.peer_reads`), moderation
-(:class:`cablestore.store.moderation_queries.ModerationQueries`) and search
-(:class:`cablestore.store.searching.Searching`).  Every public method is a
+(path, LevelDB, gate, options), the :class:`cablestore.store.write.writer.Writer`
+(the one door of every write), :class:`cablestore.store.write.ingest.Ingest` (posts
+in and out), the readers (:class:`cablestore.store.read.hashes.Queries`,
+:class:`cablestore.store.read.decoded.Reading`, :class:`cablestore.store.read.users.UserQueries`,
+the peer's reads in :mod:`cablestore.store.read.peer`), moderation
+(:class:`cablestore.store.read.moderation.ModerationQueries`) and search
+(:class:`cablestore.store.search_index.searcher.Searching`).  Every public method is a
 delegation, guarded by the store's gate.
 """
 
@@ -31,17 +31,20 @@ import plyvel
 
 from cablestore.errors import ArgumentError
 from cablestore.keyspace.keys import SEARCH_KEY, HashLike
-from cablestore.store import arguments, membership, opening, peer_reads
+from cablestore.store import arguments
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.handle import Handle, wall_clock_ms
-from cablestore.store.inflight import Gate, guard_public_methods, guarded_iter
-from cablestore.store.ingest import VERIFY_AHEAD, Ingest, IngestResult
-from cablestore.store.moderation_queries import ModerationQueries, adopt_local_user, local_user_key
-from cablestore.store.queries import Queries
-from cablestore.store.reading import Reading
-from cablestore.store.searching import Searching
-from cablestore.store.users import UserQueries
-from cablestore.store.writer import Writer
+from cablestore.store.lifecycle import cabal as membership
+from cablestore.store.lifecycle import opening
+from cablestore.store.lifecycle.inflight import Gate, guard_public_methods, guarded_iter
+from cablestore.store.read import peer as peer_reads
+from cablestore.store.read.decoded import Reading
+from cablestore.store.read.hashes import Queries
+from cablestore.store.read.moderation import ModerationQueries, adopt_local_user, local_user_key
+from cablestore.store.read.users import UserQueries
+from cablestore.store.search_index.searcher import Searching
+from cablestore.store.write.ingest import VERIFY_AHEAD, Ingest, IngestResult
+from cablestore.store.write.writer import Writer
 
 if TYPE_CHECKING:  # the rebuild imports the store: import its Report for hints only
     from cablestore.progress import Progress
@@ -96,7 +99,7 @@ class Store:
     write (``ingest``, ``delete``, ``check(fix=True)``, ...) raises
     :class:`cablestore.errors.ReadOnlyStoreError`, and a store another
     process holds open raises :class:`cablestore.errors.StoreLockedError`
-    (see :mod:`cablestore.store.readonly`).
+    (see :mod:`cablestore.store.lifecycle.readonly`).
     ``search=True`` keeps the full-text index :meth:`search` reads (built
     now for the posts held, as :meth:`enable_search` does); a store keeps
     it once it has it, until :meth:`disable_search`.
@@ -232,7 +235,7 @@ class Store:
         """
         membership.adopt_cabal(self.db, self.writer, cabal_key)
 
-    # --- posts in and out (cablestore.store.ingest) -------------------------
+    # --- posts in and out (cablestore.store.write.ingest) -------------------------
     validate = _to("_ingest", Ingest.validate)
     ingest = _to("_ingest", Ingest.ingest)
     ingest_many = _to("_ingest", Ingest.ingest_many)
@@ -241,7 +244,7 @@ class Store:
     delete = _to("_ingest", Ingest.delete)
     purge_author = _to("_ingest", Ingest.purge_author)
 
-    # --- hash-level reads (cablestore.store.queries, cablestore.store.link_queries)
+    # --- hash-level reads (cablestore.store.read.hashes, cablestore.store.read.links)
     get = _to("_queries", Queries.get)
     get_many = _to("_queries", Queries.get_many)
     is_deleted = _to("_queries", Queries.is_deleted)
@@ -263,7 +266,7 @@ class Store:
     heads = _to("_queries", Queries.heads)
     __contains__ = _to("_queries", Queries.__contains__)
 
-    # --- decoded reads (cablestore.store.reading, cablestore.store.users) ----
+    # --- decoded reads (cablestore.store.read.decoded, cablestore.store.read.users) ----
     post = _to("_reading", Reading.post)
     messages = _to("_reading", Reading.messages)
     posts = _to("_reading", Reading.posts)
@@ -282,7 +285,7 @@ class Store:
     user_labels = _to("_users", UserQueries.user_labels)
     users = _to("_users", UserQueries.users)
 
-    # --- moderation (cablestore.store.moderation_queries) --------------------
+    # --- moderation (cablestore.store.read.moderation) --------------------
     set_local_user = _to("_moderation", ModerationQueries.set_local_user)
     seed = _to("_moderation", ModerationQueries.seed)
     set_seed = _to("_moderation", ModerationQueries.set_seed)
@@ -304,7 +307,7 @@ class Store:
     shareable = _to("_moderation", ModerationQueries.shareable)
     moderation_posts = _to("_moderation", ModerationQueries.moderation_posts)
 
-    # --- search (cablestore.store.searching) ---------------------------------
+    # --- search (cablestore.store.search_index.searcher) ---------------------------------
     enable_search = _to("_searching", Searching.enable_search)
     disable_search = _to("_searching", Searching.disable_search)
     search = _to("_searching", Searching.search)
@@ -347,25 +350,25 @@ class Store:
         """Every raw key/value pair (for tools and tests), in key order."""
         return guarded_iter(self, self.db.iterator(prefix=prefix))
 
-    # --- what a peer reads and writes (cablestore.store.peer_reads) -------
+    # --- what a peer reads and writes (cablestore.store.read.peer) -------
     def channel_state_answer(self, channel: str) -> list[bytes]:
-        """The hashes answering a Cable channel state request (:func:`cablestore.store.peer_reads.channel_state_answer`)."""
+        """The hashes answering a Cable channel state request (:func:`cablestore.store.read.peer.channel_state_answer`)."""
         return peer_reads.channel_state_answer(self, channel)
 
     def time_range_page(self, channel: str, start: int, end: int, below: bytes | None, n: int) -> list[bytes]:
-        """Up to ``n`` ``!chat`` keys of a time range, newest first, below ``below`` (:func:`cablestore.store.peer_reads.time_range_page`)."""
+        """Up to ``n`` ``!chat`` keys of a time range, newest first, below ``below`` (:func:`cablestore.store.read.peer.time_range_page`)."""
         return peer_reads.time_range_page(self, channel, start, end, below, n)
 
     def tombstoned(self, hashes: list[bytes]) -> set[bytes]:
-        """The hashes among ``hashes`` with a tombstone (:func:`cablestore.store.peer_reads.tombstoned`)."""
+        """The hashes among ``hashes`` with a tombstone (:func:`cablestore.store.read.peer.tombstoned`)."""
         return peer_reads.tombstoned(self, hashes)
 
     def any_member(self, channel: str, public_keys: Iterable[bytes]) -> bool:
-        """One of ``public_keys`` is a member or ex-member of ``channel`` (:func:`cablestore.store.peer_reads.any_member`)."""
+        """One of ``public_keys`` is a member or ex-member of ``channel`` (:func:`cablestore.store.read.peer.any_member`)."""
         return peer_reads.any_member(self, channel, public_keys)
 
     def check_relayed(self, buf: bytes, now: int) -> bytes:
-        """Check a post relayed for a forwarded request; its hash (:func:`cablestore.store.peer_reads.check_relayed`)."""
+        """Check a post relayed for a forwarded request; its hash (:func:`cablestore.store.read.peer.check_relayed`)."""
         return peer_reads.check_relayed(self._ingest, buf, now)
 
     def has_posts(self) -> bool:
@@ -373,19 +376,19 @@ class Store:
         return peer_reads.has_posts(self)
 
     def shunned(self, user: bytes) -> frozenset[bytes]:
-        """Authors left out of post responses to an authenticated ``user`` (:func:`cablestore.store.peer_reads.shunned`)."""
+        """Authors left out of post responses to an authenticated ``user`` (:func:`cablestore.store.read.peer.shunned`)."""
         return peer_reads.shunned(self, bytes(user))
 
     def known_user(self, public_key: bytes) -> bool:
-        """An author of a stored post, a user a block or the moderation seed names (:func:`cablestore.store.peer_reads.known_user`)."""
+        """An author of a stored post, a user a block or the moderation seed names (:func:`cablestore.store.read.peer.known_user`)."""
         return peer_reads.known_user(self, bytes(public_key))
 
     def sync_cursor(self, peer: str, channel: str) -> int | None:
-        """The sync cursor of ``channel`` from ``peer`` (ms), or None (:func:`cablestore.store.peer_reads.sync_cursor`)."""
+        """The sync cursor of ``channel`` from ``peer`` (ms), or None (:func:`cablestore.store.read.peer.sync_cursor`)."""
         return peer_reads.sync_cursor(self, peer, channel)
 
     def set_sync_cursor(self, peer: str, channel: str, timestamp: int) -> None:
-        """Move the sync cursor forward, through the writer (:func:`cablestore.store.peer_reads.set_sync_cursor`)."""
+        """Move the sync cursor forward, through the writer (:func:`cablestore.store.read.peer.set_sync_cursor`)."""
         peer_reads.set_sync_cursor(self.writer, peer, channel, timestamp)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import NotFoundError, QueryError
 from cablestore.keyspace.keys import as_hash, canonical_channel
-from cablestore.store.reading import StoredPost
+from cablestore.store.read.decoded import StoredPost
 from cablestore.wire.codec import ACTION_NAMES, ROLE_NAMES
 
 if TYPE_CHECKING:

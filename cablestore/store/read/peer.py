@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.keyspace.keys import DELETED, POSTS, SYNC_CURSORS, channel_key, escape
-from cablestore.store.queries import chat_bounds
+from cablestore.store.read.hashes import chat_bounds
 from cablestore.views import author, blocks
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import BLOCK, TOPIC, UNBLOCK, decode_post
@@ -89,7 +89,7 @@ def any_member(store: Any, channel: str, public_keys: Iterable[bytes]) -> bool:
 
 def check_relayed(ingest: Any, buf: bytes, now: int) -> bytes:
     """Check a post another peer sent for a forwarded request: it decodes, its timestamp is acceptable
-    (the store's rule, :meth:`cablestore.store.ingest.Ingest.check_fields`), its signature verifies (always).
+    (the store's rule, :meth:`cablestore.store.write.ingest.Ingest.check_fields`), its signature verifies (always).
     Returns its hash; raises the CableError that says what is wrong."""
     h, _ = ingest.check_fields(buf, now)
     check_signature(buf)

@@ -52,7 +52,7 @@ ROW_PREFIXES = (_DROPPED_POST, actions.PREFIX + b"x", blocks.PREFIX + b"b", bloc
 
 
 if TYPE_CHECKING:
-    from cablestore.store.indexing import IndexState
+    from cablestore.store.write.batch import IndexState
 
 
 def memo_for(reader: Any) -> dict | None:

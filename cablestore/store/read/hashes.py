@@ -26,9 +26,9 @@ from cablestore.keyspace.keys import (
     unescape,
 )
 from cablestore.keyspace.records import Tombstone
-from cablestore.store import spelling
 from cablestore.store.deprecated import renamed_keyword
-from cablestore.store.link_queries import LinkQueries
+from cablestore.store.read import spelling
+from cablestore.store.read.links import LinkQueries
 from cablestore.views import author, chat, state, user
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import CHANNEL_TYPES, POST_TYPE_NAMES
@@ -51,7 +51,7 @@ class Queries(LinkQueries):
     """Hash-level reads of one store: posts by hash, tombstones, channels' time ranges and states, users' posts.
 
     The store's facade guards every call
-    (:func:`cablestore.store.inflight.guard_public_methods`): ``close()``
+    (:func:`cablestore.store.lifecycle.inflight.guard_public_methods`): ``close()``
     waits for it, and plyvel errors leave it as CableErrors.
     """
 
@@ -163,7 +163,7 @@ class Queries(LinkQueries):
 
     def listed_spellings(self, channels: Iterable[str]) -> list[str]:
         """The spelling each of ``channels`` (any spelling) is written and listed under: as its earliest
-        post/text or post/topic spells it (:mod:`cablestore.store.spelling`); unknown channels as given."""
+        post/text or post/topic spells it (:mod:`cablestore.store.read.spelling`); unknown channels as given."""
         if isinstance(channels, (str, bytes)):
             raise QueryError("channels is a list of channel names, not one string")
         return spelling.listed_spellings(self, channels)

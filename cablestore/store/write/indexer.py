@@ -31,10 +31,10 @@ from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteEr
 from cablestore.keyspace import facts
 from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
 from cablestore.keyspace.records import Indexed, Tombstone
-from cablestore.store import enforcing
-from cablestore.store.indexing import ENFORCE_UNREAD, IndexState
-from cablestore.store.queries import channel_names
-from cablestore.store.resolving import needed, refresh, worth_resolving
+from cablestore.store.read.hashes import channel_names
+from cablestore.store.write import enforcing
+from cablestore.store.write.batch import ENFORCE_UNREAD, IndexState
+from cablestore.store.write.resolving import needed, refresh, worth_resolving
 from cablestore.views import search as search_view
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 

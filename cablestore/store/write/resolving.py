@@ -27,7 +27,7 @@ from cablestore.views import roles, user
 from cablestore.wire.codec import MODERATION_TYPES, decode_post
 
 if TYPE_CHECKING:
-    from cablestore.store.indexing import IndexState
+    from cablestore.store.write.batch import IndexState
 
 
 def needed(types: set[int]) -> bool:

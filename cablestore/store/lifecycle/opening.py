@@ -52,9 +52,8 @@ from cablestore.errors import (
     StoreNotFoundError,
 )
 from cablestore.keyspace.keys import FORMAT_KEY
-
-from . import leveldb_files
-from .readonly import Links
+from cablestore.store import leveldb_files
+from cablestore.store.lifecycle.readonly import Links
 
 FORMAT = b"cablestore-2"
 #: Formats ``cablestore migrate`` upgrades to :data:`FORMAT` (issue 38: format 2 drops the reverse entry and the membership candidates).
@@ -203,7 +202,7 @@ def open_db(
     ``create=True`` creates a store at a missing path or in an empty
     directory; anything else that is not a store is refused, untouched.
     ``readonly=True`` opens LevelDB on a directory of links to the store's
-    files (:mod:`cablestore.store.readonly`): nothing in ``path`` is created
+    files (:mod:`cablestore.store.lifecycle.readonly`): nothing in ``path`` is created
     or written, and ``links`` is that directory (else None).
     ``migrating=True`` (the migration only) opens a store of an older format
     (:data:`OLD_FORMATS`) too, which anything else refuses.

@@ -17,9 +17,9 @@ from cablestore.errors import LocalUserError, QueryError, ReadOnlyStoreError
 from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
 from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
 from cablestore.store.handle import Handle
-from cablestore.store.inflight import Gate
-from cablestore.store.resolving import moderation_posts, stored_seed
-from cablestore.store.writer import Writer
+from cablestore.store.lifecycle.inflight import Gate
+from cablestore.store.write.resolving import moderation_posts, stored_seed
+from cablestore.store.write.writer import Writer
 from cablestore.views import actions, blocks, roles
 from cablestore.wire.codec import ADMIN, BLOCK, MOD, MODERATION_TYPES, ROLE, decode_post, post_type_of
 from cablestore.wire.moderation import ROLE_NAMES
@@ -82,7 +82,7 @@ class ModerationQueries:
     def __init__(self, handle: Handle, writer: Writer | None = None, posts: Any = None) -> None:
         self._handle = handle
         self._writer = writer  # None: a reader of a snapshot
-        self._posts = posts  # the hash-level reads (cablestore.store.queries.Queries)
+        self._posts = posts  # the hash-level reads (cablestore.store.read.hashes.Queries)
 
     @property
     def db(self) -> Any:

@@ -1,7 +1,7 @@
 """What the indexing of one write transaction knows beyond its writes.
 
-A :class:`cablestore.store.txn.Txn` buffers puts and deletes; an
-:class:`IndexState` holds, for the indexer (:mod:`cablestore.store.indexer`),
+A :class:`cablestore.store.write.txn.Txn` buffers puts and deletes; an
+:class:`IndexState` holds, for the indexer (:mod:`cablestore.store.write.indexer`),
 everything else one batch learns: the posts it added and removed, the post
 types and authors it touched (for the moderation state), the tombstones it
 wrote, and the "latest" groups it touched.
@@ -19,8 +19,8 @@ from collections import defaultdict
 
 from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
 from cablestore.keyspace.records import Indexed, Tombstone
-from cablestore.store.queries import channel_names
-from cablestore.store.txn import Txn
+from cablestore.store.read.hashes import channel_names
+from cablestore.store.write.txn import Txn
 from cablestore.views import rank
 from cablestore.wire.codec import decode_post
 
@@ -56,7 +56,7 @@ class IndexState:
         self.scan, self.current, self.writes = txn.scan, txn.current, txn.writes
         self.types: set[int] = set()  # post types added or removed in this batch
         self.info_authors: set[bytes] = set()  # authors of post/infos added or removed in this batch
-        self.enforce_memo = ENFORCE_UNREAD  # the moderation rows read by this batch (cablestore.store.enforcing)
+        self.enforce_memo = ENFORCE_UNREAD  # the moderation rows read by this batch (cablestore.store.write.enforcing)
         self.enforced: dict[bytes, object] = {}  # post hash -> why the moderation state removed it at commit
         self.author_channels: dict[bytes, set[str]] = {}  # author -> channels of their posts indexed or removed in this batch
         # (view name, group) -> (rank, hash) of the committed latest candidate,
@@ -64,7 +64,7 @@ class IndexState:
         self._winners = winners
         self._settled: dict[tuple, tuple | None] = {}
         # Answer "no tombstone names this hash" and "no stored post links to
-        # it" without a seek (see cablestore.store.hashfilter).
+        # it" without a seek (see cablestore.store.write.hashfilter).
         self._tomb_filter = tomb_filter
         self._link_filter = link_filter
         self.deleted: set[bytes] = set()  # post hashes removed in this batch
@@ -253,7 +253,7 @@ class IndexState:
 
     # --- commit ---------------------------------------------------------
     def commit(self, sync: bool = False) -> None:
-        """Write the Txn (the groups settled, the moderation resolved: :func:`cablestore.store.indexer.commit`), then remember the winners."""
+        """Write the Txn (the groups settled, the moderation resolved: :func:`cablestore.store.write.indexer.commit`), then remember the winners."""
         if self._link_filter is not None:  # before the linker entries are written
             for post in self.added.values():
                 for target in post.links:

@@ -112,7 +112,7 @@ def _post_counts(snap) -> dict[bytes, int]:
 
 class UserQueries(Component):
     """The users a store knows: labels, and a summary per user. ``moderation``: the store's
-    :class:`cablestore.store.moderation_queries.ModerationQueries` (roles, hidden users, blocks)."""
+    :class:`cablestore.store.read.moderation.ModerationQueries` (roles, hidden users, blocks)."""
 
     def __init__(self, handle: Handle, moderation: Any) -> None:
         super().__init__(handle)

@@ -1,6 +1,6 @@
 """Reading a store as a person would: decoded posts, a channel's messages, totals.
 
-The queries in :mod:`cablestore.store.queries` answer Cable requests with hashes;
+The queries in :mod:`cablestore.store.read.hashes` answer Cable requests with hashes;
 this module turns hashes into :class:`StoredPost` objects (type name, author
 and the author's current name, timestamp, body fields) and sums a store up
 (:class:`StoreStats`).  It is mixed into :class:`cablestore.Store`.
@@ -20,7 +20,7 @@ from cablestore.compiled import HOT_PATH
 from cablestore.errors import CableError, StoreCorruptError
 from cablestore.keyspace.keys import DELETED, POSTS, as_hash, canonical_channel, channel_key, escape
 from cablestore.store.handle import Component, Handle
-from cablestore.store.queries import channel_names
+from cablestore.store.read.hashes import channel_names
 from cablestore.views import actions as actions_view
 from cablestore.views import author as author_view
 from cablestore.views import channel as channel_view
@@ -230,7 +230,7 @@ def _disk_bytes(path: Path) -> int:
 class Reading(Component):
     """Decoded reading of one store: posts as :class:`StoredPost`, a channel's messages, channels, statistics.
 
-    ``posts``: the store's hash-level reads (:class:`cablestore.store.queries.Queries`).
+    ``posts``: the store's hash-level reads (:class:`cablestore.store.read.hashes.Queries`).
     """
 
     def __init__(self, handle: Handle, posts: Any) -> None:

@@ -3,12 +3,12 @@
 The index is the ``search`` view (``views/search.py``), kept by a store
 with search enabled (``!meta!search``: :meth:`Searching.enable_search`).
 A query (:func:`cablestore.search.parse`) is a conjunction of disjunctions
-of lookups, walked by :mod:`cablestore.store.postings` (a leapfrog over
+of lookups, walked by :mod:`cablestore.store.search_index.postings` (a leapfrog over
 each term's postings, newest first).  Each candidate they agree on is read and confirmed by :meth:`Query.match` (phrases,
 exclusions), then the filters apply: channel, authors, time, moderation.
 
 Work per call is bounded: at most :data:`MAX_EXAMINED` candidates read and
-:data:`cablestore.store.postings.MAX_SEEKS` iterator seeks.  A call that reaches either bound returns
+:data:`cablestore.store.search_index.postings.MAX_SEEKS` iterator seeks.  A call that reaches either bound returns
 what it found with a :attr:`SearchPage.next` cursor where it stopped, so a
 caller pages on; ``next`` is None only when nothing is left.
 
@@ -29,10 +29,10 @@ from typing import Any
 from cablestore.errors import QueryError, SearchNotEnabledError
 from cablestore.keyspace.keys import POSTS, SEARCH, SEARCH_KEY, HashLike, as_hash, canonical_channel, escape
 from cablestore.search import Query, normalize, parse
-from cablestore.store import postings
 from cablestore.store.handle import Component, Handle
-from cablestore.store.reading import StoredPost, _checked_post, _hidden_users, _name_key, _text, hidden_by
-from cablestore.store.writer import Writer
+from cablestore.store.read.decoded import StoredPost, _checked_post, _hidden_users, _name_key, _text, hidden_by
+from cablestore.store.search_index import postings
+from cablestore.store.write.writer import Writer
 from cablestore.views import actions as actions_view
 from cablestore.views import blocks as blocks_view
 from cablestore.views import search as search_view
@@ -128,7 +128,7 @@ class _Authors:
 
 def _names_by_fold(snap) -> dict[str, set[bytes]]:
     """Normalized current name -> the users with that name."""
-    from cablestore.store.users import _names
+    from cablestore.store.read.users import _names
 
     out: dict[str, set[bytes]] = {}
     for pk, name in _names(snap).items():

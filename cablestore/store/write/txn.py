@@ -4,8 +4,8 @@ Reads see the transaction's own writes first, so later posts in an
 ``ingest_many`` batch see earlier ones.  A ``Txn`` only buffers: what the
 indexing of a batch knows beyond its writes (the latest groups it touched,
 the posts it added and removed, the moderation it must resolve) is a
-:class:`cablestore.store.indexing.IndexState`, and the order "index, resolve
-the moderation state, write" is driven by :func:`cablestore.store.indexer.commit`.
+:class:`cablestore.store.write.batch.IndexState`, and the order "index, resolve
+the moderation state, write" is driven by :func:`cablestore.store.write.indexer.commit`.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ Every mutation of a :class:`cablestore.Store` passes here, in one order:
 1. **writable**: a store opened ``readonly=True`` raises
    :class:`cablestore.errors.ReadOnlyStoreError` before anything happens;
 2. **lock**: one writer at a time (the store's write lock);
-3. **one batch**: an :class:`cablestore.store.indexing.IndexState` over a
-   :class:`cablestore.store.txn.Txn` that buffers every write;
-4. **commit**: :func:`cablestore.store.indexer.commit` settles the latest
+3. **one batch**: an :class:`cablestore.store.write.batch.IndexState` over a
+   :class:`cablestore.store.write.txn.Txn` that buffers every write;
+4. **commit**: :func:`cablestore.store.write.indexer.commit` settles the latest
    groups, resolves the moderation state the batch changed (removing what it
    keeps out) and writes one LevelDB WriteBatch;
 5. **notify**: subscribers (:meth:`cablestore.Store.subscribe`) hear what was
@@ -30,12 +30,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from cablestore.errors import ReadOnlyStoreError
-from cablestore.store import indexer
 from cablestore.store.events import Listeners
 from cablestore.store.handle import Handle
-from cablestore.store.hashfilter import link_filter, tombstone_filter
-from cablestore.store.indexing import IndexState
-from cablestore.store.txn import Txn
+from cablestore.store.write import indexer
+from cablestore.store.write.batch import IndexState
+from cablestore.store.write.hashfilter import link_filter, tombstone_filter
+from cablestore.store.write.txn import Txn
 
 
 class Lease:
@@ -81,8 +81,8 @@ class Writer:
     """The write door of one store: writable check, lock, one batch, ``indexer.commit``, notify.
 
     It also keeps what the store caches between batches for its writes: the
-    tombstone and link filters (:mod:`cablestore.store.hashfilter`) and the
-    winners of latest groups (:mod:`cablestore.store.indexing`).
+    tombstone and link filters (:mod:`cablestore.store.write.hashfilter`) and the
+    winners of latest groups (:mod:`cablestore.store.write.batch`).
     """
 
     def __init__(self, handle: Handle, listeners: Listeners, *, search: bool = False) -> None:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import plyvel
 
 from cablestore.errors import StoreClosedError
-from cablestore.store.opening import translate
+from cablestore.store.lifecycle.opening import translate
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")

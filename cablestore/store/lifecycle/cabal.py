@@ -27,7 +27,7 @@ def cabal_digest(key: bytes) -> bytes:
 
 def adopt_cabal(db: Any, writer: Any, key: bytes) -> bytes:
     """Record ``key``'s digest if the store (``db``) has none, through ``writer`` (the store's
-    :class:`cablestore.store.writer.Writer`); raise :class:`CabalMismatchError` if it has another."""
+    :class:`cablestore.store.write.writer.Writer`); raise :class:`CabalMismatchError` if it has another."""
     digest = cabal_digest(key)
     kept = db.get(CABAL_KEY)
     if kept is None:

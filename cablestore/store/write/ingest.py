@@ -1,7 +1,7 @@
 """Posts in and out: validating, ingesting (one post, a batch, a stream of batches), local removal.
 
 :class:`Ingest` is the store's write path for posts; every write it makes
-passes through the :class:`cablestore.store.writer.Writer`'s door, and its
+passes through the :class:`cablestore.store.write.writer.Writer`'s door, and its
 signature verification may run in worker threads or processes
 (``verify_workers``) while the writing thread indexes.
 """
@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from cablestore import views
 from cablestore.errors import CableError, QueryError, SignatureError, StoreError
 from cablestore.keyspace.keys import LOCAL, POSTS, HashLike, as_hash, channel_key, check_horizon
-from cablestore.store import arguments, indexer
-from cablestore.store.gcpause import gc_paused
+from cablestore.store import arguments
 from cablestore.store.handle import Handle
-from cablestore.store.writer import Writer
+from cablestore.store.write import indexer
+from cablestore.store.write.gcpause import gc_paused
+from cablestore.store.write.writer import Writer
 from cablestore.wire.codec import CHANNEL_CODEPOINTS, Post, decode_post, post_hash
 from cablestore.wire.crypto import THREADED, check_signature, verify_many, verify_pool
 
@@ -112,7 +113,7 @@ class Ingest:
         while this thread indexes the posts already checked.
         """
         self._writer.writable()
-        with gc_paused():  # a batch's objects make no cycles: see cablestore.store.gcpause
+        with gc_paused():  # a batch's objects make no cycles: see cablestore.store.write.gcpause
             bufs = arguments.post_list(bufs)
             return self._ingest_checked(bufs, self._signatures(bufs), now)
 
