@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -48,8 +49,26 @@ def build(out: str | os.PathLike = "docs/api") -> Path:
     except ImportError as exc:
         raise CableError("pdoc is not installed: pip install -e '.[docs]'") from exc
     out = Path(out)
-    pdoc.pdoc(*public_modules(), output_directory=out)
+    pdoc.pdoc(*_specs(pdoc.extract.walk_specs), output_directory=out)
     return out / "index.html"
+
+
+def _specs(walk) -> list[str]:
+    """pdoc's module specifications for exactly :func:`public_modules`, none repeated.
+
+    pdoc walks a package without ``__all__`` into every submodule, and warns
+    when a later specification names one of those again: a module is given
+    only when no package given before covers it, and whatever a walk adds
+    that is not public is taken out again (a ``!`` pattern).
+    """
+    public = public_modules()
+    specs: list[str] = []
+    covered: set[str] = set()
+    for name in public:
+        if name not in covered:
+            specs.append(name)
+            covered.update(walk([name]))
+    return specs + [f"!{re.escape(name)}$" for name in sorted(covered - set(public))]
 
 
 def main(argv: list[str] | None = None) -> int:

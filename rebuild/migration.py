@@ -1,4 +1,4 @@
-"""Migration of a store to the current keyspace format (issue 38: ``cablestore-1`` to ``cablestore-2``).
+"""Migration of a store to the current keyspace format (``cablestore-1`` to ``cablestore-2``): a reindex between two writes.
 
 The formats differ only in their derived rows; the primary data (``!post!``,
 ``!deleted!``, ``!facts!``) and the rows no view derives (``!meta!``,

@@ -1,4 +1,4 @@
-"""The moderation a decoded export carries (``cablestore export --decoded``, docs/export.md).
+"""The moderation a decoded export carries (``cablestore export --decoded``, docs/cluster.md, "The moderation tables").
 
 The state is the one the store resolved for its local user (what
 ``cablestore moderation`` prints), read from the export's own LevelDB

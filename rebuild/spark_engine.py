@@ -22,7 +22,7 @@ The job, on a snapshot of P partitions:
    best candidate of each "latest" group (never a view entry), whose
    winners' entries are folded in the partitions the shuffle makes.
 
-Session, executors' Python and failures: ``rebuild/spark_runtime.py``.
+Session, executors' Python and failures: ``rebuild/spark_runtime.py``; Spark's log: ``rebuild/spark_log.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from .local import known_faults, result_of
 from .parquet import MANIFEST, files_of, parse_manifest, pick, rows, spark_uri
 from .recompute import enforcement_rows, newer, partition_of
 from .result import EngineResult
-from .spark_runtime import job_errors, quiet_gateway, session
+from .spark_log import quiet_gateway
+from .spark_runtime import job_errors, session
 
 _FOLD = "\0fold"  # shuffle key of a file's fold, beside the (view, group) keys of candidates
 

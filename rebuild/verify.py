@@ -158,7 +158,7 @@ def verify(
 ) -> Report:
     """Recompute every view from ``db`` (a plyvel DB) or a ``snapshot`` (directory or URI) and compare; change nothing."""
     start = time.perf_counter()
-    if progress and engine == "local":  # the Spark engine draws its export and its tasks (rebuild/spark.py)
+    if progress and engine == "local":  # the Spark engine draws its export and its tasks (rebuild/spark_engine.py)
         progress.stage(f"recompute views ({engine} engine)")
     result = run_engine(
         engine,

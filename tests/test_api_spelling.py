@@ -37,8 +37,9 @@ def test_the_old_name_keyword_still_works_with_a_deprecation_warning(store, gene
     with pytest.warns(DeprecationWarning, match="channel="):
         old = getattr(store, method)(name="general")
     assert old == new
-    with pytest.raises(TypeError):
+    with pytest.raises(errors.ArgumentError, match="got both name= and channel=") as both:
         getattr(store, method)(name="general", channel="general")
+    assert isinstance(both.value, TypeError)  # still caught by code that caught the TypeError raised before
 
 
 def test_the_new_keyword_does_not_warn(store, general):

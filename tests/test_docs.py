@@ -561,3 +561,27 @@ def test_relative_links_and_anchors_resolve():
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
                 broken.append((path.name, f"{target}#{anchor}"))
     assert not broken
+
+
+FILE_RE = re.compile(r"(?<![\w./-])((?:(?:cablestore|rebuild|views|benchmarks|tests|interop|docs|examples)/[\w./-]*|[A-Z]+)\.(?:py|pyx|pxi|md|sh|html|css|js))\b")
+
+
+def _library_files_named(text: str) -> list[str]:
+    """The repository files ``text`` names: ``docs/x.md``, ``rebuild/fold.py``, ``KEYSPACE.md`` (an installed ``cablestore/views/x.py`` is ``views/x.py``)."""
+    return [re.sub(r"^cablestore/(views|rebuild)/", r"\1/", name) for name in FILE_RE.findall(text)]
+
+
+def test_files_the_library_names_exist():
+    """A comment or docstring pointing at a file points at one that exists (after a move, at its new place)."""
+    missing = []
+    for folder in ("cablestore", "views", "rebuild"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".pyx", ".pxi"):
+                missing += [f"{path.relative_to(ROOT)}: {name}" for name in _library_files_named(path.read_text()) if not (ROOT / name).exists()]
+    assert missing == []
+
+
+def test_check_of_library_file_names_can_fail():
+    assert _library_files_named("see rebuild/spark.py and docs/export.md, KEYSPACE.md; cablestore/views/chat.py") == [
+        "rebuild/spark.py", "docs/export.md", "KEYSPACE.md", "views/chat.py"
+    ]

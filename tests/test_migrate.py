@@ -167,6 +167,24 @@ def test_migration_writes_what_a_reindex_of_the_same_posts_writes(migrated, tmp_
     assert raw(again) == raw(path)
 
 
+def test_migration_leaves_only_linker_rows_under_rev_so_the_link_filter_counts_targets_only(format1, migrated):
+    """Format 1's ``!rev!<hash>`` of every post is gone after the migration: the link filter, which counts every
+    ``!rev!`` key's hash, holds exactly the linked targets (a leftover row would add every post's hash to it)."""
+    from cablestore.keyspace.keys import REVERSE
+    from cablestore.store.write.hashfilter import HashFilter
+
+    own_rows = lambda rows: [k for k, _ in rows if k.startswith(REVERSE) and len(k) == len(REVERSE) + 32]  # noqa: E731
+    assert len(own_rows(raw(format1))) > 0  # the format-1 store has them: the check below means something
+    path, _ = migrated
+    rows = raw(path)
+    assert own_rows(rows) == []
+    targets = {k[len(REVERSE) : len(REVERSE) + 32] for k, _ in rows if k.startswith(REVERSE)}
+    assert targets
+    with Store(path, readonly=True) as s:
+        built = HashFilter(s.db, REVERSE)
+    assert built._count == len(targets) and all(built.might_have(t) for t in targets)
+
+
 def test_migrating_a_format_2_store_is_a_no_op_that_says_so(migrated, capsys):
     path, _ = migrated
     before = raw(path)

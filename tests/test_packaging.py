@@ -22,7 +22,9 @@ def test_setup_cfg_lists_every_package_of_the_source_tree():
     """A package missing from the list is missing from every non-editable install (cablestore.moderation was)."""
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    listed = set(config["options"]["packages"].split())
+    packages = config["options"]["packages"].split()
+    listed = set(packages)
+    assert sorted(packages) == sorted(listed), "a package listed twice"
     found = set()
     for name, folder in PACKAGE_ROOTS.items():
         for init in folder.rglob("__init__.py"):

@@ -272,7 +272,7 @@ def test_worker_pool_results_in_order_and_a_dead_worker_breaks_it():
     from concurrent.futures.process import BrokenProcessPool
 
     from cablestore.wire.crypto import _verify_chunk, verify_many
-    from cablestore.wire.workers import WorkerPool
+    from cablestore.workers import WorkerPool
 
     posts = generate(seed=8, posts=700)
     forged = [p[:-1] + bytes([p[-1] ^ 1]) for p in posts[::7]]

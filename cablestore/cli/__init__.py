@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``cablestore`` argument parser, with every subcommand."""
     parser = argparse.ArgumentParser(prog="cablestore", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cablestore {__version__} (hot path: {HOT_PATH})")
+    # ``serve`` runs its control clients' commands through this package's main(): handed to it here, so the
+    # command module imports no more than cablestore.cli.args and the library (no circle through this package).
+    parser.set_defaults(run_served=run_served)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in GROUPS:
         group.register(sub)

@@ -40,7 +40,6 @@ def _private(args) -> dict:
 
 
 def _cmd_serve(args) -> int:
-    from cablestore.cli import run_served  # the package's entry point, not a command module
     from cablestore.peer import parse_address, run_server
     from cablestore.peer.control import ControlServer
     from cablestore.web import ServedWeb
@@ -69,8 +68,8 @@ def _cmd_serve(args) -> int:
 
     ready.seen = False
 
-    try:
-        with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ServedWeb(store) as web, ControlServer(args.store, run_served(store)):
+    try:  # args.run_served: the dispatcher its control clients' commands run through, set by cablestore.cli.build_parser
+        with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ServedWeb(store) as web, ControlServer(args.store, args.run_served(store)):
             summary = asyncio.run(
                 run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, on_node=web.attach, **private)
             )

@@ -1,4 +1,4 @@
-"""The control socket of a serving process: other commands run through ``serve`` (issue 21).
+"""The control socket of a serving process: a command on a store ``serve`` holds runs inside ``serve``.
 
 A store is open in one process at a time (LevelDB's lock).  While
 ``cablestore serve STORE`` runs, it listens on a Unix socket inside the

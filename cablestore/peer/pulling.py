@@ -1,4 +1,4 @@
-"""``serve`` as a full peer: pulling from every peer that connects (issue 24).
+"""``serve`` as a full peer: pulling from every peer that connects, since deployed peers never push.
 
 Deployed peers (cable-core.js 0.2.1, the cable-client.js it runs) never push
 a post nobody asked for: they only answer requests, live ones included.  A

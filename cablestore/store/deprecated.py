@@ -10,6 +10,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from cablestore.errors import ArgumentError
+
 
 def renamed_keyword(old: str, new: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Let a method still take ``old=`` as a keyword for ``new=``, warning that it is deprecated."""
@@ -19,7 +21,8 @@ def renamed_keyword(old: str, new: str) -> Callable[[Callable[..., Any]], Callab
         def wrapper(*args: Any, **kw: Any) -> Any:
             if old in kw:
                 if new in kw:
-                    raise TypeError(f"{func.__name__}() got both {old}= and {new}=")
+                    # ArgumentError is a TypeError too: what Python raises for a keyword given twice
+                    raise ArgumentError(f"{func.__name__}() got both {old}= and {new}=")
                 warnings.warn(f"{func.__name__}({old}=...) is deprecated: use {new}=", DeprecationWarning, stacklevel=2)
                 kw[new] = kw.pop(old)
             return func(*args, **kw)

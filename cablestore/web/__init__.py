@@ -1,4 +1,4 @@
-"""The web archive of a store: ``cablestore web STORE`` (issue 37).
+"""The web archive of a store: ``cablestore web STORE``, a read-only site over its read methods.
 
 A read-only local web application over :class:`cablestore.Store`'s read
 methods: channels, a channel's messages (paged, newest first), a post with its

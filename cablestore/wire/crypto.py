@@ -16,7 +16,7 @@ from cablestore.compiled import signatures as _signatures
 from cablestore.errors import ArgumentError, PostFieldError, SignatureError
 from cablestore.wire.codec import ACCEPT_ROLE, BODY_FIELD_NAMES, HEADER_FIXED, PUBLIC_KEY_SIZE, Post, decode_post, encode_body, encode_post
 from cablestore.wire.fields import accept_role_text
-from cablestore.wire.workers import WorkerPool
+from cablestore.workers import WorkerPool
 
 _BODY_NAMES = set(BODY_FIELD_NAMES)
 SEED_SIZE = 32  # an Ed25519 seed
@@ -119,7 +119,7 @@ def verify_pool(workers: int) -> WorkerPool | VerifyThreads:
     the verdicts checks posts too when it gets ahead.  Otherwise
     processes: new interpreters, not forks (forking a process that has
     LevelDB open is unsafe), that never import the main script
-    (:class:`cablestore.wire.workers.WorkerPool`): a script without the
+    (:class:`cablestore.workers.WorkerPool`): a script without the
     ``if __name__ == "__main__":`` guard is not run again in them.
     """
     if not isinstance(workers, int) or workers < 1:

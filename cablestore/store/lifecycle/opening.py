@@ -56,7 +56,7 @@ from cablestore.store import leveldb_files
 from cablestore.store.lifecycle.readonly import Links
 
 FORMAT = b"cablestore-2"
-#: Formats ``cablestore migrate`` upgrades to :data:`FORMAT` (issue 38: format 2 drops the reverse entry and the membership candidates).
+#: Formats ``cablestore migrate`` upgrades to :data:`FORMAT` (format 2 drops format 1's per-post ``!rev!<hash>`` entry and its membership candidates: docs/keyspace-format-1.md).
 OLD_FORMATS = (b"cablestore-1",)
 RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
 

@@ -1,4 +1,4 @@
-"""Every user a store knows, for operators: who they are, what they may do, what is done to them (issue 33).
+"""Every user a store knows, for operators: who they are, what they may do, what is done to them.
 
 :meth:`UserQueries.users` lists each author of a stored post and each user a resolved role, hide or
 block names: full key, current name, roles per context, the contexts they are hidden in, their block,

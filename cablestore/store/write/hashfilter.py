@@ -42,18 +42,14 @@ LINK_FILTER_AFTER = 2_000  # questions answered by seeking (~30-40 µs each at 1
 
 
 class HashFilter:
-    """``might_have(h)``: False only if no key under ``prefix`` names the 32-byte hash ``h`` right after the prefix.
+    """``might_have(h)``: False only if no key under ``prefix`` names the 32-byte hash ``h`` right after the prefix."""
 
-    Keys of exactly ``skip_length`` bytes are not counted (format 1's
-    ``!rev!<hash>`` entry of a post itself, beside its linkers').
-    """
-
-    def __init__(self, db: plyvel.DB, prefix: bytes, skip_length: int | None = None) -> None:
-        self._db, self._prefix, self._skip = db, prefix, skip_length
+    def __init__(self, db: plyvel.DB, prefix: bytes) -> None:
+        self._db, self._prefix = db, prefix
         self._build(_MIN_BITS)
 
     def _build(self, bits: int) -> None:
-        start, skip = len(self._prefix), self._skip
+        start = len(self._prefix)
         while True:  # streamed, never a set of every hash; grows while the scan overflows it
             self._mask = bits - 1
             self._bits = bytearray(bits >> 3)
@@ -62,7 +58,7 @@ class HashFilter:
             last = None
             for key in self._db.iterator(prefix=self._prefix, include_value=False):
                 # A key too short to name a hash (damaged: `check` reports it) names none.
-                if len(key) != skip and len(key) >= start + 32:
+                if len(key) >= start + 32:
                     h = key[start : start + 32]
                     if h != last:  # a hash's keys are adjacent: count it once
                         self._set(h)
@@ -142,8 +138,11 @@ def link_filter(db: plyvel.DB) -> LazyFilter:
     """Which hashes a stored post may link to (``!rev!<target>l<hash>``).
 
     Built after :data:`LINK_FILTER_AFTER` questions (see the module's docstring).
+    Every ``!rev!`` key is a linker's: format 1's own ``!rev!<hash>`` entry of
+    a post never reaches an open store (a format-1 store is refused until
+    ``cablestore migrate`` reindexes it, which drops those rows).
     """
-    return LazyFilter(lambda: HashFilter(db, REVERSE, skip_length=len(REVERSE) + 32), LINK_FILTER_AFTER)
+    return LazyFilter(lambda: HashFilter(db, REVERSE), LINK_FILTER_AFTER)
 
 
 __all__ = ["LINK_FILTER_AFTER", "HashFilter", "LazyFilter", "link_filter", "tombstone_filter"]

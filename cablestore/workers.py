@@ -38,7 +38,7 @@ from typing import Any
 from cablestore.errors import ArgumentError
 
 _HEADER = struct.Struct(">Q")  # every message: its length, then a pickle
-_ENTRY = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from cablestore.wire.workers import serve; serve()"
+_ENTRY = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from cablestore.workers import serve; serve()"
 
 
 def _frame(obj: Any) -> bytes:
