@@ -184,8 +184,7 @@ def guard_public_methods(cls: type) -> type:
     for name in dir(cls):
         if (name.startswith("_") and name not in GUARDED_SPECIAL) or name in UNGUARDED:
             continue
-        # Wrapped where it is defined (the mixins serve only Store), so it
-        # stays inherited: the API reference links it to its own module.
+        # Wrapped where it is defined (Store's own methods, most of them delegations to its components).
         owner = next(k for k in cls.__mro__ if name in vars(k))
         attr = vars(owner)[name]
         if owner is not object and inspect.isfunction(attr) and not getattr(attr, "__guarded__", False):

@@ -4,7 +4,7 @@
 block names: full key, current name, roles per context, the contexts they are hidden in, their block,
 their ``accept-role`` and how many posts of theirs the store holds.  :meth:`UserQueries.user_labels`
 names users for people: by name, and when two users share a name (compared casefolded: ``Alice`` and
-``alice`` look alike), by the name and as many hex digits of the key as tell them apart.  Mixed into
+``alice`` look alike), by the name and as many hex digits of the key as tell them apart.  A component of
 :class:`cablestore.store.store.Store`.
 """
 

@@ -19,7 +19,7 @@ scan when the store first writes, learns every hash a write transaction adds
 anyway), and doubles in size, rescanning, when it fills.  A removed entry
 stays in the filter until the next rebuild of the filter: again only a false
 positive.  Whatever writes these keys under a store's transactions (a
-repair, a reindex) must drop the filters (``Store._forget_caches``).  At 1M
+repair, a reindex) must drop the filters (:meth:`cablestore.store.write.writer.Writer.forget_caches`).  At 1M
 posts the tombstone filter holds ~70k targets in 256 KB; the link filter
 ~850k in 2 MB, built by a 0.6 s scan: so the link filter is built only once
 a store has asked it :data:`LINK_FILTER_AFTER` questions (a few seeks'

@@ -78,8 +78,10 @@ def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableEr
 def commit(state: IndexState, local_user: bytes | None, sync: bool = False, resolve: bool = False) -> None:
     """Finish a batch and write it: settle its latest groups, resolve the moderation state it changed (removing the posts that state keeps out), write.
 
-    The one place that orders a batch's last steps: the store calls it, and
-    the Txn below only writes.
+    The one place that orders a batch's last steps: the writer's door
+    (:meth:`cablestore.store.write.writer.Writer.batch`) calls it, and the Txn
+    below only writes.  ``resolve``: resolve the whole moderation state even
+    when no moderation post changed (a new local user).
     """
     state.settle()
     if resolve or (needed(state.types) and worth_resolving(state)):
