@@ -180,16 +180,25 @@ cdef bytes _EMPTY = b""
 # cablestore.keyspace.keys): never spelled here.
 cdef bytes _K_CHAT = None, _K_STATE = None, _K_AUTHOR = None, _K_USER = None, _K_CHANNEL = None, _K_HEADS = None
 cdef bytes _K_REV = None
+# Sub-keys, from the views that own them (views.SUBKEYS): the state's member and topic rows, the user view's
+# post rows and latest-hash group, the linker rows, the channel's member and topic groups.
+cdef bytes _S_MEMBER = None, _S_TOPIC = None, _S_USER_POSTS = None, _S_USER_HASH = None, _S_LINKER = None
+cdef bytes _G_MEMBER = None, _G_TOPIC = None
 cdef tuple _TYPE_BYTE = tuple(bytes([i]) for i in range(256))
 
 
-def bind_views(entries_py, groups_py, escape, chat, state, author, user, channel, links):
+def bind_views(entries_py, groups_py, escape, chat, state, author, user, channel, links, subkeys):
     """Bind the pure ``views.entries``/``views.groups``, ``escape`` and the view modules whose entries and groups this computes.
 
-    Their key prefixes are read from the modules (``PREFIX``, ``links.HEADS``, ``links.BULK_PREFIX``).
+    Their key prefixes are read from the modules (``PREFIX``, ``links.HEADS``, ``links.BULK_PREFIX``), their
+    sub-keys from ``subkeys`` (``views.SUBKEYS``).
     """
     global _entries_py, _groups_py, _escape, _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS
     global _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS, _K_REV
+    global _S_MEMBER, _S_TOPIC, _S_USER_POSTS, _S_USER_HASH, _S_LINKER, _G_MEMBER, _G_TOPIC
+    _S_MEMBER, _S_TOPIC, _S_USER_POSTS = subkeys["state_member"], subkeys["state_topic"], subkeys["user_posts"]
+    _S_USER_HASH, _S_LINKER = subkeys["user_latest_hash"], subkeys["linker"]
+    _G_MEMBER, _G_TOPIC = subkeys["channel_member"], subkeys["channel_topic"]
     _entries_py, _groups_py, _escape = entries_py, groups_py, escape
     _V_STATE, _V_USER, _V_CHANNEL, _V_LINKS = state, user, channel, links
     _K_CHAT, _K_STATE, _K_AUTHOR, _K_USER, _K_CHANNEL, _K_HEADS = chat.PREFIX, state.PREFIX, author.PREFIX, user.PREFIX, channel.PREFIX, links.HEADS
@@ -199,6 +208,12 @@ def bind_views(entries_py, groups_py, escape, chat, state, author, user, channel
 def bound_prefixes():
     """The key prefixes this extension was bound to, by name (``tests/test_speedups.py`` compares them with the keyspace's)."""
     return {"chat": _K_CHAT, "state": _K_STATE, "author": _K_AUTHOR, "user": _K_USER, "channel": _K_CHANNEL, "heads": _K_HEADS, "reverse": _K_REV}
+
+
+def bound_subkeys():
+    """The sub-keys this extension was bound to, by ``views.SUBKEYS``'s names."""
+    return {"state_member": _S_MEMBER, "state_topic": _S_TOPIC, "user_posts": _S_USER_POSTS, "user_latest_hash": _S_USER_HASH,
+            "linker": _S_LINKER, "channel_member": _G_MEMBER, "channel_topic": _G_TOPIC}
 
 
 def entries(ip):
@@ -218,21 +233,21 @@ def entries(ip):
     if t == TEXT:  # chat
         out.append((_cat(_K_CHAT, esc, m), _EMPTY))
     elif t == JOIN or t == LEAVE:  # state
-        out.append((_cat(_K_STATE, esc, b"m", pk, m), _EMPTY))
+        out.append((_cat(_K_STATE, esc, _S_MEMBER, pk, m), _EMPTY))
     elif t == TOPIC:
-        out.append((_cat(_K_STATE, esc, b"t", m), _EMPTY))
+        out.append((_cat(_K_STATE, esc, _S_TOPIC, m), _EMPTY))
     if t == INFO:
         out.append((_cat(_K_AUTHOR, pk, tb, m), _EMPTY))  # author
-        out.append((_cat(_K_USER, pk, b"p", m), _EMPTY))  # user
+        out.append((_cat(_K_USER, pk, _S_USER_POSTS, m), _EMPTY))  # user
     else:  # author: a channel post's row names its channel (the channel view has no per-post entry)
         out.append((_cat(_K_AUTHOR, pk, tb, esc, m), _EMPTY))
     links = post.links
     cdef Py_ssize_t nl = len(links)
     if nl == 1:  # links
-        out.append((_cat(_K_REV, links[0], b"l", h), _EMPTY))
+        out.append((_cat(_K_REV, links[0], _S_LINKER, h), _EMPTY))
     elif nl > 1:
         for target in dict.fromkeys(links):
-            out.append((_cat(_K_REV, target, b"l", h), _EMPTY))
+            out.append((_cat(_K_REV, target, _S_LINKER, h), _EMPTY))
     return out
 
 
@@ -248,14 +263,14 @@ def groups(ip):
     out = []
     if t == INFO:
         out.append((_V_USER, pk))
-        out.append((_V_USER, b"h" + pk))
+        out.append((_V_USER, _S_USER_HASH + pk))
     else:
         esc = _escape(_get(ip, _IDX_OFF[3]))
         if t == JOIN or t == LEAVE:
             out.append((_V_STATE, esc + pk))
-        out.append((_V_CHANNEL, _cat(b"m", esc, pk)))
+        out.append((_V_CHANNEL, _cat(_G_MEMBER, esc, pk)))
         if t == TOPIC:
-            out.append((_V_CHANNEL, b"t" + esc))
+            out.append((_V_CHANNEL, _G_TOPIC + esc))
         out.append((_V_LINKS, h))
     links = post.links
     if len(links) == 1:

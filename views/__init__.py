@@ -74,8 +74,13 @@ def groups(ip):
 
 
 entries_py, groups_py = entries, groups
+#: The sub-keys the compiled twins write, taken from the views that own them (the compiled source spells none).
+SUBKEYS = {
+    "state_member": state.MEMBER_ROWS, "state_topic": state.TOPIC_ROWS, "user_posts": user.POST_ROWS,
+    "user_latest_hash": user.LATEST_HASH, "linker": links.LINKER, "channel_member": channel.MEMBER_GROUP, "channel_topic": channel.TOPIC_GROUP,
+}
 if _native is not None:  # the compiled twins (cablestore.compiled): the same entries, in the same order
-    _native.bind_views(entries_py, groups_py, escape, chat.VIEW, state.VIEW, author.VIEW, user.VIEW, channel.VIEW, links.VIEW)
+    _native.bind_views(entries_py, groups_py, escape, chat.VIEW, state.VIEW, author.VIEW, user.VIEW, channel.VIEW, links.VIEW, SUBKEYS)
     entries, groups = _native.entries, _native.groups
 
 

@@ -14,14 +14,15 @@ hidden users.  All but the ``p`` entries are resolved from the set of posts by
 """
 
 from cablestore.keyspace import keys
-from cablestore.keyspace.keys import escape, mono
+from cablestore.keyspace.keys import escape, mono, unescape
 from cablestore.wire.codec import MODERATION
 
 from .base import View
 
 NAME = "actions"
 PREFIX = keys.ACTIONS
-RESOLVED_PREFIXES = tuple(PREFIX + k for k in (b"c", b"u", b"h", b"d", b"x", b"v"))
+CONTEXTS, HIDDEN_USERS, HIDDEN_POSTS, DROPPED_POSTS, DROPPED_CHANNELS, RELEVANT = (PREFIX + k for k in (b"c", b"u", b"h", b"d", b"x", b"v"))
+RESOLVED_PREFIXES = (CONTEXTS, HIDDEN_USERS, HIDDEN_POSTS, DROPPED_POSTS, DROPPED_CHANNELS, RELEVANT)
 
 
 def entries(ip):
@@ -37,27 +38,37 @@ def candidates_prefix() -> bytes:
 
 
 def context_key(context: str) -> bytes:
-    return PREFIX + b"c" + escape(context)
+    return CONTEXTS + escape(context)
+
+
+def context_of_key(key: bytes) -> str:
+    """The context a ``c`` key names."""
+    return unescape(key, len(CONTEXTS))[0]
 
 
 def hidden_users_prefix(context: str) -> bytes:
-    return PREFIX + b"u" + escape(context)
+    return HIDDEN_USERS + escape(context)
 
 
 def hidden_post_key(post_hash: bytes) -> bytes:
-    return PREFIX + b"h" + post_hash
+    return HIDDEN_POSTS + post_hash
 
 
 def dropped_post_key(post_hash: bytes) -> bytes:
-    return PREFIX + b"d" + post_hash
+    return DROPPED_POSTS + post_hash
 
 
 def dropped_channel_key(channel: str) -> bytes:
-    return PREFIX + b"x" + escape(channel)
+    return DROPPED_CHANNELS + escape(channel)
+
+
+def channel_of_dropped_key(key: bytes) -> bytes:
+    """The escaped channel a ``x`` key names."""
+    return key[len(DROPPED_CHANNELS) :]
 
 
 def relevant_prefix(context: str) -> bytes:
-    return PREFIX + b"v" + escape(context)
+    return RELEVANT + escape(context)
 
 
 def resolved(state):

@@ -11,6 +11,8 @@ All but the ``p`` entries are resolved from the set of posts by
 :mod:`cablestore.moderation`.
 """
 
+from typing import NamedTuple
+
 from cablestore.keyspace import keys
 from cablestore.wire.codec import BLOCK, UNBLOCK
 
@@ -18,7 +20,73 @@ from .base import View
 
 NAME = "blocks"
 PREFIX = keys.BLOCKS
-RESOLVED_PREFIXES = (PREFIX + b"b", PREFIX + b"u", PREFIX + b"n", PREFIX + b"k")
+BLOCKED, UNBLOCKED, BLOCKERS, KEPT = PREFIX + b"b", PREFIX + b"u", PREFIX + b"n", PREFIX + b"k"
+RESOLVED_PREFIXES = (BLOCKED, UNBLOCKED, BLOCKERS, KEPT)
+#: The rows that keep posts out (enforcement reads them): blocks, users whose notified block names the local user, kept-out posts.
+KEEPING_OUT = (BLOCKED, KEPT, BLOCKERS)
+
+
+class BlockRow(NamedTuple):
+    """``!blocks!b<pubkey>``: the block in effect on a user."""
+
+    by: bytes  # the post/block's hash
+    drop: int
+    notify: int
+    timestamp: int
+
+
+class UnblockRow(NamedTuple):
+    """``!blocks!u<pubkey>``: the unblock in effect on a user."""
+
+    by: bytes
+    undrop: int
+
+
+class SinceRow(NamedTuple):
+    """``!blocks!n<pubkey>`` and ``!blocks!k<pubkey>``: the post that decided it, and from (``n``) or before (``k``) when."""
+
+    by: bytes
+    timestamp: int
+
+
+def blocked_key(user: bytes) -> bytes:
+    return BLOCKED + user
+
+
+def unblocked_key(user: bytes) -> bytes:
+    return UNBLOCKED + user
+
+
+def blocker_key(user: bytes) -> bytes:
+    return BLOCKERS + user
+
+
+def kept_key(user: bytes) -> bytes:
+    return KEPT + user
+
+
+def encode_block(row: BlockRow) -> bytes:
+    return row.by + bytes([row.drop, row.notify]) + row.timestamp.to_bytes(8, "big")
+
+
+def decode_block(value: bytes) -> BlockRow:
+    return BlockRow(value[:32], value[32], value[33], int.from_bytes(value[34:42], "big"))
+
+
+def encode_unblock(row: UnblockRow) -> bytes:
+    return row.by + bytes([row.undrop])
+
+
+def decode_unblock(value: bytes) -> UnblockRow:
+    return UnblockRow(value[:32], value[32])
+
+
+def encode_since(row: SinceRow) -> bytes:
+    return row.by + row.timestamp.to_bytes(8, "big")
+
+
+def decode_since(value: bytes) -> SinceRow:
+    return SinceRow(value[:32], int.from_bytes(value[32:40], "big"))
 
 
 def entries(ip):
@@ -36,10 +104,10 @@ def candidates_prefix() -> bytes:
 def resolved(state):
     """The resolved entries of a :class:`cablestore.moderation.State`."""
     fx = state.effects
-    out = [(PREFIX + b"b" + user, a.hash + bytes(a.flags) + a.timestamp.to_bytes(8, "big")) for user, a in fx.blocked.items()]
-    out += [(PREFIX + b"u" + user, a.hash + bytes(a.flags)) for user, a in fx.unblocked.items()]
-    out += [(PREFIX + b"n" + blocker, a.hash + a.timestamp.to_bytes(8, "big")) for blocker, a in fx.blocks_of_local.items()]
-    out += [(PREFIX + b"k" + user, a.hash + a.timestamp.to_bytes(8, "big")) for user, a in fx.kept_out.items()]
+    out = [(blocked_key(user), encode_block(BlockRow(a.hash, *a.flags, a.timestamp))) for user, a in fx.blocked.items()]
+    out += [(unblocked_key(user), encode_unblock(UnblockRow(a.hash, *a.flags))) for user, a in fx.unblocked.items()]
+    out += [(blocker_key(blocker), encode_since(SinceRow(a.hash, a.timestamp))) for blocker, a in fx.blocks_of_local.items()]
+    out += [(kept_key(user), encode_since(SinceRow(a.hash, a.timestamp))) for user, a in fx.kept_out.items()]
     return out
 
 

@@ -29,6 +29,7 @@ from .base import View
 
 NAME = "channel"
 PREFIX = keys.CHANNEL
+MEMBER_GROUP, TOPIC_GROUP = b"m", b"t"  # a member's register (its group, and its key after the channel); a channel's topic
 _MEMBERSHIP_TYPES = tuple(sorted(CHANNEL_TYPES))  # every post to a channel: text, topic, join, leave
 MEMBER, LEFT = b"\x01", b"\x00"
 
@@ -59,12 +60,12 @@ def is_member(value: bytes | None) -> bool:
 
 def member_group(channel_escaped: bytes, public_key: bytes) -> bytes:
     """The membership group of a member of a channel (its register: ``latest_prefix``)."""
-    return b"m" + channel_escaped + public_key
+    return MEMBER_GROUP + channel_escaped + public_key
 
 
 def members_prefix(channel_escaped: bytes) -> bytes:
     """``!channel!<ch>m``: the registers of a channel's members and ex-members, every author of a post there."""
-    return PREFIX + channel_escaped + b"m"
+    return PREFIX + channel_escaped + MEMBER_GROUP
 
 
 def post_prefixes(channel_escaped: bytes, public_keys):
@@ -80,12 +81,12 @@ def groups(ip):
     channel = keys.escape(ip.channel)
     out = [member_group(channel, ip.post.public_key)]
     if t == TOPIC:
-        out.append(b"t" + channel)
+        out.append(TOPIC_GROUP + channel)
     return out
 
 
 def candidates(group):
-    if group[:1] == b"m":
+    if group[:1] == MEMBER_GROUP:
         channel, public_key = group[1:-32], group[-32:]
         return tuple(author.channel_prefix(public_key, t, channel) for t in _MEMBERSHIP_TYPES)
     return state.topic_prefix(group[1:])
@@ -93,7 +94,7 @@ def candidates(group):
 
 def winner_key(group):
     """The membership row is its group's register; a topic group has none."""
-    return latest_prefix(group) if group[:1] == b"m" else None
+    return latest_prefix(group) if group[:1] == MEMBER_GROUP else None
 
 
 def register_rank(group, value):
@@ -103,9 +104,9 @@ def register_rank(group, value):
 
 
 def latest_prefix(group):
-    if group[:1] == b"m":
-        return PREFIX + group[1:-32] + b"m" + group[-32:]
-    return PREFIX + group[1:] + b"t"
+    if group[:1] == MEMBER_GROUP:
+        return PREFIX + group[1:-32] + MEMBER_GROUP + group[-32:]
+    return PREFIX + group[1:] + TOPIC_GROUP
 
 
 def latest_keys(group):
@@ -116,7 +117,7 @@ def latest_keys(group):
 def latest(group, winner):
     if winner is None:
         return []
-    if group[:1] == b"m":
+    if group[:1] == MEMBER_GROUP:
         t = winner.post.post_type
         return [(latest_prefix(group), (LEFT if t == LEAVE else MEMBER) + bytes([t]) + winner.mono)]
     return [(latest_prefix(group), winner.post.topic.encode("utf-8"))]

@@ -36,12 +36,12 @@ NAME = "links"
 PREFIX = keys.LINKS
 LINKABLE = CHANNEL_TYPES  # spec 5.1.2.1 linkableTypes: text, topic, join, leave
 HEADS = PREFIX + b"h"  # a channel's heads: HEADS<ch><hash>
-_LINKER = b"l"
+LINKER = b"l"  # REV<target>l<linker hash>
 
 
 def linkers_prefix(target: bytes) -> bytes:
     """Keys of the stored posts that link to ``target``."""
-    return REV + target + _LINKER
+    return REV + target + LINKER
 
 
 def heads_prefix(channel: str) -> bytes:
@@ -59,7 +59,7 @@ def _linkable(ip) -> bool:
 def entries(ip):
     links = ip.post.links
     if len(links) == 1:  # the common case: no duplicates to drop
-        return [(REV + links[0] + _LINKER + ip.hash, b"")]
+        return [(REV + links[0] + LINKER + ip.hash, b"")]
     return [(linkers_prefix(target) + ip.hash, b"") for target in dict.fromkeys(links)]
 
 
@@ -70,7 +70,7 @@ def groups(ip):
 
 
 def candidates(group):
-    return REV + group + _LINKER
+    return REV + group + LINKER
 
 
 def rank(group, ip) -> bytes:

@@ -13,15 +13,33 @@ the whole cabal; a channel with no ``c`` entry has the cabal's roles.  The
 of posts, never with their order.
 """
 
+from typing import NamedTuple
+
 from cablestore.keyspace import keys
-from cablestore.keyspace.keys import escape, mono
+from cablestore.keyspace.keys import escape, mono, unescape
 from cablestore.wire.codec import ROLE
 
 from .base import View
 
 NAME = "roles"
 PREFIX = keys.ROLES
-RESOLVED_PREFIXES = (PREFIX + b"c", PREFIX + b"r", PREFIX + b"v")
+CONTEXTS, ROLES, RELEVANT = PREFIX + b"c", PREFIX + b"r", PREFIX + b"v"
+RESOLVED_PREFIXES = (CONTEXTS, ROLES, RELEVANT)
+
+
+class RoleRow(NamedTuple):
+    """``!roles!r<ctx><pubkey>``: a user's role in a context and the post/role (or the seed) that decided it."""
+
+    role: int
+    by: bytes
+
+
+def encode_role(row: RoleRow) -> bytes:
+    return bytes([row.role]) + row.by
+
+
+def decode_role(value: bytes) -> RoleRow:
+    return RoleRow(value[0], value[1:33])
 
 
 def entries(ip):
@@ -37,15 +55,20 @@ def candidates_prefix() -> bytes:
 
 
 def context_key(context: str) -> bytes:
-    return PREFIX + b"c" + escape(context)
+    return CONTEXTS + escape(context)
+
+
+def context_of_key(key: bytes) -> str:
+    """The context a ``c`` key names."""
+    return unescape(key, len(CONTEXTS))[0]
 
 
 def role_prefix(context: str) -> bytes:
-    return PREFIX + b"r" + escape(context)
+    return ROLES + escape(context)
 
 
 def relevant_prefix(context: str) -> bytes:
-    return PREFIX + b"v" + escape(context)
+    return RELEVANT + escape(context)
 
 
 def resolved(state):
@@ -54,7 +77,7 @@ def resolved(state):
     for context, table in state.roles.roles.items():
         if context:  # the cabal needs no marker: it is where every other channel falls back to
             out.append((context_key(context), b""))
-        out += [(role_prefix(context) + user, bytes([role]) + h) for user, (role, h) in table.items()]
+        out += [(role_prefix(context) + user, encode_role(RoleRow(role, h))) for user, (role, h) in table.items()]
     out += [(relevant_prefix(r.context) + mono(r.timestamp, r.hash), b"") for r in state.roles.relevant]
     return out
 

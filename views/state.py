@@ -16,20 +16,21 @@ from .base import View
 
 NAME = "state"
 PREFIX = keys.STATE
+MEMBER_ROWS, TOPIC_ROWS = b"m", b"t"  # !state!<ch>m<pubkey><mono>, !state!<ch>t<mono>
 
 
 def member_prefix(channel: str, public_key: bytes = b"") -> bytes:
-    return PREFIX + channel_key(channel) + b"m" + public_key
+    return PREFIX + channel_key(channel) + MEMBER_ROWS + public_key
 
 
 def topic_prefix(channel_escaped: bytes) -> bytes:
-    return PREFIX + channel_escaped + b"t"
+    return PREFIX + channel_escaped + TOPIC_ROWS
 
 
 def entries(ip):
     t = ip.post.post_type
     if t in (JOIN, LEAVE):
-        return [(PREFIX + escape(ip.channel) + b"m" + ip.post.public_key + ip.mono, b"")]
+        return [(PREFIX + escape(ip.channel) + MEMBER_ROWS + ip.post.public_key + ip.mono, b"")]
     if t == TOPIC:
         return [(topic_prefix(escape(ip.channel)) + ip.mono, b"")]
     return []
@@ -42,7 +43,7 @@ def groups(ip):
 
 
 def candidates(group):
-    return PREFIX + group[:-32] + b"m" + group[-32:]
+    return PREFIX + group[:-32] + MEMBER_ROWS + group[-32:]
 
 
 def latest_prefix(group):

@@ -20,10 +20,11 @@ from .base import View
 
 NAME = "user"
 PREFIX = keys.USER
+POST_ROWS, LATEST_HASH = b"p", b"h"  # !user!<pubkey>p<mono>; the group (and key) of the latest post/info's hash
 
 
 def posts_prefix(public_key: bytes) -> bytes:
-    return PREFIX + public_key + b"p"
+    return PREFIX + public_key + POST_ROWS
 
 
 def property_key(public_key: bytes, name: str) -> bytes:
@@ -37,12 +38,12 @@ def entries(ip):
 
 
 def latest_hash_key(public_key: bytes) -> bytes:
-    return PREFIX + public_key + b"h"
+    return PREFIX + public_key + LATEST_HASH
 
 
 def groups(ip):
     pk = ip.post.public_key
-    return [pk, b"h" + pk] if ip.post.post_type == INFO else []
+    return [pk, LATEST_HASH + pk] if ip.post.post_type == INFO else []
 
 
 def candidates(group):

@@ -111,7 +111,7 @@ class Reading(Component):
 
     def _any_hidden(self) -> bool:
         """Whether any post or user is hidden at all (most stores: no, and reading skips the checks)."""
-        for prefix in (actions_view.PREFIX + b"h", actions_view.PREFIX + b"u"):
+        for prefix in (actions_view.HIDDEN_POSTS, actions_view.HIDDEN_USERS):
             with self.db.iterator(prefix=prefix, include_value=False) as it:
                 if next(it, None) is not None:
                     return True

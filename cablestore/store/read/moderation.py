@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cablestore.errors import LocalUserError, QueryError, ReadOnlyStoreError
-from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, escape, mono_timestamp, unescape
+from cablestore.keyspace.keys import LOCAL_USER_KEY, POSTS, SEED_KEPT, SEED_KEY, HashLike, as_hash, canonical_channel, channel_key, mono_timestamp, unescape
 from cablestore.moderation import SEED, format_seed, parse_seed, resolve, seeded_applied
 from cablestore.store.handle import Handle
 from cablestore.store.lifecycle.inflight import Gate
@@ -152,7 +152,7 @@ class ModerationQueries:
         context = _channel_context(channel)
         with self.db.snapshot() as snap:
             prefix, rows = self._table(snap, roles.context_key(context), roles.role_prefix, context)
-        return {key[len(prefix) :] for key, value in rows if value[1:33] == SEED}
+        return {key[len(prefix) :] for key, value in rows if roles.decode_role(value).by == SEED}
 
     def roles(self, channel: str | None = None) -> dict[bytes, str]:
         """Public key -> ``"admin"`` or ``"mod"`` in ``channel`` (the cabal when None); normal users are left out.
@@ -162,7 +162,7 @@ class ModerationQueries:
         context = _channel_context(channel)
         with self.db.snapshot() as snap:
             prefix, rows = self._table(snap, roles.context_key(context), roles.role_prefix, context)
-        out = {key[len(prefix) :]: ROLE_WORDS[value[0]] for key, value in rows}
+        out = {key[len(prefix) :]: ROLE_WORDS[roles.decode_role(value).role] for key, value in rows}
         if self.local_user is not None:
             out[self.local_user] = "admin"
         return out
@@ -179,32 +179,35 @@ class ModerationQueries:
 
     def hidden_posts(self) -> dict[bytes, bytes]:
         """Post hash -> hash of the action hiding it."""
-        return self._by_hash(actions.PREFIX + b"h")
+        return self._by_hash(actions.HIDDEN_POSTS)
 
     def dropped_posts(self) -> dict[bytes, bytes]:
         """Post hash -> hash of the action dropping it."""
-        return self._by_hash(actions.PREFIX + b"d")
+        return self._by_hash(actions.DROPPED_POSTS)
 
     def dropped_channels(self) -> dict[str, bytes]:
         """Canonical channel name -> hash of the action dropping it."""
-        prefix = actions.PREFIX + b"x"
+        prefix = actions.DROPPED_CHANNELS
         return {unescape(key, len(prefix))[0]: value for key, value in self.db.iterator(prefix=prefix)}
 
     def blocks(self) -> dict[bytes, dict]:
         """Blocked public key -> ``{"by": block hash, "drop": 0/1, "notify": 0/1}``: the blocks in effect for the local user."""
-        return {pk: {"by": v[:32], "drop": v[32], "notify": v[33]} for pk, v in self._by_hash(blocks.PREFIX + b"b").items()}
+        rows = {pk: blocks.decode_block(v) for pk, v in self._by_hash(blocks.BLOCKED).items()}
+        return {pk: {"by": r.by, "drop": r.drop, "notify": r.notify} for pk, r in rows.items()}
 
     def kept_out(self) -> dict[bytes, dict]:
         """User -> ``{"by": unblock hash, "before": ms}``: unblocked with ``undrop=0`` after a dropping block."""
-        return {pk: {"by": v[:32], "before": int.from_bytes(v[32:40], "big")} for pk, v in self._by_hash(blocks.PREFIX + b"k").items()}
+        rows = {pk: blocks.decode_since(v) for pk, v in self._by_hash(blocks.KEPT).items()}
+        return {pk: {"by": r.by, "before": r.timestamp} for pk, r in rows.items()}
 
     def unblocks(self) -> dict[bytes, dict]:
         """Unblocked public key -> ``{"by": unblock hash, "undrop": 0/1}``: the unblocks in effect."""
-        return {pk: {"by": v[:32], "undrop": v[32]} for pk, v in self._by_hash(blocks.PREFIX + b"u").items()}
+        rows = {pk: blocks.decode_unblock(v) for pk, v in self._by_hash(blocks.UNBLOCKED).items()}
+        return {pk: {"by": r.by, "undrop": r.undrop} for pk, r in rows.items()}
 
     def blocked_by(self) -> dict[bytes, bytes]:
         """Public key of a user whose notified block names the local user -> that block's hash."""
-        return {pk: v[:32] for pk, v in self._by_hash(blocks.PREFIX + b"n").items()}
+        return {pk: blocks.decode_since(v).by for pk, v in self._by_hash(blocks.BLOCKERS).items()}
 
     def moderation_state(self, channels: Iterable[str] = (), oldest: int = 0, *, to: bytes | None = None) -> list[bytes]:
         """The hashes answering a moderation state request (moderation.md §5.2.1.1), oldest first.
@@ -227,7 +230,7 @@ class ModerationQueries:
                 found[key[-32:]] = mono_timestamp(key)
             for context in contexts:
                 for view in (roles, actions):
-                    for key, _ in snap.iterator(prefix=view.PREFIX + b"v" + escape(context)):
+                    for key, _ in snap.iterator(prefix=view.relevant_prefix(context)):
                         ts = mono_timestamp(key)
                         if ts >= oldest:
                             found[key[-32:]] = ts
@@ -236,7 +239,7 @@ class ModerationQueries:
 
     def _contexts(self, view) -> list[str]:
         """``""`` (the cabal) and every channel ``view`` (roles or actions) resolved on its own, ascending."""
-        return [""] + sorted(unescape(k, len(view.PREFIX) + 1)[0] for k in self.db.iterator(prefix=view.PREFIX + b"c", include_value=False))
+        return [""] + sorted(view.context_of_key(k) for k in self.db.iterator(prefix=view.CONTEXTS, include_value=False))
 
     def moderation_summary(self) -> dict[str, Any]:
         """The resolved state as JSON-ready data (keys and hashes in hex): what ``cablestore moderation`` prints."""

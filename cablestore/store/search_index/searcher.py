@@ -148,11 +148,11 @@ def _moderation(snap) -> tuple[bool, set, bool, set]:
     Dropped posts and channels are gone from the store (the drop removed
     them in its WriteBatch); they are checked again here only as a guard.
     """
-    hidden = _any(snap, actions_view.PREFIX + b"h") or _any(snap, actions_view.PREFIX + b"u")
-    bp, xp = blocks_view.PREFIX + b"b", actions_view.PREFIX + b"x"
+    hidden = _any(snap, actions_view.HIDDEN_POSTS) or _any(snap, actions_view.HIDDEN_USERS)
+    bp = blocks_view.BLOCKED
     blocked = {k[len(bp) :] for k in snap.iterator(prefix=bp, include_value=False)}
-    channels = {k[len(xp) :] for k in snap.iterator(prefix=xp, include_value=False)}
-    return hidden, blocked, _any(snap, actions_view.PREFIX + b"d"), channels
+    channels = {actions_view.channel_of_dropped_key(k) for k in snap.iterator(prefix=actions_view.DROPPED_CHANNELS, include_value=False)}
+    return hidden, blocked, _any(snap, actions_view.DROPPED_POSTS), channels
 
 
 class Searching(Component):
@@ -296,7 +296,7 @@ class Searching(Component):
             return None
         post = _checked_post(self.path, h, blob)
         text = search_view.searched_text(post)
-        if not text or post.public_key in blocked or (dropped and snap.get(actions_view.PREFIX + b"d" + h) is not None):
+        if not text or post.public_key in blocked or (dropped and snap.get(actions_view.dropped_post_key(h)) is not None):
             return None
         ch = canonical_channel(post.channel) if post.channel is not None else None
         if (channels and (len(channels) > 1 or ch not in channels)) or (dropped_channels and ch is not None and escape(ch) in dropped_channels):

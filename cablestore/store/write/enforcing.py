@@ -47,8 +47,8 @@ DROPPABLE = frozenset({TEXT, TOPIC})  # what "drop post" may drop (§5.1.3.6)
 ALL_TYPES = tuple(sorted(POST_TYPE_NAMES))  # what a dropping block keeps out
 
 
-_DROPPED_POST = actions.PREFIX + b"d"
-ROW_PREFIXES = (_DROPPED_POST, actions.PREFIX + b"x", blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")
+_DROPPED_POST = actions.DROPPED_POSTS
+ROW_PREFIXES = (_DROPPED_POST, actions.DROPPED_CHANNELS, *blocks.KEEPING_OUT)
 
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post, memo: di
     if memo is not None:
         get = _memoized(get, memo)
     if t not in CHANNEL_TYPES:
-        block = get(blocks.PREFIX + b"b" + post.public_key)
-        if block is not None and block[32] == 1:
+        block = get(blocks.blocked_key(post.public_key))
+        if block is not None and blocks.decode_block(block).drop == 1:
             return BlockedError(f"author {post.public_key.hex()} is blocked (drop)")
         return None
     if t in DROPPABLE and get(actions.dropped_post_key(h)) is not None:
@@ -83,14 +83,14 @@ def refusal(get: Callable[[bytes], bytes | None], h: bytes, post: Post, memo: di
     if get(actions.dropped_channel_key(canonical_channel(post.channel))) is not None:
         return DroppedError(f"channel {post.channel!r} is dropped")
     who, ts = post.public_key, post.timestamp
-    block = get(blocks.PREFIX + b"b" + who)
-    if block is not None and (block[32] == 1 or ts >= int.from_bytes(block[34:42], "big")):
+    block = get(blocks.blocked_key(who))
+    if block is not None and ((row := blocks.decode_block(block)).drop == 1 or ts >= row.timestamp):
         return BlockedError(f"author {who.hex()} is blocked")
-    kept = get(blocks.PREFIX + b"k" + who)
-    if kept is not None and ts < int.from_bytes(kept[32:40], "big"):
+    kept = get(blocks.kept_key(who))
+    if kept is not None and ts < blocks.decode_since(kept).timestamp:
         return BlockedError(f"author {who.hex()}'s posts from before their unblock stay dropped")
-    blocker = get(blocks.PREFIX + b"n" + who)
-    if blocker is not None and ts >= int.from_bytes(blocker[32:40], "big"):
+    blocker = get(blocks.blocker_key(who))
+    if blocker is not None and ts >= blocks.decode_since(blocker).timestamp:
         return BlockedError(f"author {who.hex()} blocks the local user")
     return None
 
@@ -110,17 +110,17 @@ def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
     """Hashes of stored channel posts that resolved rows ``changed`` (keys newly written) may keep out."""
     found: set[bytes] = set()
     for key in changed:
-        if key.startswith(actions.PREFIX + b"d"):
+        if key.startswith(actions.DROPPED_POSTS):
             found.add(key[-32:])
-        elif key.startswith(actions.PREFIX + b"x"):
-            ch = key[len(actions.PREFIX) + 1 :]
+        elif key.startswith(actions.DROPPED_CHANNELS):
+            ch = actions.channel_of_dropped_key(key)
             members = channel_view.members_prefix(ch)
             authors = [k[len(members) :] for k, _ in batch.current(members)]  # every author of a post there, then their posts there
             for prefix in channel_view.post_prefixes(ch, authors):
                 found.update(k[-32:] for k, _ in batch.current(prefix))
-        elif key.startswith((blocks.PREFIX + b"b", blocks.PREFIX + b"k", blocks.PREFIX + b"n")):
+        elif key.startswith(blocks.KEEPING_OUT):
             who = key[-32:]
-            for t in ALL_TYPES if key.startswith(blocks.PREFIX + b"b") else CHANNEL_TYPES:
+            for t in ALL_TYPES if key.startswith(blocks.BLOCKED) else CHANNEL_TYPES:
                 found.update(k[-32:] for k, _ in batch.current(author.prefix(who, t)))
     return found
 
