@@ -38,7 +38,7 @@ from pathlib import Path
 from cablestore import Store
 from cablestore.authoring.workload import generate
 from cablestore.errors import CableError
-from cablestore.store.recovery import recover
+from cablestore.recovery.recovering import recover
 
 NOW = 1_900_000_000_000
 DAMAGEABLE = ("*.ldb", "*.log", "MANIFEST-*")

@@ -33,9 +33,9 @@ from pathlib import Path
 
 from cablestore import Store
 from cablestore.authoring.workload import generate
-from cablestore.store import leveldb_log
-from cablestore.store import leveldb_reader as reader
-from cablestore.store.recovery import recover
+from cablestore.recovery.leveldb import log as leveldb_log
+from cablestore.recovery.leveldb import tables as reader
+from cablestore.recovery.recovering import recover
 from cablestore.wire.codec import post_hash
 
 NOW = 1_900_000_000_000

@@ -18,12 +18,12 @@ below.
 
 __version__ = "0.1.0"
 
-# In a checkout, views/ and rebuild/ sit beside this package and an install
-# maps them in as cablestore.views and cablestore.rebuild (setup.cfg).  When
+# In a checkout, views/, rebuild/ and recovery/ sit beside this package and an install
+# maps them in as cablestore.views, cablestore.rebuild and cablestore.recovery (setup.cfg).  When
 # this package is imported from the checkout itself (a script or
 # ``python -m benchmarks`` run from the repository root, which puts the root
 # first on sys.path) with a non-editable install, nothing maps them: a finder
-# that knows just those two names does, after every other finder.
+# that knows just those three names does, after every other finder.
 import importlib.util as _util  # noqa: E402
 import sys as _sys  # noqa: E402
 from pathlib import Path as _Path  # noqa: E402
@@ -32,11 +32,11 @@ _CHECKOUT = _Path(__file__).resolve().parent.parent
 
 
 class _CheckoutFinder:
-    """Finds ``cablestore.views`` and ``cablestore.rebuild`` in the checkout's views/ and rebuild/."""
+    """Finds ``cablestore.views``, ``cablestore.rebuild`` and ``cablestore.recovery`` in the checkout's folders of those names."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):  # noqa: ANN001, ANN205 - the importlib protocol
-        if name not in ("cablestore.views", "cablestore.rebuild"):
+        if name not in ("cablestore.views", "cablestore.rebuild", "cablestore.recovery"):
             return None
         init = _CHECKOUT / name.split(".")[1] / "__init__.py"
         return _util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])

@@ -195,7 +195,7 @@ class PostsFileError(CableError):
     """A file given as a posts file is not one, or is truncated or damaged."""
 
 
-# --- opening, closing and damaged stores (cablestore.store.lifecycle.opening, cablestore.store.recovery) ---
+# --- opening, closing and damaged stores (cablestore.store.lifecycle.opening, cablestore.recovery.recovering) ---
 
 
 class StoreNotFoundError(StoreError):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGE_DIRS = {"cablestore": ROOT / "cablestore", "cablestore.views": ROOT / "views", "cablestore.rebuild": ROOT / "rebuild"}
+PACKAGE_DIRS = {"cablestore": ROOT / "cablestore", "cablestore.views": ROOT / "views", "cablestore.rebuild": ROOT / "rebuild", "cablestore.recovery": ROOT / "recovery"}
 ERRORS = "cablestore.errors"  # the one exception hierarchy: beneath every module, its own layer's siblings included
 
 

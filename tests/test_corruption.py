@@ -13,7 +13,7 @@ from cablestore import Store
 from cablestore.authoring.workload import generate
 from cablestore.cli import main
 from cablestore.errors import StoreCorruptError, StoreNotFoundError
-from cablestore.store.recovery import recover
+from cablestore.recovery.recovering import recover
 
 NOW = 1_900_000_000_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,14 +218,13 @@ def test_a_closed_store_keeps_nothing_in_its_log(tmp_path):
     assert [f.stat().st_size for f in (tmp_path / "s").glob("*.log")] == [0]
 
 
-
 def test_recover_refuses_a_store_that_is_open(tmp_path):
     from cablestore.errors import StoreLockedError
 
     with Store(tmp_path / "s") as s:
         with pytest.raises(StoreLockedError):
             recover(tmp_path / "s")
-        code = "import sys\nfrom cablestore.store.recovery import recover\nrecover(sys.argv[1])\n"
+        code = "import sys\nfrom cablestore.recovery.recovering import recover\nrecover(sys.argv[1])\n"
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
         assert "StoreLockedError" in out.stderr  # another process: LevelDB's lock
         assert s.get(bytes(32)) is None  # and the open store is unharmed
@@ -273,27 +272,6 @@ def _files_under(folder: Path) -> dict[str, bytes]:
     return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()} if folder.exists() else {}
 
 
-def test_a_table_cut_short_keeps_every_post_of_its_intact_blocks(tmp_path):
-    """Regression: 5 KB cut off a table sent the whole table to lost/ (its posts gone, "lost posts: none known").
-
-    The last 5 KB of a table are its index, metaindex, footer and part of its
-    filter: every data block survives, so every post must come back.
-    """
-    path = tmp_path / "s"
-    expected = _store_of_tables(path, 3000)
-    table = _largest_table(path)
-    original = table.read_bytes()
-    table.write_bytes(original[:-5000])
-    report = recover(path)
-    assert report.consistent
-    assert _stored(path) == expected  # every post kept, none that was not stored
-    assert len(report.salvaged_posts) > 0 and not report.lost
-    kept = Path(report.originals) / table.name
-    assert kept.read_bytes() == original[:-5000]  # the damaged original, kept as it was
-    with Store(path, create=False) as s:
-        assert s.check().consistent  # signatures too
-
-
 def test_a_store_of_one_table_cut_short_is_recovered_not_called_foreign(tmp_path, capsys):
     """Regression: all posts left and recover said "not a cablestore store" (exit 2), never naming lost/."""
     path = tmp_path / "s"
@@ -311,71 +289,6 @@ def test_a_store_of_one_table_cut_short_is_recovered_not_called_foreign(tmp_path
     assert gone and f"LOST {len(gone)} posts" in out and all(h.hex() in out for h in sorted(gone)[:20])
 
 
-def test_the_reader_reads_a_table_as_leveldb_does(tmp_path):
-    """Through its index, and block by block without it: the latest record of each key is LevelDB's."""
-    import plyvel
-
-    from cablestore.store import leveldb_reader
-
-    path = tmp_path / "s"
-    _store_of_tables(path, 1000)
-    [table] = path.glob("*.ldb")
-    db = plyvel.DB(str(path))
-    want = dict(db.iterator(prefix=b"!deleted!")) | dict(db.iterator(prefix=b"!post!"))
-    db.close()
-    data = table.read_bytes()
-    for scan in (leveldb_reader.read_table(data, "t", (b"!post!", b"!deleted!")), leveldb_reader.read_table(data[:-60], "t", (b"!post!", b"!deleted!"))):
-        latest = {}
-        for r in scan.records:
-            if r.key not in latest or r.seq > latest[r.key].seq:
-                latest[r.key] = r
-        assert {k: r.value for k, r in latest.items() if r.kind == leveldb_reader.VALUE} == want
-        assert all(r.certified for r in scan.records)
-    assert scan.mode == "blocks" and len(scan.damaged) == 1  # the cut footer
-
-
-def test_a_table_cut_in_the_middle_keeps_the_posts_before_the_cut(tmp_path):
-    from cablestore.store import leveldb_reader
-
-    path = tmp_path / "s"
-    expected = _store_of_tables(path, 3000)
-    table = _largest_table(path)
-    data = table.read_bytes()
-    cut = len(data) // 2
-    whole = leveldb_reader.read_table(data, table.name, (b"!post!",))
-    ends = {start: start + size + 5 for _, start, size in leveldb_reader.index(data)}
-    before_cut = {r.key[6:] for r in whole.records if ends[int(r.source.split("@")[1])] <= cut} & expected
-    assert len(before_cut) > 100
-    table.write_bytes(data[:cut])
-    report = recover(path)
-    assert report.consistent
-    after = _stored(path)
-    assert before_cut <= after <= expected  # every post of an intact block, no phantom
-    assert report.salvaged_posts  # LevelDB's repair drops the whole table: these came from its blocks
-    assert any(table.name in part for part in report.damaged)
-
-
-def test_posts_of_a_damaged_log_block_are_proven_one_by_one(tmp_path):
-    """A flipped byte makes LevelDB drop the rest of a 32 KiB log block; the posts in it are still proven and kept."""
-    path = tmp_path / "s"
-    log = _crashed_store(path)
-    reference = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
-    expected = _stored(reference)
-    data = bytearray(log.read_bytes())
-    at = len(data) // 3
-    data[at] ^= 0x10
-    log.write_bytes(bytes(data))
-    with Store(reference, create=False) as s:
-        bufs = {k[6:]: v for k, v in s.items(b"!post!")}
-    whole = {h for h, buf in bufs.items() if (i := bytes(data).find(buf)) >= 0 and not i <= at < i + len(buf)}
-    report = recover(path)
-    assert report.consistent
-    after = _stored(path)
-    assert whole <= after <= expected
-    assert len(whole) > len(expected) * 0.9
-
-
 def test_recover_of_an_intact_store_changes_nothing_and_adds_nothing_to_lost(tmp_path, capsys):
     """Regression: every recover moved two files into lost/, even on an intact store."""
     path = tmp_path / "s"
@@ -389,43 +302,6 @@ def test_recover_of_an_intact_store_changes_nothing_and_adds_nothing_to_lost(tmp
         assert not (path / "lost").exists()
     with Store(path, create=False) as s:
         assert list(s.items()) == before
-
-
-def test_a_second_recover_after_a_salvage_adds_nothing(tmp_path):
-    path = tmp_path / "s"
-    _store_of_tables(path, 400)
-    [table] = path.glob("*.ldb")
-    table.write_bytes(table.read_bytes()[:-5000])
-    first = recover(path)
-    assert not first.intact and Path(first.originals).is_dir()
-    lost_before = _files_under(path / "lost")
-    with Store(path, create=False) as s:
-        items = list(s.items())
-    second = recover(path)
-    assert second.intact and second.consistent and second.originals is None
-    assert _files_under(path / "lost") == lost_before
-    with Store(path, create=False) as s:
-        assert list(s.items()) == items
-
-
-def test_salvage_does_not_bring_back_a_post_deleted_later(tmp_path):
-    """A copy of a post in lost/ (an earlier repair's leftover) loses to the later deletion of its key."""
-    import shutil
-
-    path = tmp_path / "s"
-    expected = _store_of_tables(path, 300)
-    gone = sorted(expected)[0]
-    (path / "lost").mkdir()
-    for table in path.glob("*.ldb"):
-        shutil.copy(table, path / "lost" / table.name)  # holds the post
-    with Store(path, create=False) as s:
-        assert s.delete(gone)  # a local removal: no tombstone, only LevelDB's deletion
-    report = recover(path)
-    assert not report.intact  # the lost/ files were read
-    assert report.consistent
-    after = _stored(path)
-    assert after == expected - {gone}
-    assert all(f.parent != path / "lost" for f in (path / "lost").rglob("*.ldb"))  # filed in the dated folder
 
 
 def test_recover_shows_its_progress_on_a_terminal_only(tmp_path):
@@ -465,50 +341,3 @@ def test_a_crashed_store_is_intact_its_log_replayed_and_nothing_set_aside(tmp_pa
     assert _stored(path) == expected
 
 
-def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path):
-    """A log cut in the middle of its last batch (no damage: what a crash leaves): LevelDB drops the whole batch, salvage keeps its posts."""
-    path = tmp_path / "s"
-    log = _crashed_store(path)
-    reference = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
-    with Store(reference, create=False) as s:
-        bufs = {k[6:]: v for k, v in s.items(b"!post!")}
-    data = log.read_bytes()
-    placed = sorted((data.find(buf), h, buf) for h, buf in bufs.items() if data.find(buf) >= 0)
-    (_, kept, _), (last_at, last, last_buf) = placed[-2], placed[-1]
-    log.write_bytes(data[: last_at + len(last_buf) - 1])  # the last post's last byte never written
-    report = recover(path)
-    assert report.intact and report.consistent
-    after = _stored(path)
-    assert kept in after and kept.hex() in report.salvaged_posts  # from the batch LevelDB dropped
-    assert last not in after
-    assert after <= set(bufs)
-
-
-def test_a_compactions_leftover_is_no_damage(tmp_path):
-    """A table a killed compaction left half-written, which the MANIFEST never listed: LevelDB deletes it, recover repairs nothing."""
-    path = tmp_path / "s"
-    expected = _store_of_tables(path, 300)
-    [table] = path.glob("*.ldb")
-    (path / "000099.ldb").write_bytes(table.read_bytes()[: table.stat().st_size // 2])
-    report = recover(path)
-    assert report.intact and report.consistent and report.lossless
-    assert not (path / "lost").exists()
-    assert _stored(path) == expected
-
-
-def test_a_log_put_whose_key_hash_is_damaged_keeps_its_post_under_the_post_s_own_hash():
-    """Regression: a flipped bit in a ``!post!`` key's hash lost the (intact, self-certifying) post after it."""
-    from cablestore.store.leveldb_reader import loose_posts
-    from cablestore.wire.codec import post_hash
-
-    buf = generate(seed=3, posts=1)[0]
-    h = post_hash(buf)
-    damaged = bytes([h[0] ^ 0x10]) + h[1:]
-
-    def put(key_hash: bytes, value: bytes) -> bytes:
-        return b"\x01" + bytes([38]) + b"!post!" + key_hash + bytes([len(value)]) + value  # one WriteBatch put (a value < 128 B)
-
-    assert len(buf) < 128
-    found = loose_posts(b"junk" + put(damaged, buf) + put(damaged, b"\x00" * 100), "log@0")
-    assert [(r.key, r.value) for r in found] == [(b"!post!" + h, buf)]  # the undecodable value stays out

@@ -238,7 +238,7 @@ def test_sigkill_during_migrate_at_every_phase_resumes_to_the_uninterrupted_stor
 
 def test_recover_of_a_damaged_format_1_store_migrates_it_and_names_what_is_gone(format1, migrated, tmp_path):
     """A damaged table in a format-1 store: recover salvages, migrates (no second command), then repairs the views."""
-    from cablestore.store.recovery import recover
+    from cablestore.recovery.recovering import recover
 
     path = tmp_path / "store"
     shutil.copytree(format1, path)

@@ -1,4 +1,4 @@
-"""views/ and rebuild/ install as cablestore.views and cablestore.rebuild, normal and editable."""
+"""views/, rebuild/ and recovery/ install as cablestore.views, cablestore.rebuild and cablestore.recovery, normal and editable."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_ROOTS = {"cablestore": ROOT / "cablestore", "cablestore.views": ROOT / "views", "cablestore.rebuild": ROOT / "rebuild"}
+PACKAGE_ROOTS = {"cablestore": ROOT / "cablestore", "cablestore.views": ROOT / "views", "cablestore.rebuild": ROOT / "rebuild", "cablestore.recovery": ROOT / "recovery"}
 # The builds below check what is built and from which sources, not how fast it runs: compiled unoptimized (the
 # default -O3 -g makes gcc take ~10x longer on the 1 MB of generated C). CFLAGS come after Python's own, so they win.
 QUICK_BUILD = {**os.environ, "CFLAGS": "-O0 -g0"}
@@ -47,7 +47,7 @@ def test_wheel_maps_views_and_rebuild_into_the_package(tmp_path):
     )
     [wheel] = (tmp_path / "dist").glob("cablestore-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark_engine.py", "cablestore/wire/codec.py", "cablestore/py.typed"} <= names
+    assert {"cablestore/views/chat.py", "cablestore/rebuild/spark_engine.py", "cablestore/recovery/salvage.py", "cablestore/wire/codec.py", "cablestore/py.typed"} <= names
     assert not any(n.startswith(("views/", "rebuild/", "tests/")) for n in names)
 
     # a normal install of that wheel imports both subpackages from site-packages

@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 def _cmd_recover(args) -> int:
     from cablestore.progress import Progress
-    from cablestore.store.recovery import recover
+    from cablestore.recovery.recovering import recover
 
     report = recover(args.store, progress=Progress(quiet=args.quiet or args.json))
     if args.json:

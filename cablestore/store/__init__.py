@@ -3,7 +3,7 @@ write per ingest (:mod:`cablestore.store.write.txn`,
 :mod:`cablestore.store.write.indexer`), the queries a peer answers from
 (:mod:`cablestore.store.read.hashes`), decoded reading
 (:mod:`cablestore.store.read.decoded`), recovery of a damaged directory
-(:mod:`cablestore.store.recovery`), and :class:`Store`, which holds them
+(:mod:`cablestore.recovery.recovering`), and :class:`Store`, which holds them
 together.
 """
 

@@ -52,7 +52,7 @@ from cablestore.errors import (
     StoreNotFoundError,
 )
 from cablestore.keyspace.keys import FORMAT_KEY
-from cablestore.store import leveldb_files
+from cablestore.recovery.leveldb import manifest as leveldb_files
 from cablestore.store.lifecycle.readonly import Links
 
 FORMAT = b"cablestore-2"

@@ -6,14 +6,15 @@ FULL/FIRST/MIDDLE/LAST).  A write-ahead log's record is a WriteBatch: an
 8-byte sequence number, a 4-byte count, then puts (1, key, value) and
 deletes (0, key), each key and value after its varint length.  A record
 whose checksum fails is not trusted, but the posts in it are still looked
-for (:func:`cablestore.store.leveldb_reader.loose_posts`).
+for (:func:`cablestore.recovery.leveldb.tables.loose_posts`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cablestore.store.leveldb_reader import DELETION, VALUE, FileScan, Record, crc, loose_posts, masked, varint
+from cablestore.recovery.leveldb.loose import loose_posts
+from cablestore.recovery.leveldb.records import DELETION, VALUE, FileScan, Record, crc, masked, varint
 
 LOG_BLOCK = 32768
 

@@ -1,7 +1,7 @@
 """LevelDB's table files read block by block, each record with its checksum's verdict.
 
 The format is leveldb's ``doc/table_format.md`` (the logs, ``doc/log_format.md``,
-are read by :mod:`cablestore.store.leveldb_log`):
+are read by :mod:`cablestore.recovery.leveldb.log`):
 
 * a table is data blocks, each followed by a 5-byte trailer (compression
   type, masked CRC32C of the block and the type), then the filter,
@@ -23,76 +23,26 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import cramjam
-import google_crc32c
 
-MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
-FOOTER = 48
-TRAILER = 5
-MAX_SEQ = (1 << 56) - 1  # index and seek keys carry it; stored entries never do
-DELETION, VALUE = 0, 1
-NO_COMPRESSION, SNAPPY = 0, 1
-MAX_BLOCK = 4 << 20  # a block is ~32 KiB (cablestore's block_size) plus one entry: 4 MiB bounds a search for its end
-_MASK_DELTA = 0xA282EAD8
-_POST = b"!post!"
-_POST_KEY = len(_POST) + 32
-
-
-def crc(data: bytes, value: int = 0) -> int:
-    """CRC32C of ``data`` (continuing ``value``): ``google-crc32c``, hardware-accelerated."""
-    return google_crc32c.extend(value, data)
-
-
-def masked(value: int) -> int:
-    """LevelDB's masked CRC: rotated right by 15 bits, plus a constant."""
-    return ((((value >> 15) | (value << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One put or delete found in a file."""
-
-    key: bytes  # the user key
-    seq: int
-    kind: int  # VALUE or DELETION
-    value: bytes
-    certified: bool  # its block's or log record's checksum checked
-    source: str  # file name and where in it
-
-
-@dataclass
-class FileScan:
-    """What reading one table or log found."""
-
-    name: str
-    size: int
-    mode: str  # "index", "blocks" (a table read block by block), "log" (cablestore.store.leveldb_log)
-    records: list[Record] = field(default_factory=list)
-    units: int = 0  # blocks or log records whose checksum checked
-    damaged: list[str] = field(default_factory=list)  # "offset+length: why", for each unit that did not check
-
-    @property
-    def intact(self) -> bool:
-        """Read through its index (or a log), every part's checksum checked."""
-        return self.mode in ("index", "log") and not self.damaged
-
-
-def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """The varint at ``buf[pos:end]`` and the position after it; ValueError if it runs past ``end``."""
-    value = shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:  # a varint64 at most (sequence and file numbers in logs and the MANIFEST)
-            break
-    raise ValueError("bad varint")
-
+from cablestore.recovery.leveldb.loose import loose_posts
+from cablestore.recovery.leveldb.records import (  # noqa: F401  (the readers' shared names, public here too)
+    DELETION,
+    FOOTER,
+    MAGIC,
+    MAX_BLOCK,
+    MAX_SEQ,
+    NO_COMPRESSION,
+    SNAPPY,
+    TRAILER,
+    VALUE,
+    FileScan,
+    Record,
+    crc,
+    masked,
+    varint,
+)
 
 # --- blocks -------------------------------------------------------------
 
@@ -357,75 +307,3 @@ def _snappy_start(raw: bytes, start: int) -> int:
 
 
 # --- posts without their block ------------------------------------------
-
-# A table entry of a ``!post!`` key: shared and unshared lengths adding up to
-# 46 (prefix, hash, 8-byte tag); a restart entry has the whole key (0, 46).
-_ENTRY = re.compile(b"|".join(re.escape(bytes([s, _POST_KEY + 8 - s])) for s in [0, *range(len(_POST), _POST_KEY)]))
-# A WriteBatch put of a ``!post!`` key: tag 1, the key's length, the key.
-_BATCH_PUT = re.compile(rb"\x01" + bytes([_POST_KEY]) + re.escape(_POST))
-
-
-def loose_posts(buf: bytes, source: str) -> list[Record]:
-    """Every ``!post!`` put whose value's BLAKE2b matches its key, found in raw bytes (uncertified).
-
-    Used where no checksum holds: only the hash links key and value, so
-    the caller still proves each post (decode and signature).  A WriteBatch
-    put whose key is damaged but whose value decodes as a post is kept under
-    the value's own hash: a post certifies itself (its signature), so a
-    flipped bit in the key loses nothing.
-    """
-    from cablestore.wire.codec import post_hash
-
-    out, seen = [], set()
-    n = len(buf)
-
-    def value_at(pos: int) -> tuple[bytes, int] | None:
-        try:
-            size, pos = varint(buf, pos, n)
-        except ValueError:
-            return None
-        if size < 96 or pos + size > n:
-            return None
-        return bytes(buf[pos : pos + size]), pos
-
-    for m in _BATCH_PUT.finditer(buf):
-        key = bytes(buf[m.start() + 2 : m.start() + 2 + _POST_KEY])
-        got = value_at(m.start() + 2 + _POST_KEY) if len(key) == _POST_KEY else None
-        if not got:
-            continue
-        real = _POST + post_hash(got[0])
-        if real != key and not _decodes(got[0]):
-            continue  # a damaged key (a flipped bit in its hash) before a post that decodes: keyed by its own hash
-        if real not in seen:
-            seen.add(real)
-            out.append(Record(real, 0, VALUE, got[0], False, source))
-    for m in _ENTRY.finditer(buf):
-        shared, unshared = buf[m.start()], buf[m.start() + 1]
-        try:
-            size, pos = varint(buf, m.start() + 2, n)
-        except ValueError:
-            continue
-        if size < 96 or pos + unshared + size > n:
-            continue
-        delta = buf[pos : pos + unshared]
-        value = bytes(buf[pos + unshared : pos + unshared + size])
-        key = _POST + post_hash(value)
-        if bytes(delta[:-8]) != key[shared:] or key in seen:
-            continue
-        tag = int.from_bytes(delta[-8:], "little")
-        if tag & 0xFF != VALUE:
-            continue
-        seen.add(key)
-        out.append(Record(key, tag >> 8, VALUE, value, False, source))
-    return out
-
-
-def _decodes(value: bytes) -> bool:
-    from cablestore.errors import CableError
-    from cablestore.wire.codec import decode_post
-
-    try:
-        decode_post(value)
-    except CableError:
-        return False
-    return True

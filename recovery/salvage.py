@@ -3,8 +3,8 @@
 :func:`scan` reads every LevelDB file of a store directory (the tables,
 block by block when a table is cut short or its index is damaged; the
 write-ahead logs, record by record; and the files earlier repairs left in
-``lost/``) through :mod:`cablestore.store.leveldb_reader` and
-:mod:`cablestore.store.leveldb_log`, and keeps, for
+``lost/``) through :mod:`cablestore.recovery.leveldb.tables` and
+:mod:`cablestore.recovery.leveldb.log`, and keeps, for
 each key of the data that is not derived (``!post!``, ``!deleted!``,
 ``!local!``, ``!refused!``, ``!quarantine!``, ``!meta!format``), the record
 with the highest sequence number: a key deleted later is not brought back.
@@ -37,8 +37,9 @@ from cablestore.keyspace import facts
 from cablestore.keyspace.keys import AUTHOR, DELETED, FACTS, FORMAT_KEY, LOCAL, POSTS, QUARANTINE, REFUSED, SEARCH_KEY
 from cablestore.keyspace.records import Tombstone
 from cablestore.progress import Progress
-from cablestore.store import leveldb_files, leveldb_log
-from cablestore.store import leveldb_reader as reader
+from cablestore.recovery.leveldb import log as leveldb_log
+from cablestore.recovery.leveldb import manifest as leveldb_files
+from cablestore.recovery.leveldb import tables as reader
 from cablestore.store.lifecycle.opening import FORMAT, OLD_FORMATS
 from cablestore.views import author as author_view
 from cablestore.wire.codec import decode_post, post_hash

@@ -4,7 +4,7 @@
 
 1. take LevelDB's lock (so no process has the store open) and read every
    table and log of the store, and those earlier repairs left in ``lost/``
-   (:mod:`cablestore.store.salvage`): the latest record of every post,
+   (:mod:`cablestore.recovery.salvage`): the latest record of every post,
    tombstone and local row, and whether every file checks;
 2. a store whose files all check is not repaired: only its views are
    checked (and repaired if they differ); nothing is added to ``lost/``;
@@ -47,7 +47,7 @@ import plyvel
 from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
 from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, POSTS, REVERSE
 from cablestore.progress import Progress
-from cablestore.store import salvage
+from cablestore.recovery import salvage
 from cablestore.store.lifecycle import opening
 from cablestore.views import author as author_view
 from cablestore.wire.codec import DELETE, decode_post, post_hash

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from cablestore.store.leveldb_reader import varint
+from cablestore.recovery.leveldb.records import varint
 
 BLOCK = 32768
 TABLE_MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
