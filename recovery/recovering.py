@@ -35,6 +35,7 @@ idempotent: run it again after an interruption.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -48,9 +49,10 @@ from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLo
 from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, POSTS, REVERSE
 from cablestore.progress import Progress
 from cablestore.recovery import salvage
+from cablestore.recovery.leveldb.records import VALUE
 from cablestore.store.lifecycle import opening
 from cablestore.views import author as author_view
-from cablestore.wire.codec import DELETE, decode_post, post_hash
+from cablestore.wire.codec import DELETE, POST_TYPE_NAMES, decode_post, post_hash
 
 _POST_KEY_LEN = len(POSTS) + 32
 _REPAIR_LINE = re.compile(r"(Log #|Table #|Archiving|Repaired|dropping|Corruption|lost)", re.IGNORECASE)
@@ -76,6 +78,8 @@ class RecoveryReport:
     tombstones_after: int = 0
     known_posts: int = 0  # posts the files say the store held
     lost: list[str] = field(default_factory=list)  # hex hashes: stored once, gone now
+    lost_posts: list[dict] = field(default_factory=list)  # every post still lost (this run's and earlier runs'), with what is known of it
+    lost_file: str | None = None  # LOST.json in this run's lost/ folder: this run's lost posts in full
     removed_records: list[dict] = field(default_factory=list)  # damaged records the view repair removed
     view_repair: dict | None = None
     set_aside: list[str] = field(default_factory=list)  # files LevelDB's repair replaced (kept in ``originals``)
@@ -147,6 +151,8 @@ def _views_only(path: Path, found: salvage.Salvage, report: RecoveryReport, prog
         if report.deleted_again:
             checked = store.check(fix=True, check_signatures=False)
         present, _, report.tombstones_after = _inventory(store.db)
+        store.remember_lost([])  # drops the rows of lost posts held again
+        report.lost_posts = store.lost_posts()
     report.intact = True
     report.view_repair = checked.repaired
     report.removed_records = [dict(f, kind=kind) for kind, items in (checked.to_dict()["faults"] if checked.repaired else {}).items() for f in items]
@@ -208,6 +214,7 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, na
         Store.migrate(path, progress)  # rebuilds every derived row from the primary data just salvaged
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
         present, indexed, _ = _inventory(store.db)
+        evidence = [k for k in store.db.iterator(prefix=AUTHOR, include_value=False)] + [k for k, r in found.naming.items() if r.kind == VALUE]
         if progress:
             progress.stage("view repair")
         checked = store.check(fix=True, check_signatures=False)  # first: no damaged record is read below
@@ -218,13 +225,52 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, na
             checked = store.check(fix=True, check_signatures=False)
         after, _, report.tombstones_after = _inventory(store.db)
         tombstoned = {k[len(DELETED) : len(DELETED) + 32] for k in store.db.iterator(prefix=DELETED, include_value=False)}
+        known = present | indexed | named | found.posts() | found.named()
+        # A post a later post/delete removed is gone on purpose: its tombstone says so.
+        report.lost = sorted(h.hex() for h in known - after - tombstoned)
+        lost = describe_lost(store, [bytes.fromhex(h) for h in report.lost], evidence, run=Path(report.originals).name if report.originals else None)
+        if report.originals:
+            report.lost_file = str(write_lost_file(Path(report.originals), lost))
+        store.remember_lost(lost)
+        report.lost_posts = store.lost_posts()
     report.removed_records = [dict(f, kind=kind) for kind, items in faults.items() for f in items]
     report.consistent = checked.consistent
     report.posts_after = len(after)
-    known = present | indexed | named | found.posts() | found.named()
     report.known_posts = len(known)
-    # A post a later post/delete removed is gone on purpose: its tombstone says so.
-    report.lost = sorted(h.hex() for h in known - after - tombstoned)
+
+
+LOST_FILE = "LOST.json"
+
+
+def describe_lost(store, hashes: list[bytes], evidence: list[bytes], run: str | None = None) -> list[dict]:
+    """Each lost post with what the surviving ``!author!`` keys (``evidence``: the store's and the damaged files') know of it."""
+    known = {}
+    for key in evidence:
+        row = author_view.decode_key(key)
+        if row is not None:
+            known.setdefault(row.hash, row)
+    out = []
+    for h in hashes:
+        row = known.get(h)
+        out.append({
+            "hash": h.hex(),
+            "author": row.author.hex() if row else None,
+            "name": store.name(row.author) if row else None,
+            "channel": row.channel if row else None,
+            "timestamp": row.timestamp if row else None,
+            "type": POST_TYPE_NAMES.get(row.post_type) if row else None,
+            "run": run,
+        })
+    return out
+
+
+def write_lost_file(folder: Path, lost: list[dict]) -> Path:
+    """``LOST.json`` in a run's ``lost/`` folder: every post this run found gone, with what is known of it."""
+    target = folder / LOST_FILE
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"lost": lost, "count": len(lost)}, indent=1) + "\n")
+    os.replace(tmp, target)  # whole or not at all
+    return target
 
 
 def _originals_folder(path: Path) -> Path:

@@ -104,6 +104,7 @@ def populated(tmp_path_factory):
         s.set_seed(b"\x00" + keypair("seeded").public_key)
         s.db.put(b"!post!" + bytes(32), b"a damaged post")  # a repair sets it aside under !quarantine!
         assert s.check(fix=True, record=True).consistent  # as `check --repair`: !local!checked
+        s.remember_lost([{"hash": bytes(range(32)).hex()}])  # a post recover found gone: !local!lost!<hash>
         s.db.put(b"!local!reindexing", b"")  # what a reindex interrupted leaves
         s.db.put(b"!local!migrating", b"")  # what a migration interrupted leaves (beside cablestore-1; only its key is checked here)
         yield s

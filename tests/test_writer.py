@@ -111,6 +111,11 @@ def _check_fix(s, _):
     return {}
 
 
+def _remember_lost(s, x):
+    s.remember_lost([{"hash": bytes(32).hex()}])  # no post removed or added: a local row
+    return {}
+
+
 def _reindex(s, _):
     reindex(s)
     return {}
@@ -131,6 +136,7 @@ MUTATIONS = {
     "join_cabal": _join_cabal,
     "set_sync_cursor": _set_sync_cursor,
     "check": _check_fix,
+    "remember_lost": _remember_lost,
     "reindex (cablestore.rebuild)": _reindex,
 }
 
@@ -139,7 +145,7 @@ READS = {
     "any_member", "author_posts", "blocked_by", "blocks", "channel_dropped", "channel_list", "channel_post_count", "channel_state",
     "channel_state_answer", "channel_time_range", "channels", "check_relayed", "close", "closed", "db", "dropped_channels",
     "dropped_posts", "get", "get_many", "has_posts", "heads", "hidden_posts", "hidden_users", "in_flight", "is_deleted", "is_dropped",
-    "items", "kept_out", "known_user", "links", "listed_spellings", "local_user", "local_value", "members", "messages", "migrate",
+    "items", "kept_out", "known_user", "links", "listed_spellings", "local_user", "local_value", "lost_posts", "members", "messages", "migrate",
     "moderation_posts", "moderation_state", "moderation_summary", "name", "newest_timestamp", "path", "post", "posts", "readonly",
     "reverse_links", "roles", "roles_from_seed", "search", "search_enabled", "seed", "shareable", "shunned", "stats", "subscribe",
     "sync", "sync_cursor", "time_range_page", "tombstoned", "tombstones", "tombstones_made_by", "topic", "unblocks", "user_info",

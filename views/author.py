@@ -13,6 +13,9 @@ sorts by the trailing ``<mono>``.
     !author!<pubkey><type:u8><ch><mono>   -> ''   the channel posts (types 0, 3, 4, 5)
 """
 
+from typing import NamedTuple
+
+from cablestore.errors import CorruptRecordError
 from cablestore.keyspace import keys
 from cablestore.keyspace.keys import escape
 from cablestore.wire.codec import CHANNEL_TYPES
@@ -33,6 +36,35 @@ def channel_prefix(public_key: bytes, post_type: int, channel_escaped: bytes) ->
 
 
 _KEY_MIN = len(PREFIX) + 32 + 1 + keys.MONO_SIZE  # the shortest author key: no channel
+
+
+class AuthorRow(NamedTuple):
+    """What an ``!author!`` key says of its post."""
+
+    author: bytes
+    post_type: int
+    channel: str | None  # the channel posts' (types 0, 3, 4, 5); None for the others
+    timestamp: int
+    hash: bytes
+
+
+def decode_key(key: bytes) -> AuthorRow | None:
+    """The post an ``!author!`` key names; None for a key too damaged to read."""
+    if not key.startswith(PREFIX) or len(key) < _KEY_MIN:
+        return None
+    start = len(PREFIX)
+    author, post_type = key[start : start + 32], key[start + 32]
+    channel = None
+    if post_type in CHANNEL_TYPES:
+        try:
+            channel, end = keys.unescape(key, start + 33)
+        except CorruptRecordError:
+            return None
+        if len(key) - end != keys.MONO_SIZE:
+            return None
+    elif len(key) != _KEY_MIN:
+        return None
+    return AuthorRow(author, post_type, channel, keys.mono_timestamp(key), key[-32:])
 
 
 def hashes(author_keys) -> set[bytes]:

@@ -295,3 +295,11 @@ def add_output_flags(p) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def describe_lost_post(p: dict) -> str:
+    """One lost post as a person reads it: when, who, where, what, and its hash."""
+    import datetime as dt
+
+    when = dt.datetime.fromtimestamp(p["timestamp"] / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if p.get("timestamp") is not None else "time unknown"
+    who = f"{p['name'] or '(no name)'} [{p['author'][:8]}]" if p.get("author") else "author unknown"
+    where = f"#{p['channel']}" if p.get("channel") else "-"
+    return f"{when}  {who}  {where}  {p.get('type') or 'type unknown'}  {p['hash']}"

@@ -3,7 +3,7 @@ and ``recover`` (LevelDB's repair, then a view repair, and what was kept)."""
 
 from __future__ import annotations
 
-from cablestore.cli.args import add_output_flags, print_json
+from cablestore.cli.args import add_output_flags, describe_lost_post, print_json
 from cablestore.progress import plural
 
 
@@ -76,11 +76,13 @@ def format_recovery(report) -> str:
         )
     for rec in report.removed_records[:10]:
         lines.append(f"      removed {rec['kind']}: {rec['hash']} {rec['detail']}")
-    if report.lost:
-        lines.append(f"  LOST {plural(len(report.lost), 'post')} (fetch them again from a peer):")
-        lines += [f"      {h}" for h in report.lost[:20]]
-        if len(report.lost) > 20:
-            lines.append(f"      ... and {len(report.lost) - 20} more (--json lists all)")
+    if report.lost_posts:
+        lines.append(f"  LOST {plural(len(report.lost_posts), 'post')} (sync from a peer to bring them back):")
+        lines += [f"      {describe_lost_post(p)}" for p in report.lost_posts[:20]]
+        if len(report.lost_posts) > 20:
+            lines.append(f"      ... and {len(report.lost_posts) - 20} more (--json lists all)")
+        if report.lost_file:
+            lines.append(f"  this run's lost posts, in full: {report.lost_file}")
     else:
         lines.append("  lost posts: none known")
     if report.damaged and not report.lost:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from cablestore.cli.args import MAX_WORKERS, add_output_flags, int_at_least, partitions_int, print_json, store_or_path
+from cablestore.cli.args import MAX_WORKERS, add_output_flags, describe_lost_post, int_at_least, partitions_int, print_json, store_or_path
 from cablestore.progress import plural
 
 
@@ -58,11 +58,26 @@ def _cmd_rebuild(args) -> int:
         spark_log=args.spark_log,
         ship_env=not args.no_ship_env,
     )
+    lost = _lost_posts(args.store, prune=args.repair) if args.store is not None and args.snapshot is None else []
     if args.json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "lost_posts": lost})
     else:
         print(format_report(report, args))
+        if lost:
+
+            print(f"  lost posts: {plural(len(lost), 'post')} `cablestore recover` found gone are still missing (sync from a peer to bring them back):")
+            print("\n".join(f"      {describe_lost_post(p)}" for p in lost[:20]))
     return 0 if report.consistent else 1
+
+
+def _lost_posts(path, prune: bool) -> list[dict]:
+    """The posts ``recover`` found gone that the store still lacks; with ``prune`` (a repair) the rows of those back are dropped."""
+    from cablestore.cli.args import open_existing
+
+    with open_existing(path, readonly=not prune) as store:  # run through serve: the store it holds
+        if prune:
+            store.remember_lost([])
+        return store.lost_posts()
 
 
 ENGINE_DEFAULTS = {"rebuild": "spark", "check": "local"}

@@ -39,6 +39,7 @@ REINDEXING = LOCAL + b"reindexing"  # present while a reindex runs: one left beh
 MIGRATING = LOCAL + b"migrating"  # present while a migration to the current format runs (cablestore.rebuild.migrate)
 CABAL_KEY = LOCAL + b"cabal"  # a digest of the cabal key the store belongs to (never the key)
 CLOCK = LOCAL + b"clock!"  # <pubkey> -> the last timestamp this peer gave a post of that author
+LOST = LOCAL + b"lost!"  # <hash> -> what recover knew of a post it found gone (listed until the post comes back)
 SYNC_CURSORS = LOCAL + b"sync!"  # <peer><ch> -> where the next sync of a channel from a peer starts
 REFUSED = b"!refused!"  # <hash> -> the author of a post/delete refused as unauthorized (see the indexer)
 QUARANTINE = b"!quarantine!"  # <original key> -> a record a repair set aside

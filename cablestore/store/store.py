@@ -40,6 +40,7 @@ from cablestore.store.lifecycle.inflight import Gate, guard_public_methods, guar
 from cablestore.store.read import peer as peer_reads
 from cablestore.store.read.decoded import Reading
 from cablestore.store.read.hashes import Queries
+from cablestore.store.read.lost import LostPosts
 from cablestore.store.read.moderation import ModerationQueries, adopt_local_user, local_user_key
 from cablestore.store.read.users import UserQueries
 from cablestore.store.search_index.searcher import Searching
@@ -139,6 +140,7 @@ class Store:
             self._moderation = ModerationQueries(handle, self.writer, self._queries)
             self._users = UserQueries(handle, self._moderation)
             self._searching = Searching(handle, self.writer)
+            self._lost = LostPosts(handle, self.writer)
             handle.local_user = adopt_local_user(handle, self.writer, local_user)
             if search and not self.writer.search:
                 self._searching.enable_search()
@@ -306,6 +308,10 @@ class Store:
     channel_dropped = _to("_moderation", ModerationQueries.channel_dropped)
     shareable = _to("_moderation", ModerationQueries.shareable)
     moderation_posts = _to("_moderation", ModerationQueries.moderation_posts)
+
+    # --- posts recover found gone (cablestore.store.read.lost) -------------
+    lost_posts = _to("_lost", LostPosts.lost_posts)
+    remember_lost = _to("_lost", LostPosts.remember_lost)
 
     # --- search (cablestore.store.search_index.searcher) ---------------------------------
     enable_search = _to("_searching", Searching.enable_search)

@@ -147,8 +147,13 @@ def message(exc: BaseException) -> str:
 
 
 def translate(exc: BaseException, path: str | os.PathLike) -> StoreError:
-    """The CableError for a plyvel (or closed-DB) exception raised while using ``path``."""
-    text = message(exc)
+    """The CableError for a plyvel (or closed-DB) exception raised while using ``path``.
+
+    LevelDB names the files it read; a read-only open reads them through a
+    temporary directory of links (:mod:`cablestore.store.lifecycle.readonly`),
+    which the message names instead as the store's own ``path``.
+    """
+    text = _READONLY_DIR.sub(lambda _: str(path), message(exc))
     if isinstance(exc, plyvel.CorruptionError) or (isinstance(exc, plyvel.IOError) and "Invalid argument" in text):
         # (a table cut short reads as EINVAL)
         return StoreCorruptError(f"{path}: damaged data ({text}); {RECOVER_HINT}")
@@ -163,6 +168,7 @@ def translate(exc: BaseException, path: str | os.PathLike) -> StoreError:
 
 
 PLYVEL_ERRORS = (plyvel.Error, RuntimeError)
+_READONLY_DIR = re.compile(r"/\S*?cablestore-readonly-[^/\s]+")  # a read-only open's directory of links (readonly.Links)
 
 
 @contextmanager
