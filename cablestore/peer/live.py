@@ -9,6 +9,17 @@ channels it touches, not for every live request in the table; a channel's
 state is read once per commit however many requests watch it.  A push is
 output that cannot wait: a connection that has not read its share of answers
 is closed rather than buffered without bound.
+
+A post that arrived from connection C is never pushed back to C: a commit
+the node made while ingesting C's answer (``PeerState.ingesting``) adds
+nothing C's live time ranges lack, so they are skipped, and C's live state
+requests are not recomputed on it but marked stale, with the hashes C sent
+added to what C is known to hold.  :meth:`LivePushes.settle` (the node's
+clock) recomputes a stale state later, once, and pushes what else entered
+it (an older post/info a delete from C made current again).  A peer that
+syncs from us while we pull from it (``serve``) so costs one channel state
+read per channel and tick, not one per commit; a stale entry holds at most
+``STALE_HASHES`` extra hashes before it is recomputed at once.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ if TYPE_CHECKING:
     from cablestore.store.events import Committed
 
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
+STALE_HASHES = 1024  # hashes a stale state entry may hold beyond its last answer before it is recomputed
 
 
 class LivePushes:
@@ -43,18 +55,30 @@ class LivePushes:
             live = peer.live_channels()
             if not live:
                 return
+            source = peer.ingesting  # the connection whose answer this commit ingested (None: a local write)
             chat, state, every_state, authors = self._touched_channels(change)
             if every_state or len(authors) > limits.MEMBER_LOOKUPS:
                 state |= set(live)
             elif authors:
-                state |= self._member_channels(authors)
+                state |= self._member_channels(authors, source)
             pushed = self._push_moderation(change)
+            sent = None
             for channel in set(chat) | state:
                 if channel == MODERATION_LIVE:
                     continue
                 entries = peer.live_entries(channel)
                 answer = None
                 for entry in entries:
+                    if entry.origin is source:
+                        if isinstance(entry.request, TimeRangeRequest):
+                            continue  # every post of this commit came from it
+                        if sent is None:
+                            sent = self._state_posts(change)
+                        mine = sent.get(channel, ()) + sent.get(None, ())
+                        if len(entry.state) + len(mine) <= entry.answered_size + STALE_HASHES:
+                            entry.state.update(mine)  # it holds these: not pushed back when the state is recomputed
+                            entry.stale = True
+                            continue
                     if isinstance(entry.request, TimeRangeRequest):
                         if channel not in chat:
                             continue
@@ -62,8 +86,50 @@ class LivePushes:
                     else:
                         if answer is None:
                             answer = self.store.channel_state_answer(channel)
-                        hashes = [h for h in answer if h not in entry.state]
-                        entry.state = set(answer)
+                        hashes = self._refresh(entry, answer)
+                    if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
+                        entry.origin.push(entry, hashes)
+                        pushed = True
+        if pushed and peer.on_output is not None:
+            peer.on_output()
+
+    @staticmethod
+    def _state_posts(change) -> dict:
+        """The hashes of ``change`` a channel's state answer may list: by channel (topic, join, leave), and under None every post/info."""
+        out: dict = {}
+        for h, post in change.added:
+            t = post.post_type
+            if t == INFO:
+                out[None] = out.get(None, ()) + (h,)
+            elif t in (TOPIC, JOIN, LEAVE):
+                key = canonical_channel(post.channel)
+                out[key] = out.get(key, ()) + (h,)
+        return out
+
+    @staticmethod
+    def _refresh(entry: Inbound, answer: list[bytes]) -> list[bytes]:
+        """The hashes of ``answer`` new to ``entry`` (a live state request); its state is ``answer`` from now on."""
+        hashes = [h for h in answer if h not in entry.state]
+        entry.state = set(answer)
+        entry.answered_size = len(answer)
+        entry.stale = False
+        return hashes
+
+    def settle(self) -> None:
+        """Recompute the live state requests left stale by commits of their own peer's posts; push what else entered."""
+        peer = self.state
+        pushed = False
+        with peer.lock:
+            for channel in peer.live_channels():
+                if channel == MODERATION_LIVE:
+                    continue
+                answer = None
+                for entry in peer.live_entries(channel):
+                    if not entry.stale:
+                        continue
+                    if answer is None:
+                        answer = self.store.channel_state_answer(channel)
+                    hashes = self._refresh(entry, answer)
                     if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
                         entry.origin.push(entry, hashes)
                         pushed = True
@@ -85,12 +151,19 @@ class LivePushes:
                 pushed = True
         return pushed
 
-    def _member_channels(self, authors: set[bytes]) -> set[str]:
+    def _member_channels(self, authors: set[bytes], source=None) -> set[str]:
         """The channels with live state requests where one of ``authors`` is a member or ex-member
-        (their latest post/info is in the answer: a post/info or a delete of theirs may change it)."""
+        (their latest post/info is in the answer: a post/info or a delete of theirs may change it).
+        A channel whose only live state requests are ``source``'s is returned unread: they are marked stale."""
         out = set()
         for channel in self.state.live_channels():  # (canonical names, as the views key them)
-            if channel == MODERATION_LIVE or all(isinstance(e.request, TimeRangeRequest) for e in self.state.live_entries(channel)):
+            if channel == MODERATION_LIVE:
+                continue
+            states = [e for e in self.state.live_entries(channel) if not isinstance(e.request, TimeRangeRequest)]
+            if not states:
+                continue
+            if source is not None and all(e.origin is source for e in states):
+                out.add(channel)
                 continue
             if self.store.any_member(channel, authors):
                 out.add(channel)

@@ -145,6 +145,7 @@ class Node:
             for conn in list(state.connections):
                 conn.settle_deferred(now)
                 conn.check_time(now)
+            self._live.settle()
 
     def snapshot(self) -> dict:
         """Counts for ``serve --json`` and the hostile-peer harness."""

@@ -277,12 +277,21 @@ class Requesting:
         entry.job.posts_received += len(solicited)
         if not solicited:
             return
-        for result in peer.store.ingest_many(solicited):
+        before, peer.ingesting = peer.ingesting, self  # the live pushes its commits make skip this connection
+        try:
+            results = peer.store.ingest_many(solicited)
+        finally:
+            peer.ingesting = before
+        for result in results:
             if result.ok:
                 self.stats["ingested"] += 1
             else:
                 self.stats["refused"] += 1
                 entry.job.fail(f"refused: a post did not pass the store's checks: {type(result.error).__name__}: {result.error}")
                 self._refuse(result.error)
-        for channel, hashes in listed.items():
-            peer.store.learn_listing(channel, hashes)
+        peer.ingesting = self
+        try:
+            for channel, hashes in listed.items():
+                peer.store.learn_listing(channel, hashes)
+        finally:
+            peer.ingesting = before

@@ -149,6 +149,7 @@ class Serving:
             return None
         hashes = self.state.store.channel_state_answer(m.channel)
         entry.state = set(hashes)
+        entry.answered_size = len(hashes)
         self._maybe_forward(entry, m)
         self.push(entry, hashes)
         return None

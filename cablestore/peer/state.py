@@ -66,6 +66,7 @@ class PeerState:
         self.by_user: Counter = Counter()
         self.user_live: Counter = Counter()
         self.user_forwards: Counter = Counter()
+        self.ingesting: Any = None  # the connection whose answer the store is ingesting now (its posts are not pushed back to it)
         self.syncing: dict[str, int] = {}  # channels a sync is running for: how many (one, unless one waited too long)
         self.on_output: Callable[[], None] | None = None  # called (from any thread) when a live push queued bytes
         self.on_close: Callable[[Any], None] | None = None  # called (from any thread) with a connection that closed

@@ -84,6 +84,8 @@ class Inbound:
     local_done: bool = False
     channel: str | None = None
     state: set = field(default_factory=set)
+    answered_size: int = 0  # a live state request: hashes in its last answer (``state`` may hold more while stale)
+    stale: bool = False  # a live state request not recomputed since commits of its own peer's posts (see live.py)
     cursor: bytes | None = None  # a time range answered page by page: the key the next page starts below
     holds_live: bool = False  # it counts against the live limits
     holds_forward: bool = False  # it counts against the forwarding limits
