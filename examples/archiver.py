@@ -21,7 +21,7 @@ from cablestore.peer import parse_address
 async def archive(store, host, port, jsonl=None):
     async with Peer(store) as peer:                # no key: this peer only reads
         async with peer.posts() as posts:          # no channel: every post, from now on
-            await peer.connect(host, port)         # the peer's history first, then live
+            await peer.connect(host, port, reconnect=True)  # the peer's history, then live; back by itself after a drop
             print(f"archiver: following {host}:{port}", flush=True)
             out = open(jsonl, "a", encoding="utf-8") if jsonl else None
             try:

@@ -23,7 +23,7 @@ async def echo(store, key, host, port, channel="general"):
     async with Peer(store, key=key) as peer:       # leaving the block stops every connection
         await peer.sync(host, port)                # catch up once: old pings stay unanswered
         async with peer.posts(channel) as posts:   # every post stored from now on, in this channel
-            await peer.connect(host, port)         # follow the peer live
+            await peer.connect(host, port, reconnect=True)  # follow the peer live, reconnecting by itself
             await peer.join(channel)
             print(f"echo_bot: answering !ping in #{channel}", flush=True)
             async for post in posts:               # a StoredPost: post.text, post.who, post.author ...

@@ -270,6 +270,18 @@ positive_int = int_at_least(1)
 partitions_int = int_at_least(1, 256)  # a partition count: one hash-prefix byte
 
 
+def peer_address(text: str) -> str:
+    """An argparse type: a peer's ``HOST:PORT`` (port 1-65535)."""
+    from cablestore.errors import TransportError
+    from cablestore.peer.sockets import parse_address
+
+    try:
+        parse_address(text)
+    except TransportError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a finite number above 0 (seconds, say)."""
     try:

@@ -6,7 +6,18 @@ import asyncio
 import json
 import os
 
-from cablestore.cli.args import MAX_CONNECTIONS, MAX_MEMORY_MB, add_local_user_flag, channel_name, int_at_least, open_existing, positive_float, print_json, write_port_file
+from cablestore.cli.args import (
+    MAX_CONNECTIONS,
+    MAX_MEMORY_MB,
+    add_local_user_flag,
+    channel_name,
+    int_at_least,
+    open_existing,
+    peer_address,
+    positive_float,
+    print_json,
+    write_port_file,
+)
 from cablestore.errors import ArgumentError
 from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
 from cablestore.progress import plural
@@ -71,7 +82,8 @@ def _cmd_serve(args) -> int:
     try:  # args.run_served: the dispatcher its control clients' commands run through, set by cablestore.cli.build_parser
         with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ServedWeb(store) as web, ControlServer(args.store, args.run_served(store)):
             summary = asyncio.run(
-                run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, on_node=web.attach, **private)
+                run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, on_node=web.attach,
+                           peers=args.peer or (), **private)
             )
     finally:
         for path in wrote:
@@ -147,6 +159,11 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help='JSON lines: {"listening": ..., "port": ...} once listening, the counts on exit')
     p.add_argument("--port-file", metavar="PATH", help="write the port listened on to PATH once listening (removed on exit)")
     p.add_argument("--no-pull", action="store_true", help="only answer: do not sync from the peers that connect (default: pull their posts, then live)")
+    p.add_argument(
+        "--peer", action="append", type=peer_address, metavar="HOST:PORT",
+        help="keep a connection to this peer (repeatable): sync from it, answer it, stay live, and reconnect by itself with backoff when it goes away "
+        "(private with --cabal-key)",
+    )
     g = p.add_argument_group("a private cabal (docs/security.md)")
     g.add_argument(
         "--cabal-key", metavar="FILE",

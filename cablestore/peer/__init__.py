@@ -7,7 +7,9 @@
   (:mod:`cablestore.peer.serving`, :mod:`cablestore.peer.forwarding`) and
   makes its own (:mod:`cablestore.peer.requesting`);
 * :class:`Sync` pulls what a remote peer has (:mod:`cablestore.peer.sync`);
-* the asyncio TCP transport: :func:`run_server` (``cablestore serve``),
+* the asyncio TCP transport: :func:`run_server` (``cablestore serve``, which
+  also keeps connections to the peers it is given: :func:`keep_dialing`,
+  reconnecting with :class:`Backoff`; :func:`run_dialer` without a listener),
   :func:`run_sync` and :func:`sync_path` (``cablestore sync``), plain or
   over the Cable Handshake with a cabal key (:class:`PrivateCabal`,
   :mod:`cablestore.peer.secure`);
@@ -17,6 +19,7 @@
   (:class:`PeerLimits` holds the settable ones).
 """
 
+from cablestore.peer.dialing import Backoff
 from cablestore.peer.embedded import LiveSync, Peer
 from cablestore.peer.limits import DEFAULT_POLICY, LIMITS, PeerLimits
 from cablestore.peer.live import STATE_TYPES
@@ -27,7 +30,7 @@ from cablestore.peer.secure import PrivateCabal
 from cablestore.peer.state import PeerState
 from cablestore.peer.sync import Sync
 from cablestore.peer.table import Concluded, Job, Refused
-from cablestore.peer.transport import PeerServer, parse_address, run_server, run_sync, sync_path
+from cablestore.peer.transport import PeerServer, keep_dialing, parse_address, run_dialer, run_server, run_sync, sync_path
 
 __all__ = [
     "Peer",
@@ -48,6 +51,9 @@ __all__ = [
     "PrivateCabal",
     "run_server",
     "run_sync",
+    "run_dialer",
+    "keep_dialing",
+    "Backoff",
     "sync_path",
     "parse_address",
 ]

@@ -37,7 +37,7 @@ from cablestore.errors import ArgumentError, PeerClosedError
 from cablestore.peer.limits import DEFAULT_POLICY, FEED_BUFFER, PeerLimits
 from cablestore.peer.postfeed import PostFeed
 from cablestore.peer.secure import PrivateCabal
-from cablestore.peer.transport import dial, run_server, run_sync
+from cablestore.peer.transport import dial, run_dialer, run_server, run_sync
 from cablestore.store.store import Store
 from cablestore.wire.crypto import Keypair
 
@@ -194,16 +194,29 @@ class Peer:
         )
         return bound.result()
 
-    async def connect(self, host: str, port: int) -> LiveSync:
+    async def connect(self, host: str, port: int, *, reconnect: bool = False) -> LiveSync:
         """Connect to the peer at ``host:port`` and sync from it, live: its history, then what it stores later.
 
         Returns once the connection is made (refused: :class:`cablestore.errors.TransportError`);
         the sync runs in the background until the remote closes it, :meth:`LiveSync.close` or :meth:`aclose`.
         What it brings reaches :meth:`posts`; the remote peer (a ``cablestore
         serve`` pulls back) gets what this peer holds and posts.
+
+        ``reconnect=True``: keep the connection instead, two-way (this peer
+        answers the remote's requests too), dialling again by itself with
+        backoff and jitter when it drops or the remote is down
+        (:mod:`cablestore.peer.dialing`), from the cursors it kept; returns at
+        once, even while the remote is unreachable, and runs until
+        :meth:`LiveSync.close` or :meth:`aclose` (its summary: the node's counts,
+        ``dials``, ``dialled``, ``dials_failed`` among them).
         """
         self._check_open()
         address = _address(host, port)
+        if reconnect:
+            task, stop = await self._start(
+                lambda stop: run_dialer(self.store, address, stop=stop, policy=self.limits, **self._private(initiator=True))
+            )
+            return LiveSync(address, task, stop)
         link = await dial(host, port)
         if self._state != "open":  # closed while dialling
             link.transport.abort()

@@ -46,12 +46,17 @@ class Puller:
         self.syncs: dict[Connection, Sync] = {}
         self.finished: list[dict] = []  # summaries of the pulls that ended (kept: the last 64)
 
-    def accept(self, conn: Connection, now: int) -> Sync:
-        """Start pulling from ``conn``: its channels and ours, then live."""
+    def accept(self, conn: Connection, now: int, cursor: str | None = None) -> Sync:
+        """Start pulling from ``conn``: its channels and ours, then live.
+
+        ``cursor``: the name its sync cursors are kept under (default
+        :func:`cursor_name` of its address: an accepted peer; a peer we dial
+        is known by the address we dial).
+        """
         with self.node.lock:
             store = self.node.store
             # Our channels are read once the peer answered its channel list: a peer that never answers costs one request.
-            sync = Sync(conn, cursor_name(conn.name), also=lambda: store.listed_spellings(store.channel_list()), live=True,
+            sync = Sync(conn, cursor or cursor_name(conn.name), also=lambda: store.listed_spellings(store.channel_list()), live=True,
                         progress_timeout=self.progress_timeout)
             self.syncs[conn] = sync
             self.node.stats["pulls"] += 1

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import ArgumentError, TransportError
+from cablestore.peer.dialing import CONNECT_TIMEOUT, Backoff
 from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, DEFAULT_PROGRESS_TIMEOUT, STORE_CACHE_MB, PeerLimits
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
@@ -152,6 +153,43 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     return summary
 
 
+async def keep_dialing(
+    wire: Wire, puller: Puller, address: str, stop: asyncio.Event, *, private: PrivateCabal | None = None, backoff: Backoff | None = None
+) -> None:
+    """Keep a two-way connection to the peer at ``address`` until ``stop``: dial, pull (its history, then live) and answer it;
+    when the connection or the peer goes away, dial again after :class:`cablestore.peer.dialing.Backoff`'s wait.
+
+    Its sync cursors are kept under ``peer:<address>`` (the address we dial is
+    the peer's stable name), so a reconnect asks only for what is newer.  A peer
+    that is down costs at most one attempt per backoff interval; the node's
+    counters say how many were made (``dials``), failed (``dials_failed``) and
+    went through (``dialled``).
+    """
+    backoff = backoff or Backoff()
+    node, loop = wire.node, asyncio.get_running_loop()
+    host, port = parse_address(address)
+    while not stop.is_set():
+        node.stats["dials"] += 1
+        try:
+            link = await asyncio.wait_for(dial(host, port), CONNECT_TIMEOUT)
+        except (TimeoutError, TransportError):
+            node.stats["dials_failed"] += 1
+        else:
+            started = loop.time()
+            conn = attach_dialled(wire, link, address, private)
+            node.stats["dialled"] += 1
+            puller.accept(conn, now_ms(), cursor=f"peer:{address}")
+            wire.kick(flush=True)
+            while not conn.closed and not stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)
+            if stop.is_set():
+                return
+            backoff.connected_for(loop.time() - started)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), backoff.next_wait())
+
+
 def _on_signals(loop, stop: asyncio.Event, install: bool) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -174,6 +212,7 @@ async def run_server(
     plain_listen: str | None = None,
     signals: bool = True,
     on_node: Callable[[Node], None] | None = None,
+    peers: Iterable[str] = (),
 ) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts.
 
@@ -192,8 +231,14 @@ async def run_server(
     the private one first.  ``signals``: SIGINT and SIGTERM set ``stop``
     (False in a program that owns its signals: :class:`cablestore.peer.embedded.Peer`).
     ``on_node(node)`` is called with the serving :class:`Node` before any
-    listener opens (``cablestore web`` shows its peers).
+    listener opens (``cablestore web`` shows its peers).  ``peers``: addresses
+    (``HOST:PORT``) of peers to keep a connection to (:func:`keep_dialing`:
+    pulled from and answered, live, reconnected with backoff; private with
+    ``cabal_key``), whatever ``pull`` says of the peers that connect.
     """
+    peers = [str(p) for p in peers]
+    for p in peers:
+        parse_address(p)  # a bad address is the caller's error, before anything opens
     host, port = parse_address(address, listening=True)
     private = None
     if cabal_key is not None:
@@ -214,20 +259,24 @@ async def run_server(
             node.close()
             raise
     puller = None
-    if pull:
+    if pull or peers:
         puller = Puller(node)
-        server.wire.on_accept = lambda conn: puller.accept(conn, now_ms())
         server.wire.on_event = lambda: puller.poll(now_ms())
+    if pull:
+        server.wire.on_accept = lambda conn: puller.accept(conn, now_ms())
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if signals:
         _on_signals(loop, stop, True)
+    dialers = [asyncio.create_task(keep_dialing(server.wire, puller, p, stop, private=private)) for p in peers]
     try:
         if ready is not None:
             for listen_host, listen_port, _ in server.listeners:
                 ready(listen_host, listen_port)
         await stop.wait()
     finally:
+        stop.set()
+        await asyncio.gather(*dialers, return_exceptions=True)
         if signals:
             _on_signals(loop, stop, False)
         if puller is not None:
@@ -239,6 +288,43 @@ async def run_server(
     if plain is not None:
         summary["plain_listen"] = f"{server.listeners[1][0]}:{server.listeners[1][1]}"
     return summary
+
+
+async def run_dialer(
+    store: Store,
+    address: str,
+    *,
+    stop: asyncio.Event,
+    policy: PeerLimits = DEFAULT_POLICY,
+    cabal_key: bytes | None = None,
+    keypair: Keypair | None = None,
+    prologue: bytes = CABLE_PROLOGUE,
+    backoff: Backoff | None = None,
+) -> dict:
+    """Keep a connection to the peer at ``address`` until ``stop`` (:func:`keep_dialing`, with no listener); return the node's counts.
+
+    What an embedded :class:`cablestore.peer.embedded.Peer` runs for
+    ``connect(..., reconnect=True)``.  ``cabal_key``: over the Cable Handshake
+    (the store is tied to the cabal first).
+    """
+    private = None
+    if cabal_key is not None:
+        private = PrivateCabal(bytes(cabal_key), keypair, prologue)
+        store.join_cabal(private.cabal_key)
+    parse_address(address)
+    node = Node(store, policy=policy)
+    wire = Wire(node)
+    wire.on_open = identify
+    puller = Puller(node)
+    wire.on_event = lambda: puller.poll(now_ms())
+    try:
+        await keep_dialing(wire, puller, address, stop, private=private, backoff=backoff)
+    finally:
+        puller.close()
+        wire.flush()
+        await wire.close()
+        node.close()
+    return {"peer": address, **node.snapshot()}
 
 
 async def run_sync(
