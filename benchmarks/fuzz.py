@@ -8,7 +8,7 @@ input in five is a mutated wire message (the moderation state request
 among them), which must decode to a message that re-encodes to the same
 bytes or raise a CableError.
 Anything else is printed (hex) and makes the exit status 1.  The test suite
-runs the same checks with hypothesis (tests/test_codec.py, test_hostile.py).
+runs the same checks with hypothesis (tests/test_codec.py, test_hostile_ingest.py).
 """
 
 from __future__ import annotations

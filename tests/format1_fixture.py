@@ -1,4 +1,4 @@
-"""A format-1 store and the answers it gives, kept in tests/data for the migration to format 2 (issue 38).
+"""A format-1 store and the answers it gives, kept in tests/data for the migration to format 2.
 
     python -m tests.format1_fixture          # rewrites tests/data/format1-store.tar.gz and format1-answers.json.gz
 

@@ -1,4 +1,4 @@
-"""post/info's accept-role is a varint, 0 or 1 (wire.md §6.2.4), as cable.js 0.2.1 writes and checks it (issue 33).
+"""post/info's accept-role is a varint, 0 or 1 (wire.md §6.2.4), as cable.js 0.2.1 writes and checks it.
 
 The vectors in tests/data/cable-js-0.2.1-accept-role.json were written by cable.js 0.2.1's own
 ``INFO_POST.create`` with ``interop/info_vectors.js`` (see tests/data/README.md).

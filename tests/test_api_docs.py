@@ -139,7 +139,7 @@ def test_every_cross_reference_in_a_public_docstring_resolves():
 
 def test_a_stale_reference_is_caught():
     assert _resolves("cablestore.peer.protocol.Connection")
-    assert not _resolves("cablestore.peer.protocol.Node")  # moved to cablestore.peer.node (issue 32)
+    assert not _resolves("cablestore.peer.protocol.Node")  # it lives in cablestore.peer.node
 
 
 def test_the_reference_command_takes_help_as_a_flag_not_a_directory(tmp_path):

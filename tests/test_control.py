@@ -1,4 +1,4 @@
-"""Commands on a served store run through `serve` (its control socket), with real processes (issue 21)."""
+"""Commands on a served store run through `serve` (its control socket), with real processes."""
 
 from __future__ import annotations
 

@@ -254,7 +254,7 @@ def test_recover_deletes_again_a_deleted_post_that_came_back(tmp_path):
         assert list(s.items()) == want
 
 
-# --- salvage: every post whose bytes survive (issue 34) ---------------------
+# --- salvage: every post whose bytes survive -------------------------------
 
 
 def _store_of_tables(path: Path, posts: int, seed: int = 8) -> set[bytes]:

@@ -1,4 +1,4 @@
-"""The decoded export carries moderation (issue 36, item 4): hidden columns, the state tables, and docs/cluster.md's query of visible messages."""
+"""The decoded export carries moderation: hidden columns, the state tables, and docs/cluster.md's query of visible messages."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The short run of the hostile-peer harness (`python -m benchmarks.hostile --short`), as CI runs it.
 
-Every attack of issues 20 and 39 against a `cablestore serve` process while a good
+Every attack of docs/hostile-peers.md against a `cablestore serve` process while a good
 client measures, then `cablestore sync` against each hostile server; the
-bounds of the issue are checked by the harness itself (``failures``) and
+bounds that page sets are checked by the harness itself (``failures``) and
 again here.  About 45 s on a 2-core machine.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 20, serving: each attack over real sockets on 127.0.0.1 against a PeerServer, with a good peer checking its answers.
+"""Serving hostile peers: each attack over real sockets on 127.0.0.1 against a PeerServer, with a good peer checking its answers.
 
 Limits are set small (and timeouts short) so each attack shows in about a second.
 """
@@ -36,7 +36,7 @@ def served(tmp_path_factory):
         whole = store.channel_time_range(channel, 0, FAR, 0)
         texts = [h for h in whole if store.get(h) is not None]
         expected = {
-            "channels": tuple(store.listed_spellings(store.channel_list())),  # as posts spell them (issue 24)
+            "channels": tuple(store.listed_spellings(store.channel_list())),  # as posts spell them
             "range": store.channel_time_range(channel, 0, FAR, 50),
             "whole": whole,
             "posts": sorted(store.get(h) for h in texts[:8]),

@@ -1,4 +1,4 @@
-"""Issue 20, syncing: against each hostile server (real sockets on 127.0.0.1) a sync ends incomplete, with the reason, in time and in bounded memory."""
+"""Syncing from hostile servers: against each one (real sockets on 127.0.0.1) a sync ends incomplete, with the reason, in time and in bounded memory."""
 
 from __future__ import annotations
 

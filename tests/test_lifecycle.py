@@ -46,7 +46,7 @@ def other_process_open(path) -> int:
     return subprocess.run([sys.executable, "-c", TRY_OPEN, str(path)], capture_output=True, text=True, timeout=60).returncode
 
 
-# --- item 1: a refused second open keeps the lock -----------------------------------------
+# --- a refused second open keeps the lock -------------------------------------------------
 
 
 def test_refused_second_open_keeps_the_process_lock(tmp_path):
@@ -64,7 +64,7 @@ def test_refused_second_open_keeps_the_process_lock(tmp_path):
         assert again.check(check_signatures=False).consistent
 
 
-# --- item 2: a store that lost CURRENT is refused, never wiped -------------------------------
+# --- a store that lost CURRENT is refused, never wiped ---------------------------------------
 
 
 def _store_with_tables(path: Path, posts: int = 300) -> set[bytes]:
@@ -88,7 +88,7 @@ def test_store_without_current_is_refused_untouched(tmp_path):
     assert listing(path) == before
 
 
-# --- item 3: a LevelDB that is not a cablestore store -------------------------------------
+# --- a LevelDB that is not a cablestore store ---------------------------------------------
 
 
 def test_foreign_leveldb_is_refused_without_writing(tmp_path, capsys):
@@ -107,7 +107,7 @@ def test_foreign_leveldb_is_refused_without_writing(tmp_path, capsys):
     db.close()
 
 
-# --- item 4: wrong paths: accurate messages, nothing created ------------------------------
+# --- wrong paths: accurate messages, nothing created --------------------------------------
 
 
 def _wrong_paths(tmp_path: Path) -> dict:
@@ -156,7 +156,7 @@ def test_store_creates_only_at_a_missing_path_or_in_an_empty_directory(tmp_path)
     assert sorted(os.listdir(tmp_path / "notes")) == ["todo.txt"]
 
 
-# --- item 6: close while other threads use the store ---------------------------------------
+# --- close while other threads use the store -----------------------------------------------
 
 
 def close_race(directory: str, rounds: int) -> None:

@@ -1,4 +1,4 @@
-"""Format cablestore-2 (issue 38): a format-1 store is refused until migrated, and the migration keeps every answer.
+"""Migration to format cablestore-2: a format-1 store is refused until migrated, and the migration keeps every answer.
 
 The format-1 store is tests/data/format1-store.tar.gz, written by format-1 code
 (tests/format1_fixture.py), with the answers that code gave in

@@ -1,4 +1,4 @@
-"""The peer's shape (issue 32): no import circle among its modules, deferred and ``TYPE_CHECKING``
+"""The peer's shape: no import circle among its modules, deferred and ``TYPE_CHECKING``
 imports included; a connection never imports the node that made it; nothing in the peer touches
 ``store.db`` or another object's underscore members of the shared state; ``cablestore.peer`` exports
 its public API; the sync cursor is written under the store's write lock."""

@@ -1,5 +1,5 @@
 """Every limit of the peer lives in ``cablestore.peer.limits``, marked settable or fixed, and
-docs/operations.md shows exactly that list (issue 32)."""
+docs/operations.md shows exactly that list."""
 
 from __future__ import annotations
 

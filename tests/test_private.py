@@ -1,4 +1,4 @@
-"""Private cabals (issue 39, items 3, 4, 6): serve and sync over the Cable Handshake, real TCP on 127.0.0.1."""
+"""Private cabals: serve and sync over the Cable Handshake, real TCP on 127.0.0.1."""
 
 from __future__ import annotations
 

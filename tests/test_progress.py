@@ -1,4 +1,4 @@
-"""Progress on long work (issue 34, item 5): ``check``, ``rebuild`` (both engines) and ``reindex`` draw counts and a rate on a terminal.
+"""Progress on long work: ``check``, ``rebuild`` (both engines) and ``reindex`` draw counts and a rate on a terminal.
 
 Each command runs as a real process on a real pseudo-terminal (:mod:`pty`);
 with ``--quiet``, or when its output is piped, it draws nothing.

@@ -1,4 +1,4 @@
-"""Read-only opening (issue 34, item 3): the read commands and ``Store(path, readonly=True)`` write nothing in a store's directory.
+"""Read-only opening: the read commands and ``Store(path, readonly=True)`` write nothing in a store's directory.
 
 Real CLI processes, a real read-only medium (a read-only bind mount; where
 the kernel refuses one, files made immutable with ``chattr +i``: the tests

@@ -269,7 +269,7 @@ def test_stray_short_post_key_exports_and_is_a_fault(tmp_path, damaged):
     assert [(f.kind, f.key) for f in report.faults] == [("bad_hash", b"!post!")]
 
 
-# --- tombstones are cross-checked, never trusted blindly (issue 9 item 8) -------
+# --- tombstones are cross-checked, never trusted blindly ---------------------
 
 
 def _tombstone_of(store, kind):

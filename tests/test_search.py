@@ -1,4 +1,4 @@
-"""Search (issue 35): the opt-in ``!search`` view, ``Store.search``, and the ``search`` command.
+"""Search through the store: the opt-in ``!search`` view, ``Store.search``, and the ``search`` command.
 
 The text rules themselves (normalization, terms, the query language) are
 tested in their own module; these tests hold whatever the rules are: every

@@ -1,4 +1,4 @@
-"""Search's text rules (issue 35): normalization, index terms, the query language and Query.match.
+"""Search's text rules: normalization, index terms, the query language and Query.match.
 
 The property that matters most: whatever ``Query.match`` accepts is indexed
 under every conjunct of ``Query.lookups``, so the store's index search never

@@ -1,4 +1,4 @@
-"""Honest slow peers are never cut off; a trickle is, with a summary that says which limit and which side (issue 34).
+"""Honest slow peers are never cut off; a trickle is, with a summary that says which limit and which side.
 
 The time limits are meant for hostile peers: a connection that sends no
 byte of a message it began for ``frame_timeout`` ms, or trickles it below

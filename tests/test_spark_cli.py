@@ -234,7 +234,7 @@ def test_a_signal_during_a_spark_run_exits_130_and_removes_the_snapshot(tmp_path
 
 
 def test_a_bad_master_url_says_what_spark_said(tmp_path, small_store):
-    """Issue 21: `--master bogus://x` names the cause Spark gave, not only "could not start Spark's JVM"."""
+    """`--master bogus://x` names the cause Spark gave, not only "could not start Spark's JVM"."""
     env = bare_env(tmp_path)
     done = cablestore(["rebuild", str(small_store), "--master", "bogus://x"], env, timeout=120)
     assert done.returncode == 2
@@ -244,7 +244,7 @@ def test_a_bad_master_url_says_what_spark_said(tmp_path, small_store):
 
 
 def test_ctrl_c_during_the_demos_spark_phase_prints_one_line(tmp_path):
-    """Issue 21: no py4j traceback on the terminal when the demo's Spark job is interrupted."""
+    """No py4j traceback on the terminal when the demo's Spark job is interrupted."""
     env = bare_env(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cablestore", "demo", "--posts", "3000", "--dir", str(tmp_path / "demo.ldb")],
@@ -302,7 +302,7 @@ def run_on_terminal(args, env, timeout=240) -> tuple[int, str]:
 
 
 def test_no_third_party_warning_reaches_the_terminal_with_pandas_3_installed(tmp_path, small_store):
-    """Issue 36: pyspark's FutureWarning about pandas 3 goes to the Spark log, not through the progress line."""
+    """pyspark's FutureWarning about pandas 3 goes to the Spark log, not through the progress line."""
     import pandas
 
     assert int(pandas.__version__.split(".")[0]) >= 3  # the test extras install pandas 3, which pyspark warns about

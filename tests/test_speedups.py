@@ -358,7 +358,7 @@ def test_every_compiled_function_is_required_of_the_extension():
 
 
 def test_the_compiled_twin_takes_its_key_prefixes_from_the_keyspace():
-    """No key prefix is spelled in the extension's sources; the ones it was bound to are the keyspace's (issue 32)."""
+    """No key prefix is spelled in the extension's sources; the ones it was bound to are the keyspace's."""
     import re
     from pathlib import Path
 

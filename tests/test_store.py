@@ -1,4 +1,4 @@
-"""The store's create/update/delete flows (seed 002), per post type, on real LevelDB."""
+"""The store's create/update/delete flows, per post type, on real LevelDB."""
 
 from __future__ import annotations
 

@@ -179,7 +179,7 @@ def test_serve_refuses_a_missing_store_without_creating_it(tmp_path):
     assert not (tmp_path / "nope").exists()
 
 
-# --- issue 21 §3 and the serve flags of issue 20 ----------------------------------------------------
+# --- sync and serve flags: refusals that name the fault -----------------------------------------------
 
 
 @pytest.mark.parametrize("command", ["serve", "sync"])
@@ -281,7 +281,7 @@ def test_a_sync_error_on_a_terminal_starts_on_its_own_line(tmp_path):
 
 
 def test_sync_of_a_channel_the_peer_does_not_list_fails_and_creates_nothing(tmp_path):
-    """Issue 21 §3: `sync --channel nosuch` reported success and left an empty store."""
+    """`sync --channel nosuch` must not report success and leave an empty store."""
     posts = tmp_path / "posts.bin"
     write_posts(posts, generate(seed=4, posts=100))
     subprocess.run([PY, "-m", "cablestore", "ingest", str(tmp_path / "full"), str(posts), "--quiet"], check=True, capture_output=True)

@@ -1,6 +1,6 @@
 """Peers that compare channel names exactly and only answer (as cable-core.js 0.2.1 does):
 sync asks for every spelling, channel state answers end on the latest topic, channel lists use a
-spelling the posts use, and ``serve`` pulls from whoever connects (issues 21 and 24)."""
+spelling the posts use, and ``serve`` pulls from whoever connects."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`cablestore users` and Store.users(): every known user, and names that collide told apart (issue 33)."""
+"""`cablestore users` and Store.users(): every known user, and names that collide told apart."""
 
 from __future__ import annotations
 

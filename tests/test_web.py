@@ -1,4 +1,4 @@
-"""`cablestore web` over HTTP (issue 37): every page, escaping, headers, 4xx pages, no write route, paging, moderation.
+"""`cablestore web` over HTTP: every page, escaping, headers, 4xx pages, no write route, paging, moderation.
 
 One read-only archive of a small hostile store (tests/web_helpers.py) serves the whole module, on a free port
 of 127.0.0.1, over real TCP.  The browser tests are in tests/test_web_browser.py.

@@ -1,4 +1,4 @@
-"""`cablestore web` in a real browser (issue 37): Debian's headless Chromium (/usr/bin/chromium, which .ci/run
+"""`cablestore web` in a real browser: Debian's headless Chromium (/usr/bin/chromium, which .ci/run
 installs), driven by Playwright's Python client; no browser is downloaded.  One browser for the module.
 
 Every page is loaded and screenshotted (under the test's tmp_path), links followed, a channel paged, the

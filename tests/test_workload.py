@@ -1,5 +1,5 @@
 """Thousands of generated posts from many users over many channels: the store
-answers every request as the oracle of test_fixture does, however it is fed."""
+answers every request as the oracle of test_cablejs_fixture does, however it is fed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from cablestore import POST_TYPE_NAMES, Store, decode_post, post_hash
 from cablestore.authoring.workload import generate
 
 from .conftest import NOW, dump
-from .test_fixture import Oracle
+from .test_cablejs_fixture import Oracle
 
 SEED, POSTS = 21, 4000
 

@@ -1,4 +1,4 @@
-"""Hostile input: every refusal names its fault and leaves the store byte-identical."""
+"""Hostile posts given to a store: every refusal names its fault and leaves the store byte-identical."""
 
 from __future__ import annotations
 

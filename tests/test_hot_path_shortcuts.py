@@ -1,4 +1,4 @@
-"""The shortcuts the scale work took on hot paths give the same stores as the long way."""
+"""Shortcuts on hot paths (linkers settled without a seek, batched ingest, compaction, block size) give the same stores as the long way."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The library's first hour (issue 21, section 3): a wrong argument is a CableError that names it, before anything is written."""
+"""The library as a newcomer meets it: a wrong argument is a CableError that names it, before anything is written."""
 
 from __future__ import annotations
 

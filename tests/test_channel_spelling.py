@@ -1,4 +1,4 @@
-"""One spelling per channel, for authoring, `channels` and the channel lists `serve` answers (issue 33).
+"""One spelling per channel, for authoring, `channels` and the channel lists `serve` answers.
 
 cable-core.js 0.2.1 compares channel names exactly: a cable-cli user in `Dev-Talk` never sees a post to
 `dev-talk`.  The store keeps one channel whatever the spelling, and writes and lists it as its earliest

@@ -1,4 +1,4 @@
-"""Format 2 keeps no reverse entry: a removal reads the post, and heads come from the linker rows and the post itself."""
+"""Every key of a post is named by the post itself: a removal reads the post (no reverse entry), and heads come from the linker rows and the post."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The membership register (format 2, candidate e): ``!channel!<ch>m<pubkey>`` holds its winner.
+"""Channel members: the register ``!channel!<ch>m<pubkey>`` holds each member's winning post.
 
-No candidate row per channel post: the register's value names the member's
+No row per channel post: the register's value names the member's
 latest join/text/topic/leave in the channel, and when that post is removed
 its successor is the greatest of four bounded reverse seeks under the
 author's rows of that channel (``!author!<pubkey><type><ch>``).

@@ -1,4 +1,4 @@
-"""Bad arguments and damaged records give CableErrors, never another library's exception (issue 9 item 9)."""
+"""Bad arguments and damaged records give CableErrors, never another library's exception."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Arrival order: the final store is a function of the set of posts (issue 9 item 7).
+"""Arrival order: the final store is a function of the set of posts.
 
 Regression tests for the two reproduced cases, then a property test over
 permutations of workloads with deletes, deletes of deletes, several deletes
