@@ -1,4 +1,4 @@
-"""Block and drop enforcement (cablestore.store.enforcing) on a real store: which posts the resolved state keeps out, and removing them."""
+"""Block and drop enforcement (cablestore.store.write.enforcing) on a real store: which posts the resolved state keeps out, and removing them."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from cablestore import JOIN, Store, decode_post, make_post, post_hash
 from cablestore.errors import BlockedError, DroppedError
-from cablestore.store import enforcing, indexer
-from cablestore.store.indexing import IndexState
-from cablestore.store.txn import Txn
+from cablestore.store.write import enforcing, indexer
+from cablestore.store.write.batch import IndexState
+from cablestore.store.write.txn import Txn
 from cablestore.views import blocks
 from cablestore.wire.codec import DROP_CHANNEL, DROP_POST
 

@@ -1,4 +1,4 @@
-"""The indexer (cablestore.store.indexer) on a real LevelDB: a post and its view rows in, the same rows out, delete cascades and refusals.
+"""The indexer (cablestore.store.write.indexer) on a real LevelDB: a post and its view rows in, the same rows out, delete cascades and refusals.
 
 Each test drives ``apply``/``unindex``/``commit`` on an :class:`IndexState` over a :class:`Txn` of a
 store's LevelDB (the store closed), then reopens the store to read what the indexer wrote.
@@ -12,9 +12,9 @@ import pytest
 from cablestore import DELETE, JOIN, TEXT, TOPIC, Store, decode_post, make_post, post_hash
 from cablestore.errors import DeletedPostError, UnauthorizedDeleteError
 from cablestore.keyspace.keys import DELETED, POSTS, REFUSED
-from cablestore.store import indexer
-from cablestore.store.indexing import IndexState
-from cablestore.store.txn import Txn
+from cablestore.store.write import indexer
+from cablestore.store.write.batch import IndexState
+from cablestore.store.write.txn import Txn
 
 from .conftest import NOW, keypair
 

@@ -1,4 +1,4 @@
-"""Keeping the resolved moderation rows current (cablestore.store.resolving) on a real store: when to resolve, what is read, what is written."""
+"""Keeping the resolved moderation rows current (cablestore.store.write.resolving) on a real store: when to resolve, what is read, what is written."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import plyvel
 from cablestore import Store, decode_post, make_post, post_hash
 from cablestore.keyspace.keys import POSTS
 from cablestore.moderation import Seed, format_seed, resolve
-from cablestore.store import indexer, resolving
-from cablestore.store.indexing import IndexState
-from cablestore.store.txn import Txn
+from cablestore.store.write import indexer, resolving
+from cablestore.store.write.batch import IndexState
+from cablestore.store.write.txn import Txn
 from cablestore.views import resolved_entries
 from cablestore.wire.codec import BLOCK, INFO, JOIN, ROLE, TEXT, USER
 

@@ -1,11 +1,11 @@
-"""The write transaction (cablestore.store.txn.Txn) on a real LevelDB: reads see its own writes, scans overlay them, one batch at commit."""
+"""The write transaction (cablestore.store.write.txn.Txn) on a real LevelDB: reads see its own writes, scans overlay them, one batch at commit."""
 
 from __future__ import annotations
 
 import plyvel
 import pytest
 
-from cablestore.store.txn import Txn
+from cablestore.store.write.txn import Txn
 
 H1, H2, H3 = (bytes([n]) * 32 for n in (1, 2, 3))
 
