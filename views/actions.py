@@ -22,19 +22,19 @@ from .base import View
 NAME = "actions"
 PREFIX = keys.ACTIONS
 CONTEXTS, HIDDEN_USERS, HIDDEN_POSTS, DROPPED_POSTS, DROPPED_CHANNELS, RELEVANT = (PREFIX + k for k in (b"c", b"u", b"h", b"d", b"x", b"v"))
+EVERY_POST = PREFIX + b"p"  # the per-post rows: EVERY_POST<mono>
 RESOLVED_PREFIXES = (CONTEXTS, HIDDEN_USERS, HIDDEN_POSTS, DROPPED_POSTS, DROPPED_CHANNELS, RELEVANT)
 
 
 def entries(ip):
     if ip.post.post_type == MODERATION:
-        return [(PREFIX + b"p" + ip.mono, b"")]
+        return [(EVERY_POST + ip.mono, b"")]
     return []
-
 
 
 def candidates_prefix() -> bytes:
     """Where every post/moderation has its ``p`` entry, oldest first."""
-    return PREFIX + b"p"
+    return EVERY_POST
 
 
 def context_key(context: str) -> bytes:

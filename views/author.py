@@ -67,6 +67,16 @@ def decode_key(key: bytes) -> AuthorRow | None:
     return AuthorRow(author, post_type, channel, keys.mono_timestamp(key), key[-32:])
 
 
+def author_of_key(key: bytes) -> bytes:
+    """The author an ``!author!`` key names (no check: a scan of every key calls it)."""
+    return key[len(PREFIX) : len(PREFIX) + 32]
+
+
+def type_of_key(key: bytes) -> int:
+    """The post type an ``!author!`` key names (no check)."""
+    return key[len(PREFIX) + 32]
+
+
 def hashes(author_keys) -> set[bytes]:
     """The post hashes ``!author!`` keys end in (a key too short to hold one is skipped): every indexed post has one."""
     return {k[-32:] for k in author_keys if len(k) >= _KEY_MIN}

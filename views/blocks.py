@@ -21,6 +21,7 @@ from .base import View
 NAME = "blocks"
 PREFIX = keys.BLOCKS
 BLOCKED, UNBLOCKED, BLOCKERS, KEPT = PREFIX + b"b", PREFIX + b"u", PREFIX + b"n", PREFIX + b"k"
+EVERY_POST = PREFIX + b"p"  # the per-post rows: EVERY_POST<mono>
 RESOLVED_PREFIXES = (BLOCKED, UNBLOCKED, BLOCKERS, KEPT)
 #: The rows that keep posts out (enforcement reads them): blocks, users whose notified block names the local user, kept-out posts.
 KEEPING_OUT = (BLOCKED, KEPT, BLOCKERS)
@@ -51,6 +52,11 @@ class SinceRow(NamedTuple):
 
 def blocked_key(user: bytes) -> bytes:
     return BLOCKED + user
+
+
+def blocked_user(key: bytes) -> bytes:
+    """The user a ``!blocks!b<pubkey>`` key names."""
+    return key[len(BLOCKED) :]
 
 
 def unblocked_key(user: bytes) -> bytes:
@@ -91,14 +97,13 @@ def decode_since(value: bytes) -> SinceRow:
 
 def entries(ip):
     if ip.post.post_type in (BLOCK, UNBLOCK):
-        return [(PREFIX + b"p" + ip.mono, b"")]
+        return [(EVERY_POST + ip.mono, b"")]
     return []
-
 
 
 def candidates_prefix() -> bytes:
     """Where every post/block and post/unblock has its ``p`` entry, oldest first."""
-    return PREFIX + b"p"
+    return EVERY_POST
 
 
 def resolved(state):

@@ -46,6 +46,11 @@ class Membership(NamedTuple):
         return self.mono[-32:]
 
 
+def encode_membership(row: Membership) -> bytes:
+    """A membership row's value: member or left, the deciding post's type, its ``<mono>``."""
+    return (MEMBER if row.member else LEFT) + bytes([row.post_type]) + row.mono
+
+
 def membership(value: bytes) -> Membership | None:
     """Decode a membership row's value (None: not one, a damaged row: ``check`` reports it)."""
     if len(value) != 2 + keys.MONO_SIZE or value[:1] not in (MEMBER, LEFT):
@@ -63,9 +68,29 @@ def member_group(channel_escaped: bytes, public_key: bytes) -> bytes:
     return MEMBER_GROUP + channel_escaped + public_key
 
 
+def member_key(channel_escaped: bytes, public_key: bytes) -> bytes:
+    """``!channel!<ch>m<pubkey>``: the membership row (register) of a member of a channel."""
+    return members_prefix(channel_escaped) + public_key
+
+
 def members_prefix(channel_escaped: bytes) -> bytes:
     """``!channel!<ch>m``: the registers of a channel's members and ex-members, every author of a post there."""
     return PREFIX + channel_escaped + MEMBER_GROUP
+
+
+def channel_of_key(key: bytes) -> tuple[str, int]:
+    """The channel a ``!channel!`` key names, and where its escaped name ends in the key."""
+    return keys.unescape(key, len(PREFIX))
+
+
+def member_of_key(key: bytes, channel_escaped: bytes) -> bytes:
+    """The member a ``!channel!<ch>m<pubkey>`` key of channel ``<ch>`` names."""
+    return key[len(PREFIX) + len(channel_escaped) + len(MEMBER_GROUP) :]
+
+
+def topic_key(channel_escaped: bytes) -> bytes:
+    """``!channel!<ch>t``: a channel's current topic (UTF-8)."""
+    return PREFIX + channel_escaped + TOPIC_GROUP
 
 
 def post_prefixes(channel_escaped: bytes, public_keys):
@@ -105,8 +130,8 @@ def register_rank(group, value):
 
 def latest_prefix(group):
     if group[:1] == MEMBER_GROUP:
-        return PREFIX + group[1:-32] + MEMBER_GROUP + group[-32:]
-    return PREFIX + group[1:] + TOPIC_GROUP
+        return member_key(group[1:-32], group[-32:])
+    return topic_key(group[1:])
 
 
 def latest_keys(group):
@@ -119,7 +144,7 @@ def latest(group, winner):
         return []
     if group[:1] == MEMBER_GROUP:
         t = winner.post.post_type
-        return [(latest_prefix(group), (LEFT if t == LEAVE else MEMBER) + bytes([t]) + winner.mono)]
+        return [(latest_prefix(group), encode_membership(Membership(t != LEAVE, t, winner.mono)))]
     return [(latest_prefix(group), winner.post.topic.encode("utf-8"))]
 
 

@@ -23,7 +23,12 @@ def key(channel: str, mono: bytes) -> bytes:
 
 
 def channel_prefix(channel: str) -> bytes:
-    return PREFIX + channel_key(channel)
+    return escaped_prefix(channel_key(channel))
+
+
+def escaped_prefix(channel_escaped: bytes) -> bytes:
+    """Every ``!chat`` row of a channel (``<ch>`` escaped)."""
+    return PREFIX + channel_escaped
 
 
 def entries(ip):

@@ -24,6 +24,7 @@ from .base import View
 NAME = "roles"
 PREFIX = keys.ROLES
 CONTEXTS, ROLES, RELEVANT = PREFIX + b"c", PREFIX + b"r", PREFIX + b"v"
+EVERY_POST = PREFIX + b"p"  # the per-post rows: EVERY_POST<mono>
 RESOLVED_PREFIXES = (CONTEXTS, ROLES, RELEVANT)
 
 
@@ -44,14 +45,13 @@ def decode_role(value: bytes) -> RoleRow:
 
 def entries(ip):
     if ip.post.post_type == ROLE:
-        return [(PREFIX + b"p" + ip.mono, ip.post.recipients[0] if ip.post.recipients else b"")]
+        return [(EVERY_POST + ip.mono, ip.post.recipients[0] if ip.post.recipients else b"")]
     return []
-
 
 
 def candidates_prefix() -> bytes:
     """Where every post/role has its ``p`` entry, oldest first."""
-    return PREFIX + b"p"
+    return EVERY_POST
 
 
 def context_key(context: str) -> bytes:

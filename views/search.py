@@ -41,7 +41,32 @@ def flip(mono: bytes) -> bytes:
 
 def term_prefix(term: str) -> bytes:
     """The keys of every post ``term`` finds."""
-    return PREFIX + term.encode("utf-8") + END
+    return postings_prefix(term.encode("utf-8"))
+
+
+def postings_prefix(term: bytes) -> bytes:
+    """The keys of every post the UTF-8 ``term`` finds."""
+    return PREFIX + term + END
+
+
+def past_postings(term: bytes) -> bytes:
+    """A key after every posting of the UTF-8 ``term`` and before any longer term's (``END`` is the lowest byte)."""
+    return PREFIX + term + bytes([END[0] + 1])
+
+
+def terms_prefix(start: str) -> bytes:
+    """The keys of every term starting with ``start``."""
+    return PREFIX + start.encode("utf-8")
+
+
+def term_of_key(key: bytes) -> bytes:
+    """The UTF-8 term a ``!search`` key is a posting of."""
+    return key[len(PREFIX) : key.index(END, len(PREFIX))]
+
+
+def posting_hash(rmono: bytes) -> bytes:
+    """The hash of the post a posting's ``<rmono>`` names."""
+    return flip(rmono)[8:]  # the 8-byte timestamp, then the hash
 
 
 def searched_text(post) -> str | None:

@@ -6,6 +6,7 @@ the ``!user`` view.)
 
     !state!<channel>m<pubkey><mono> -> ''   post/join, post/leave
     !state!<channel>t<mono>         -> ''   post/topic
+    !state!<channel>l<pubkey>       -> <hash>  the member's latest post/join or post/leave
 """
 
 from cablestore.keyspace import keys
@@ -17,10 +18,16 @@ from .base import View
 NAME = "state"
 PREFIX = keys.STATE
 MEMBER_ROWS, TOPIC_ROWS = b"m", b"t"  # !state!<ch>m<pubkey><mono>, !state!<ch>t<mono>
+LATEST_ROWS = b"l"  # !state!<ch>l<pubkey> -> <hash>: the latest join/leave of each member
 
 
 def member_prefix(channel: str, public_key: bytes = b"") -> bytes:
-    return PREFIX + channel_key(channel) + MEMBER_ROWS + public_key
+    return members_prefix(channel_key(channel)) + public_key
+
+
+def members_prefix(channel_escaped: bytes) -> bytes:
+    """Every join/leave of a channel (``<ch>`` escaped)."""
+    return PREFIX + channel_escaped + MEMBER_ROWS
 
 
 def topic_prefix(channel_escaped: bytes) -> bytes:
@@ -47,7 +54,7 @@ def candidates(group):
 
 
 def latest_prefix(group):
-    return PREFIX + group[:-32] + b"l" + group[-32:]
+    return latest_members_prefix(group[:-32]) + group[-32:]
 
 
 def latest_keys(group):
@@ -60,7 +67,12 @@ def latest(group, winner):
 
 
 def latest_per_member_prefix(channel: str) -> bytes:
-    return PREFIX + channel_key(channel) + b"l"
+    return latest_members_prefix(channel_key(channel))
+
+
+def latest_members_prefix(channel_escaped: bytes) -> bytes:
+    """The latest join/leave of each member of a channel (``<ch>`` escaped): one row each, its hash the value."""
+    return PREFIX + channel_escaped + LATEST_ROWS
 
 
 class StateView(View):

@@ -13,7 +13,7 @@ point read for channel state); both rank the user's ``p`` run.
 """
 
 from cablestore.keyspace import keys
-from cablestore.keyspace.keys import escape
+from cablestore.keyspace.keys import escape, unescape
 from cablestore.wire.codec import INFO
 
 from .base import View
@@ -21,14 +21,35 @@ from .base import View
 NAME = "user"
 PREFIX = keys.USER
 POST_ROWS, LATEST_HASH = b"p", b"h"  # !user!<pubkey>p<mono>; the group (and key) of the latest post/info's hash
+PROPERTY_ROWS = b"i"  # !user!<pubkey>i<key>: the pairs of the latest post/info
+
+
+def user_prefix(public_key: bytes) -> bytes:
+    """Every row of one user."""
+    return PREFIX + public_key
+
+
+def user_of_key(key: bytes) -> bytes:
+    """The user a ``!user!`` key names."""
+    return key[len(PREFIX) : len(PREFIX) + 32]
 
 
 def posts_prefix(public_key: bytes) -> bytes:
     return PREFIX + public_key + POST_ROWS
 
 
+def properties_prefix(public_key: bytes) -> bytes:
+    """The properties of a user (their latest post/info's pairs)."""
+    return PREFIX + public_key + PROPERTY_ROWS
+
+
 def property_key(public_key: bytes, name: str) -> bytes:
-    return PREFIX + public_key + b"i" + escape(name)
+    return properties_prefix(public_key) + escape(name)
+
+
+def property_name(key: bytes, public_key: bytes) -> str:
+    """The property a ``!user!<pubkey>i<key>`` key names."""
+    return unescape(key, len(properties_prefix(public_key)))[0]
 
 
 def entries(ip):
@@ -53,7 +74,7 @@ def candidates(group):
 def latest_prefix(group):
     if len(group) == 33:
         return latest_hash_key(group[1:])
-    return PREFIX + group + b"i"
+    return properties_prefix(group)
 
 
 def latest_keys(group):

@@ -154,10 +154,10 @@ class Reading(Component):
         with self.db.snapshot() as snap:
             for name in channel_names(snap):
                 ch = escape(name)  # the name as its keys spell it
-                topic = snap.get(channel_view.PREFIX + ch + b"t")
+                topic = snap.get(channel_view.topic_key(ch))
                 with snap.iterator(prefix=channel_view.members_prefix(ch)) as it:
                     members = sum(1 for _, v in it if channel_view.is_member(v))
-                messages = _count_keys(snap, chat_view.PREFIX + ch)
+                messages = _count_keys(snap, chat_view.escaped_prefix(ch))
                 out.append(ChannelSummary(name, _text(topic) or "", members, messages))
         spellings = self._posts.listed_spellings([c.name for c in out])
         return [replace(c, spelling=spelled) for c, spelled in zip(out, spellings, strict=True)]
@@ -169,22 +169,21 @@ class Reading(Component):
         ch = channel_key(channel)
         members = channel_view.members_prefix(ch)
         with self.db.snapshot() as snap:
-            people = [k[len(members) :] for k in snap.iterator(prefix=members, include_value=False)]
+            people = [channel_view.member_of_key(k, ch) for k in snap.iterator(prefix=members, include_value=False)]
             return sum(_count_keys(snap, prefix) for prefix in channel_view.post_prefixes(ch, people))
 
     def stats(self) -> StoreStats:
         """Count what the store holds (one snapshot; a scan of the keys, no post is decoded)."""
         by_type: Counter[int] = Counter()
         authors = set()
-        prefix = author_view.PREFIX
         with self.db.snapshot() as snap:
             posts = _count_keys(snap, POSTS)
             tombstones = _count_keys(snap, DELETED)
             channels = len(channel_names(snap))
-            with snap.iterator(prefix=prefix, include_value=False) as it:
+            with snap.iterator(prefix=author_view.PREFIX, include_value=False) as it:
                 for key in it:
-                    authors.add(key[len(prefix) : len(prefix) + 32])
-                    by_type[key[len(prefix) + 32]] += 1
+                    authors.add(author_view.author_of_key(key))
+                    by_type[author_view.type_of_key(key)] += 1
         # Types 0-5 always (a chat store's shape); moderation types 6-9 when the store holds some.
         types = {name: by_type.get(t, 0) for t, name in POST_TYPE_NAMES.items() if t < 6 or by_type.get(t)}
         return StoreStats(str(self.path), posts, types, channels, len(authors), tombstones, _disk_bytes(self.path))

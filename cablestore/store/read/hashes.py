@@ -123,14 +123,14 @@ class Queries(LinkQueries):
             people = self._member_keys(snap, ch)
             if historic:
                 out = _all_newest_first(it, state.topic_prefix(ch))
-                out += _all_newest_first(it, state.PREFIX + ch + b"m")
+                out += _all_newest_first(it, state.members_prefix(ch))
                 for pk in people:
                     out += _all_newest_first(it, user.posts_prefix(pk))
                 return out
             out = _latest(it, [state.topic_prefix(ch)])
             # Materialized latest entries: one scan of the members and a point
             # read each, however long the channel's history.
-            out += [h for _, h in snap.iterator(prefix=state.PREFIX + ch + b"l")]
+            out += [h for _, h in snap.iterator(prefix=state.latest_members_prefix(ch))]
             for pk in people:
                 h = snap.get(user.latest_hash_key(pk))
                 if h is not None:
@@ -140,7 +140,7 @@ class Queries(LinkQueries):
     @staticmethod
     def _member_keys(snap, ch: bytes, current_only: bool = False) -> list[bytes]:
         prefix = channel_view.members_prefix(ch)
-        return [k[len(prefix) :] for k, v in snap.iterator(prefix=prefix) if not current_only or channel_view.is_member(v)]
+        return [channel_view.member_of_key(k, ch) for k, v in snap.iterator(prefix=prefix) if not current_only or channel_view.is_member(v)]
 
     @renamed_keyword("name", "channel")
     def members(self, channel: str) -> list[bytes]:
@@ -150,7 +150,7 @@ class Queries(LinkQueries):
     @renamed_keyword("name", "channel")
     def topic(self, channel: str) -> str:
         """The channel's current topic; "" when none is set (spec 5.4.2)."""
-        key = channel_view.PREFIX + channel_key(channel) + b"t"
+        key = channel_view.topic_key(channel_key(channel))
         value = self.db.get(key)
         return _text(key, value) if value else ""
 
@@ -177,9 +177,8 @@ class Queries(LinkQueries):
 
     def user_info(self, public_key: HashLike) -> dict[str, str]:
         """Every property of the user's latest post/info."""
-        prefix = user.PREFIX + as_hash(public_key) + b"i"
-
-        return {unescape(k, len(prefix))[0]: _text(k, v) for k, v in self.db.iterator(prefix=prefix)}
+        pk = as_hash(public_key)
+        return {user.property_name(k, pk): _text(k, v) for k, v in self.db.iterator(prefix=user.properties_prefix(pk))}
 
     def author_posts(self, public_key: HashLike, post_type: int | None = None) -> list[bytes]:
         """Hashes of the author's posts (of one type, or all), newest first."""
@@ -213,7 +212,7 @@ def channel_names(reader: Any) -> list[str]:
     names = []
     with reader.iterator(prefix=channel_view.PREFIX, include_value=False) as it:
         for key in it:
-            name, end = unescape(key, len(channel_view.PREFIX))
+            name, end = channel_view.channel_of_key(key)
             names.append(name)
             it.seek(next_prefix(key[:end]))
     return names

@@ -83,8 +83,8 @@ def tombstoned(store: Any, hashes: list[bytes]) -> set[bytes]:
 
 def any_member(store: Any, channel: str, public_keys: Iterable[bytes]) -> bool:
     """True if one of ``public_keys`` is a member or ex-member of ``channel`` (canonical): their latest post/info is in its state."""
-    get, group = store.db.get, b"m" + escape(channel)  # the channel view's member group, less the member's key
-    return any(get(channel_view.latest_prefix(group + pk)) is not None for pk in public_keys)
+    get, ch = store.db.get, escape(channel)
+    return any(get(channel_view.member_key(ch, pk)) is not None for pk in public_keys)
 
 
 def check_relayed(ingest: Any, buf: bytes, now: int) -> bytes:

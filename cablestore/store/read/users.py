@@ -89,23 +89,21 @@ def labels(names: dict[bytes, str | None], wanted: Iterable[bytes] | None = None
 def _names(snap) -> dict[bytes, str | None]:
     """Every user with a post/info -> their current name (None: their post/info sets none)."""
     out: dict[bytes, str | None] = {}
-    start = len(user_view.PREFIX)
     with snap.iterator(prefix=user_view.PREFIX, include_value=False) as it:
         for key in it:
-            pk = key[start : start + 32]
+            pk = user_view.user_of_key(key)
             value = snap.get(user_view.property_key(pk, "name"))
             out[pk] = None if value is None else value.decode("utf-8", "replace")
-            it.seek(next_prefix(user_view.PREFIX + pk))
+            it.seek(next_prefix(user_view.user_prefix(pk)))
     return out
 
 
 def _post_counts(snap) -> dict[bytes, int]:
     """Every author -> how many of their posts the store holds (a scan of ``!author`` keys)."""
     out: dict[bytes, int] = {}
-    start = len(author_view.PREFIX)
     with snap.iterator(prefix=author_view.PREFIX, include_value=False) as it:
         for key in it:
-            pk = key[start : start + 32]
+            pk = author_view.author_of_key(key)
             out[pk] = out.get(pk, 0) + 1
     return out
 

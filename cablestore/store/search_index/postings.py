@@ -35,7 +35,7 @@ class Postings:
     __slots__ = ("it", "prefix", "cur", "done", "budget")
 
     def __init__(self, snap: Any, term_bytes: bytes, budget: list) -> None:
-        self.prefix = search_view.PREFIX + term_bytes + search_view.END
+        self.prefix = search_view.postings_prefix(term_bytes)
         self.it = snap.iterator(prefix=self.prefix, include_value=False)
         self.cur: bytes | None = None  # the posting the iterator returned last
         self.done = False
@@ -114,15 +114,14 @@ class Union:
 
 def terms_with_prefix(snap: Any, prefix: str) -> list[bytes]:
     """Every indexed term starting with ``prefix`` (UTF-8), at most :data:`MAX_PREFIX_TERMS`."""
-    start = len(search_view.PREFIX)
     found = []
-    with snap.iterator(prefix=search_view.PREFIX + prefix.encode("utf-8"), include_value=False) as it:
+    with snap.iterator(prefix=search_view.terms_prefix(prefix), include_value=False) as it:
         for key in it:
-            term = key[start : key.index(search_view.END, start)]
+            term = search_view.term_of_key(key)
             if len(found) == MAX_PREFIX_TERMS:
                 raise QueryError(f"{prefix}* matches more than {MAX_PREFIX_TERMS} indexed words: give it more letters")
             found.append(term)
-            it.seek(search_view.PREFIX + term + b"\x01")  # past every posting of this term
+            it.seek(search_view.past_postings(term))
     return found
 
 

@@ -149,8 +149,7 @@ def _moderation(snap) -> tuple[bool, set, bool, set]:
     them in its WriteBatch); they are checked again here only as a guard.
     """
     hidden = _any(snap, actions_view.HIDDEN_POSTS) or _any(snap, actions_view.HIDDEN_USERS)
-    bp = blocks_view.BLOCKED
-    blocked = {k[len(bp) :] for k in snap.iterator(prefix=bp, include_value=False)}
+    blocked = {blocks_view.blocked_user(k) for k in snap.iterator(prefix=blocks_view.BLOCKED, include_value=False)}
     channels = {actions_view.channel_of_dropped_key(k) for k in snap.iterator(prefix=actions_view.DROPPED_CHANNELS, include_value=False)}
     return hidden, blocked, _any(snap, actions_view.DROPPED_POSTS), channels
 
@@ -290,7 +289,7 @@ class Searching(Component):
 
     def _confirm(self, snap, x, q, include_hidden, channels, authors, moderated, blocked, dropped, dropped_channels, names, hidden_users):
         """The hit for candidate ``x`` (an ``<rmono>``), or None when the post does not match or the filters leave it out."""
-        h = search_view.flip(x)[8:]
+        h = search_view.posting_hash(x)
         blob = snap.get(POSTS + h)
         if blob is None:
             return None

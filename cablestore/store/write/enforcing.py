@@ -115,7 +115,7 @@ def candidates(batch: IndexState, changed: set[bytes]) -> set[bytes]:
         elif key.startswith(actions.DROPPED_CHANNELS):
             ch = actions.channel_of_dropped_key(key)
             members = channel_view.members_prefix(ch)
-            authors = [k[len(members) :] for k, _ in batch.current(members)]  # every author of a post there, then their posts there
+            authors = [channel_view.member_of_key(k, ch) for k, _ in batch.current(members)]  # every author of a post there, then their posts there
             for prefix in channel_view.post_prefixes(ch, authors):
                 found.update(k[-32:] for k, _ in batch.current(prefix))
         elif key.startswith(blocks.KEEPING_OUT):

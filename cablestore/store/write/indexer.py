@@ -322,10 +322,10 @@ def _channels_of_post(state: IndexState, h: bytes, post: Post) -> tuple[str, ...
 
 def _member_channels(state: IndexState, public_key: bytes) -> tuple[str, ...]:
     # Membership changed earlier in this batch must count: settle this member's
-    # groups of the channel view (``m<channel><public_key>``) that the batch touched,
+    # groups of the channel view (:func:`views.channel.member_group`) that the batch touched,
     # found from the channels of the member's posts the batch indexed or removed.
     here = state.author_channels.get(public_key, frozenset())
-    state.settle_groups(views.channel.NAME, [b"m" + escape(c) + public_key for c in here])
+    state.settle_groups(views.channel.NAME, [views.channel.member_group(escape(c), public_key) for c in here])
     names = set(channel_names(state.txn.db)) | here  # channels new in this batch count where the member posted
-    membership = views.channel.latest_prefix  # the key of group b"m" + channel + pubkey
-    return tuple(sorted(n for n in names if views.channel.is_member(state.get(membership(b"m" + escape(n) + public_key)))))
+    member_key = views.channel.member_key
+    return tuple(sorted(n for n in names if views.channel.is_member(state.get(member_key(escape(n), public_key)))))
