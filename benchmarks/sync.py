@@ -1,6 +1,14 @@
 """Sync benchmark: an empty store pulls N posts from `cablestore serve` over loopback TCP.
 
-    python -m benchmarks.sync --posts 100000
+    python -m benchmarks.sync --posts 10000,100000
+
+Each size also runs the matrix of docs/performance.md's "Sync: budget and
+measurements": a default ``serve`` (it pulls back) and ``serve --no-pull``,
+plain and private, a first sync into an empty store and a re-sync of the
+same store, each with posts/s, its ratio to ``ingest --workers 0`` and to
+``ingest`` with one verify worker of the same posts in the same run, the
+bytes each way and round trips through a byte-counting proxy
+(:mod:`benchmarks.wirecount`), and the serving process's CPU per post.
 
 Reported next to verified ingest of the same posts in the same run (machines
 here are shared and noisy, so the ratio is the figure to compare; the goal is
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import socket
@@ -50,10 +59,63 @@ def _ingest(path: Path, bufs, verify: bool, batch: int = 1000) -> float:
         return time.perf_counter() - start
 
 
-def _serve(store: Path, key_file: Path):
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proxy(address: str):
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.wirecount", address], stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().split()[2]
+
+
+def _ingest_one_worker(path: Path, bufs, batch: int = 1000) -> float:
+    with Store(path, verify_workers=1) as store:
+        start = time.perf_counter()
+        for _ in store.ingest_batches(bufs[i : i + batch] for i in range(0, len(bufs), batch)):
+            pass
+        return time.perf_counter() - start
+
+
+def matrix(work: Path, full: Path, bufs, key_file: Path, key: bytes, ingest_s: float, one_worker_s: float) -> list[dict]:
+    """Default serve and --no-pull, plain and private, first sync and re-sync: one row each."""
+    rows = []
+    for pull in (True, False):
+        proc, private_address, address = _serve(full, key_file, pull=pull)
+        proxies = [_proxy(address), _proxy(private_address)]
+        try:
+            for kind, (px, via) in zip(("plain", "private"), proxies, strict=True):
+                target = work / f"m-{'pull' if pull else 'nopull'}-{kind}"
+                for attempt in ("first", "resync"):
+                    cpu = _cpu_seconds(proc.pid)
+                    summary, seconds = _timed_sync(target, via, **({"cabal_key": key} if kind == "private" else {}))
+                    served_cpu = _cpu_seconds(proc.pid) - cpu
+                    wire = json.loads(px.stdout.readline())
+                    n = summary["posts_ingested"]
+                    rows.append({
+                        "serve": "default" if pull else "--no-pull", "kind": kind, "sync": attempt, "posts": n,
+                        "seconds": round(seconds, 2), "posts_per_s": round(n / seconds) if n else 0,
+                        "vs_ingest_workers_0": round(n / seconds / (len(bufs) / ingest_s), 3) if n else None,
+                        "vs_ingest_1_worker": round(n / seconds / (len(bufs) / one_worker_s), 3) if n else None,
+                        "bytes_up": wire["up"], "bytes_down": wire["down"], "round_trips": wire["round_trips"],
+                        "serve_cpu_us_per_post": round(served_cpu / max(1, n) * 1e6, 1) if n else None,
+                        "serve_cpu_s": round(served_cpu, 2), "complete": summary["complete"],
+                    })
+        finally:
+            for px, _ in proxies:
+                px.terminate()
+                px.wait(timeout=30)
+            proc.terminate()
+            proc.wait(timeout=60)
+    return rows
+
+
+def _serve(store: Path, key_file: Path, pull: bool = True):
     """serve on a private listener (``key_file``) and a plain one beside it: (process, private address, plain address)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cablestore", "serve", str(store), "--listen", "127.0.0.1:0", "--cabal-key", str(key_file), "--plain-listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "cablestore", "serve", str(store), "--listen", "127.0.0.1:0", "--cabal-key", str(key_file), "--plain-listen", "127.0.0.1:0"]
+        + ([] if pull else ["--no-pull"]),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -108,8 +170,10 @@ def sync_rate(work: Path, posts_file: Path) -> dict:
     full = work / "full"
     _ingest(full, bufs, verify=False)
     ingest_s = _ingest(work / "verified", bufs, verify=True)
+    one_worker_s = _ingest_one_worker(work / "verified-1", bufs)
     key_file = work / "cabal.key"
     key = write_cabal_key(key_file)
+    rows = matrix(work, full, bufs, key_file, key, ingest_s, one_worker_s)
     proc, private_address, address = _serve(full, key_file)
     try:
         # plain, private, plain, private: the best of two each (a shared machine's noise falls on both)
@@ -145,6 +209,9 @@ def sync_rate(work: Path, posts_file: Path) -> dict:
         "private_over_plain": round((private["posts_ingested"] / private_s) / (ingested / sync_s), 3),  # the goal: >= 0.9
         "sync_seconds_each_run": {k: [round(t, 2) for _, t in v] for k, v in runs.items()},
         "handshakes": handshakes,
+        "ingest_workers_0_posts_per_s": round(len(bufs) / ingest_s),
+        "ingest_1_worker_posts_per_s": round(len(bufs) / one_worker_s),
+        "matrix": rows,
     }
 
 
@@ -176,20 +243,21 @@ def time_range_latency(work: Path, requests: int = 2000, seed: int = 5) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--posts", type=int, default=100_000)
+    p.add_argument("--posts", default="100000", help="a comma list of sizes, e.g. 10000,100000,1000000")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench-results", help="where generated posts are cached and results written")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    posts_file = _posts(out, args.posts, args.seed)
-    work = Path(tempfile.mkdtemp(prefix="cablestore-sync-"))
-    try:
-        result = {"sync": sync_rate(work, posts_file), "time_range_limit_50": time_range_latency(work)}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    (out / f"sync-{args.posts}.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    for size in [int(x) for x in str(args.posts).split(",") if x.strip()]:
+        posts_file = _posts(out, size, args.seed)
+        work = Path(tempfile.mkdtemp(prefix="cablestore-sync-"))
+        try:
+            result = {"sync": sync_rate(work, posts_file), "time_range_limit_50": time_range_latency(work)}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        (out / f"sync-{size}.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2), flush=True)
     return 0
 
 

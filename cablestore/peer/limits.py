@@ -145,6 +145,9 @@ DEFER_MS = 10_000
 # state channels they are (ex-)members of are looked up (a point read per channel and author, ~1.5 µs);
 # with more, every live state channel is re-read (~35 µs each), as a removal always does.
 MEMBER_LOOKUPS = 16
+# Hashes a live state request may hold beyond its last answer while stale (commits of its own peer's posts
+# mark it stale instead of re-reading the channel's state; see cablestore.peer.live): past it, re-read at once.
+STALE_HASHES = 1024
 # Sync (cablestore.peer.sync)
 MAX_LISTED_CHANNELS = 16 * CHANNELS_PER_RESPONSE  # a sync takes at most this many channels from one peer's list
 # Channels a live sync keeps live requests open for (two each): as many as one channel list page, so
@@ -247,6 +250,7 @@ _FIXED = (
     ("POST_REQUESTS_IN_FLIGHT", "post requests of ours unanswered on one connection"),
     ("DEFER_MS", "ms a hash in flight elsewhere is waited for before it is asked for again"),
     ("MEMBER_LOOKUPS", "authors in one commit whose channels a live push looks up (more: every live state channel is re-read)"),
+    ("STALE_HASHES", "hashes a live state request left stale by its own peer's posts holds beyond its last answer (more: re-read at once)"),
     ("MAX_LISTED_CHANNELS", "channels a sync takes from one peer's list"),
     ("MAX_LIVE_CHANNELS", "channels a live sync keeps live requests open for"),
     ("DEFAULT_MARGIN", "ms the sync cursor is set back from the newest synced post"),

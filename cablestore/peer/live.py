@@ -19,7 +19,7 @@ clock) recomputes a stale state later, once, and pushes what else entered
 it (an older post/info a delete from C made current again).  A peer that
 syncs from us while we pull from it (``serve``) so costs one channel state
 read per channel and tick, not one per commit; a stale entry holds at most
-``STALE_HASHES`` extra hashes before it is recomputed at once.
+``limits.STALE_HASHES`` extra hashes before it is recomputed at once.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from cablestore.store.events import Committed
 
 STATE_TYPES = frozenset({TOPIC, JOIN, LEAVE, INFO, DELETE})
-STALE_HASHES = 1024  # hashes a stale state entry may hold beyond its last answer before it is recomputed
 
 
 class LivePushes:
@@ -75,7 +74,7 @@ class LivePushes:
                         if sent is None:
                             sent = self._state_posts(change)
                         mine = sent.get(channel, ()) + sent.get(None, ())
-                        if len(entry.state) + len(mine) <= entry.answered_size + STALE_HASHES:
+                        if len(entry.state) + len(mine) <= entry.answered_size + limits.STALE_HASHES:
                             entry.state.update(mine)  # it holds these: not pushed back when the state is recomputed
                             entry.stale = True
                             continue
@@ -89,6 +88,7 @@ class LivePushes:
                         hashes = self._refresh(entry, answer)
                     if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
                         entry.origin.push(entry, hashes)
+                        peer.stats["live_pushed_hashes"] += len(hashes)
                         pushed = True
         if pushed and peer.on_output is not None:
             peer.on_output()
@@ -132,6 +132,7 @@ class LivePushes:
                     hashes = self._refresh(entry, answer)
                     if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
                         entry.origin.push(entry, hashes)
+                        peer.stats["live_pushed_hashes"] += len(hashes)
                         pushed = True
         if pushed and peer.on_output is not None:
             peer.on_output()
