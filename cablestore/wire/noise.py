@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import TYPE_CHECKING
 
 from nacl.bindings import (
     crypto_aead_chacha20poly1305_ietf_decrypt,
@@ -34,6 +35,9 @@ from nacl.exceptions import CryptoError
 from nacl.utils import random as _random_bytes
 
 from cablestore.errors import ArgumentError, HandshakeError
+
+if TYPE_CHECKING:
+    from cablestore.wire.responder import Message1Key
 
 PROTOCOL_NAME = b"Noise_XXpsk0_25519_ChaChaPoly_BLAKE2b"
 DHLEN = 32  # X25519 keys and DH outputs
@@ -90,6 +94,7 @@ def dh(private_key: bytes, public_key: bytes) -> bytes:
 def _nonce(n: int) -> bytes:
     # ChaChaPoly (section 12.3): 32 bits of zeros, then the 64-bit nonce little-endian.
     return b"\x00\x00\x00\x00" + n.to_bytes(8, "little")
+
 
 
 class CipherState:
@@ -197,6 +202,14 @@ class SymmetricState:
         self.mix_hash(ciphertext)
         return plaintext
 
+    @classmethod
+    def resumed(cls, ck: bytes, h: bytes, key: bytes | None, nonce: int) -> SymmetricState:
+        """A state with these values (a responder's after message 1, see :class:`Message1Key`)."""
+        ss = cls.__new__(cls)
+        ss.ck, ss.h, ss._cs = ck, h, CipherState(key)
+        ss._cs.set_nonce(nonce)
+        return ss
+
     def split(self) -> tuple[CipherState, CipherState]:
         """``Split()``: the two transport ciphers, initiator-to-responder first."""
         temp_k1, temp_k2 = hkdf(self.ck, b"", 2)
@@ -230,6 +243,14 @@ class HandshakeState:
         self._re: bytes | None = None
         self._index = 0  # which message of _PATTERN comes next
         self._failed = False
+
+    @classmethod
+    def after_message1(cls, key: Message1Key, read: tuple[SymmetricState, bytes], static_private: bytes) -> HandshakeState:
+        """A responder that has read message 1 with :meth:`Message1Key.try_message1` (``read`` is what it returned)."""
+        hs = cls(initiator=False, prologue=key.prologue, static_private=static_private, psk=key.psk)
+        hs._ss, hs._re = read
+        hs._index = 1
+        return hs
 
     @property
     def complete(self) -> bool:
