@@ -317,7 +317,7 @@ class CableHandshake:
                     raise NotHandshakeError(f"{NOT_HANDSHAKE}: a plain Cable client")
                 raise WrongCabalKeyError("message 1 does not authenticate: another cabal key, or a prologue not accepted")
             self.cabal, key, read = found
-            self._hs = HandshakeState.after_message1(key, read, self._static)
+            self._hs = HandshakeState.after_message1(key.prologue, key.psk, read, self._static)
             self.prologue = key.prologue
             self._out += self._hs.write_message()
             return None

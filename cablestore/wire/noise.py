@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import TYPE_CHECKING
 
 from nacl.bindings import (
     crypto_aead_chacha20poly1305_ietf_decrypt,
@@ -35,9 +34,6 @@ from nacl.exceptions import CryptoError
 from nacl.utils import random as _random_bytes
 
 from cablestore.errors import ArgumentError, HandshakeError
-
-if TYPE_CHECKING:
-    from cablestore.wire.responder import Message1Key
 
 PROTOCOL_NAME = b"Noise_XXpsk0_25519_ChaChaPoly_BLAKE2b"
 DHLEN = 32  # X25519 keys and DH outputs
@@ -204,7 +200,7 @@ class SymmetricState:
 
     @classmethod
     def resumed(cls, ck: bytes, h: bytes, key: bytes | None, nonce: int) -> SymmetricState:
-        """A state with these values (a responder's after message 1, see :class:`Message1Key`)."""
+        """A state with these values (a responder's after message 1, :mod:`cablestore.wire.responder`)."""
         ss = cls.__new__(cls)
         ss.ck, ss.h, ss._cs = ck, h, CipherState(key)
         ss._cs.set_nonce(nonce)
@@ -245,9 +241,10 @@ class HandshakeState:
         self._failed = False
 
     @classmethod
-    def after_message1(cls, key: Message1Key, read: tuple[SymmetricState, bytes], static_private: bytes) -> HandshakeState:
-        """A responder that has read message 1 with :meth:`Message1Key.try_message1` (``read`` is what it returned)."""
-        hs = cls(initiator=False, prologue=key.prologue, static_private=static_private, psk=key.psk)
+    def after_message1(cls, prologue: bytes, psk: bytes, read: tuple[SymmetricState, bytes], static_private: bytes) -> HandshakeState:
+        """A responder that has read message 1 under ``prologue`` and ``psk`` elsewhere (``read``: the state then and the remote ``e``;
+        :meth:`cablestore.wire.responder.Message1Key.try_message1`)."""
+        hs = cls(initiator=False, prologue=prologue, static_private=static_private, psk=psk)
         hs._ss, hs._re = read
         hs._index = 1
         return hs
