@@ -39,3 +39,12 @@ def adopt_cabal(db: Any, writer: Any, key: bytes) -> bytes:
     if kept != digest:
         raise CabalMismatchError("this store belongs to another cabal: serve or sync it with that cabal's key (two cabals are never mixed in one store)")
     return digest
+
+
+def bound_digest(store: Any) -> bytes | None:
+    """The digest of the cabal key ``store`` (a :class:`cablestore.Store`) is bound to, or None for a store of no private cabal.
+
+    For the peer, which must not serve a private cabal's store plainly (a
+    Store method would be its natural home).
+    """
+    return store.db.get(CABAL_KEY)

@@ -203,7 +203,7 @@ class CableHandshake:
             return [self._fail("no end-of-stream marker came back in time")]
         if self._in:
             return [self._fail(NotHandshakeError(f"{NOT_HANDSHAKE}: {len(self._in)} bytes came, not a whole handshake message"))]
-        return [self._fail("the handshake did not finish in time" + (": the peer sent nothing back (no --cabal-key there?)" if self.initiator else ""))]
+        return [self._fail("the handshake did not finish in time" + (": the peer sent nothing back (no cabal key there?)" if self.initiator else ""))]
 
     def send_message(self, message: bytes) -> None:
         """Queue one message (at least one byte; the empty message is :meth:`end`'s) in ``data_to_send``."""

@@ -101,7 +101,7 @@ class Message1Key:
         return SymmetricState.resumed(ck, _hash(h + tag), k, 1), re
 
 
-NOT_HANDSHAKE = "the peer does not use the Cable Handshake (no --cabal-key there?)"
+NOT_HANDSHAKE = "the peer does not use the Cable Handshake (no cabal key there?)"
 WRONG_KEY = "the handshake failed: the peer does not hold this cabal key"
 
 
