@@ -150,3 +150,20 @@ def test_responder_keys_pick_the_cabal_without_dh_and_refuse_duplicates():
     assert Message1Key(b"CABLE/1.0", KEYS[2]).try_message1(message) is None
     with pytest.raises(ValueError):
         ResponderKeys([KEYS[0], KEYS[0]])
+
+
+def test_cli_generate_never_overwrites_and_plain_serve_of_a_cabal_store_exits_2(cabals, tmp_path, capsys):
+    from cablestore.cli import main
+
+    out = tmp_path / "key"
+    out.write_bytes(b"precious")
+    assert main(["generate", "--posts", "3", str(out)]) == 2
+    assert out.read_bytes() == b"precious"
+    assert "exists" in capsys.readouterr().err
+    assert main(["generate", "--posts", "3", "--force", str(out)]) == 0 and out.read_bytes() != b"precious"
+    cabals[0].join_cabal(KEYS[0])
+    path = cabals[0].path if hasattr(cabals[0], "path") else tmp_path / "cabal0"
+    cabals[0].close()
+    assert main(["serve", str(path), "--listen", "127.0.0.1:0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CabalKeyRequiredError" in err[0] and "--cabal-key FILE" in err[0], err

@@ -400,7 +400,8 @@ def test_cli_serve_private_and_plain_and_sync_with_keys(full, tmp_path):
     assert good.returncode == 0 and json.loads(good.stdout)["posts_ingested"] > 200, good.stderr
     assert legacy.returncode == 0 and json.loads(legacy.stdout)["complete"]
     assert open_.returncode == 0 and json.loads(open_.stdout)["posts_ingested"] == json.loads(good.stdout)["posts_ingested"]
-    assert wrong.returncode == 1 and "HandshakeError" in json.loads(wrong.stdout)["reason"]
+    assert wrong.returncode == 2 and json.loads(wrong.stdout)["error"] == "WrongCabalKeyError", wrong
+    assert "does not hold this cabal key" in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "c").exists()  # a failed sync into a store it made leaves nothing
     assert mixed.returncode == 2 and "CabalMismatchError" in mixed.stderr and len(mixed.stderr.strip().splitlines()) == 1
 

@@ -24,7 +24,7 @@ from nacl.bindings import crypto_aead_chacha20poly1305_ietf_encrypt
 from cablestore.errors import ArgumentError, CableError
 from cablestore.wire.decoding import decode_payload
 from cablestore.wire.fields import read_varint
-from cablestore.wire.messages import DEPLOYED, DRAFT8, MODERATION_STATE_REQUEST
+from cablestore.wire.messages import DEPLOYED, DRAFT8
 from cablestore.wire.noise import DHLEN, HASHLEN, KEYLEN, PROTOCOL_NAME, PSKLEN, TAGLEN, SymmetricState, _hash, _nonce
 
 CABLE_PROLOGUE = b"CABLE/1.0"  # handshake.md §3.2: 43 41 42 4c 45 2f 31 2e 30
@@ -129,13 +129,12 @@ def whole_plain_messages(data: bytes) -> bool:
 
 
 def plain_cable_start(data: bytes) -> bool:
-    """True if ``data`` begins as a plain Cable message would: a ``msg_len`` varint, then a known ``msg_type``."""
+    """True if ``data`` begins with a whole plain Cable message (either framing), as a plain client's first request does."""
     try:
         size, at = read_varint(data, 0)
-        kind, _ = read_varint(data, at)
     except CableError:
         return False
-    return 0 < size and kind <= MODERATION_STATE_REQUEST
+    return 0 < size and at + size <= len(data) and whole_plain_messages(bytes(data[: at + size]))
 
 
 class ResponderKeys:
