@@ -160,6 +160,18 @@ class HandshakeError(TransportError):
     """The Cable Handshake failed (wrong cabal key, garbage, too slow) or the channel it set up broke (a MAC, a length); the connection is closed."""
 
 
+class NotHandshakeError(HandshakeError):
+    """The other side speaks plain Cable, not the Cable Handshake: a private peer met a plain one (no cabal key on one side)."""
+
+
+class WrongCabalKeyError(HandshakeError):
+    """The Cable Handshake failed on message 1: the two sides do not hold the same cabal key."""
+
+
+class HandshakeRequiredError(TransportError):
+    """A plain connection was closed before any Cable answer: the peer may be a private listener that requires a cabal key."""
+
+
 class PeerClosedError(TransportError):
     """An embedded peer (:class:`cablestore.peer.embedded.Peer`) was used before ``async with`` entered it or after it closed."""
 
@@ -243,6 +255,10 @@ class LocalUserError(StoreError):
 
 class CabalMismatchError(StoreError):
     """The store belongs to another cabal than the cabal key given: two cabals are never mixed in one store."""
+
+
+class CabalKeyRequiredError(CabalMismatchError):
+    """The store belongs to a private cabal and was about to be served or synced without its cabal key: nothing was served."""
 
 
 class ModerationRefusalError(CableError):

@@ -22,7 +22,7 @@ import pytest
 from cablestore import JOIN, TEXT, Peer, Store
 from cablestore.authoring.author import Author
 from cablestore.authoring.keyfile import write_keyfile
-from cablestore.errors import ArgumentError, CabalMismatchError, FellBehindError, PeerClosedError, TransportError
+from cablestore.errors import ArgumentError, CabalKeyRequiredError, CabalMismatchError, FellBehindError, HandshakeRequiredError, PeerClosedError, TransportError, WrongCabalKeyError
 from cablestore.peer import PrivateCabal
 
 from .conftest import keypair, stop
@@ -135,8 +135,16 @@ def test_a_private_cabal_lets_its_members_in_and_no_one_else(stores):
             async with Peer(stores("member"), cabal=PrivateCabal(members.cabal_key, keypair("kim"))) as member:
                 assert (await member.sync(host, port))["posts_ingested"] == 1
             async with Peer(stores("outsider"), cabal=outsider) as other:
-                refused = await other.sync(host, port, timeout=WAIT)
-                assert not refused["complete"] and "HandshakeError" in refused["reason"], refused
+                with pytest.raises(WrongCabalKeyError, match="does not hold this cabal key"):
+                    await other.sync(host, port, timeout=WAIT)
+            async with Peer(stores("plain")) as plain:  # no cabal: a plain peer is told the listener may require a key
+                with pytest.raises(HandshakeRequiredError):
+                    await plain.sync(host, port, timeout=WAIT)
+        async with Peer(held) as unkeyed:  # the cabal's store without its key: neither served nor synced
+            with pytest.raises(CabalKeyRequiredError, match="cabal_key="):
+                await unkeyed.serve()
+            with pytest.raises(CabalKeyRequiredError):
+                await unkeyed.connect("127.0.0.1", 9)
         with pytest.raises(CabalMismatchError):
             async with Peer(held, cabal=outsider):
                 pass

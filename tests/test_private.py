@@ -14,7 +14,7 @@ import pytest
 from cablestore import Keypair, Store
 from cablestore.authoring.author import Author
 from cablestore.authoring.workload import generate
-from cablestore.errors import CabalMismatchError
+from cablestore.errors import CabalMismatchError, HandshakeRequiredError, WrongCabalKeyError
 from cablestore.peer import Node, PeerLimits, PeerServer, run_server, run_sync
 from cablestore.peer.secure import PrivateCabal, one_wire_message
 from cablestore.wire import messages as M
@@ -112,8 +112,11 @@ def test_private_sync_end_to_end_and_plain_beside_it(full, tmp_path):
             private = await run_sync(mine, f"127.0.0.1:{server.port}", cabal_key=KEY, timeout=30)
             legacy = await run_sync(mine, f"127.0.0.1:{server.port}", cabal_key=KEY, prologue=LEGACY_PROLOGUE, timeout=30)
             open_ = await run_sync(plain, f"127.0.0.1:{plain_port}", timeout=30)
-            # a plain client on the private port: nothing comes back, the sync fails
-            refused = await run_sync(outsider, f"127.0.0.1:{server.port}", timeout=30, progress_timeout=1)
+            # a plain client on the private port: closed at once, and told the peer may require a cabal key
+            started = time.monotonic()
+            with pytest.raises(HandshakeRequiredError, match="may require a cabal key"):
+                await run_sync(outsider, f"127.0.0.1:{server.port}", timeout=30, progress_timeout=20)
+            refused = {"seconds": time.monotonic() - started}
             return private, legacy, open_, refused, server.node.snapshot()
         finally:
             await server.close()
@@ -122,8 +125,8 @@ def test_private_sync_end_to_end_and_plain_beside_it(full, tmp_path):
     assert private["complete"] and private["posts_ingested"] > 200, private
     assert legacy["complete"], legacy
     assert open_["complete"] and open_["posts_ingested"] == private["posts_ingested"]
-    assert not refused["complete"] and refused["messages_received"] == 0 and refused["posts_ingested"] == 0
-    assert snap["handshakes"] == 2
+    assert refused["seconds"] < 3, refused
+    assert snap["handshakes"] == 2 and snap["handshakes_failed_plain"] == 1, snap
     assert answers(mine) == answers(plain)
     for s in (mine, plain, outsider):
         s.close()
@@ -135,14 +138,15 @@ def test_wrong_key_fails_both_sides(full, tmp_path):
     async def main():
         server = await PeerServer(Node(full), "127.0.0.1", 0, private=PrivateCabal(KEY)).start()
         try:
-            summary = await run_sync(other, f"127.0.0.1:{server.port}", cabal_key=OTHER, timeout=30, progress_timeout=5)
-            return summary, server.node.snapshot()
+            with pytest.raises(WrongCabalKeyError, match="the handshake failed: the peer does not hold this cabal key") as caught:
+                await run_sync(other, f"127.0.0.1:{server.port}", cabal_key=OTHER, timeout=30, progress_timeout=5)
+            return caught.value, server.node.snapshot()
         finally:
             await server.close()
 
-    summary, snap = run(main())
-    assert not summary["complete"] and "HandshakeError" in summary["reason"], summary
-    assert summary["messages_received"] == 0
+    error, snap = run(main())
+    assert isinstance(error, WrongCabalKeyError)
+    assert snap["handshakes_failed_key"] == 1
     assert snap["handshakes_failed"] == 1 and snap["closed"].get("handshake") == 1
     assert snap.get("handshakes", 0) == 0 and snap.get("requests", 0) == 0
     other.close()
@@ -396,7 +400,8 @@ def test_cli_serve_private_and_plain_and_sync_with_keys(full, tmp_path):
     assert good.returncode == 0 and json.loads(good.stdout)["posts_ingested"] > 200, good.stderr
     assert legacy.returncode == 0 and json.loads(legacy.stdout)["complete"]
     assert open_.returncode == 0 and json.loads(open_.stdout)["posts_ingested"] == json.loads(good.stdout)["posts_ingested"]
-    assert wrong.returncode == 1 and "HandshakeError" in json.loads(wrong.stdout)["reason"]
+    assert wrong.returncode == 2 and json.loads(wrong.stdout)["error"] == "WrongCabalKeyError", wrong
+    assert "does not hold this cabal key" in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "c").exists()  # a failed sync into a store it made leaves nothing
     assert mixed.returncode == 2 and "CabalMismatchError" in mixed.stderr and len(mixed.stderr.strip().splitlines()) == 1
 

@@ -78,6 +78,9 @@ _CLI_WORDS = (
     ("(moderation.md §4.6); give no channel", "(moderation.md §4.6); leave out --channel"),
     ("(open it with Store(path, search=True), or call Store.enable_search())", "(build it with `cablestore search --enable STORE`)"),
     ("` (or Store.migrate) to upgrade it", "` to upgrade it"),
+    ("(no cabal key there?)", "(no --cabal-key there?)"),
+    ("it with its cabal key (cabal_key=)", "it with --cabal-key FILE (its cabal key)"),
+    ("it may require a cabal key (cabal_key=)", "it may require a cabal key (--cabal-key)"),
 )
 _CLI_PATTERNS = (
     # A snapshot given where a store is wanted: only check and rebuild read one (every command may get it).

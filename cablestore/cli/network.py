@@ -57,6 +57,10 @@ def _cmd_serve(args) -> int:
 
     policy = _serve_policy(args)
     parse_address(args.listen, listening=True)  # a bad address fails before the store is opened
+    if args.cabal:
+        return _serve_cabals(args, policy)
+    if args.store is None:
+        raise ArgumentError("give the STORE to serve, or --cabal STORE=KEYFILE (one or more)")
     if args.plain_listen:
         parse_address(args.plain_listen, listening=True)
     private = _private(args)
@@ -91,6 +95,43 @@ def _cmd_serve(args) -> int:
                 os.unlink(path)
             except OSError:
                 pass
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def _serve_cabals(args, policy) -> int:
+    """``serve --listen HOST:PORT --cabal STORE=KEYFILE ...``: several private cabals on one port."""
+    import contextlib
+
+    from cablestore.authoring.keyfile import read_cabal_key, read_keyfile
+    from cablestore.peer import run_server
+
+    if args.store is not None or args.cabal_key or args.plain_listen:
+        raise ArgumentError("--cabal serves each STORE=KEYFILE on --listen: give no STORE, --cabal-key or --plain-listen with it")
+    pairs = []
+    for given in args.cabal:
+        store, sep, keyfile = given.rpartition("=")
+        if not sep or not store or not keyfile:
+            raise ArgumentError(f"--cabal takes STORE=KEYFILE, got {given!r}")
+        pairs.append((store, read_cabal_key(keyfile)))
+
+    def ready(host, port):
+        if args.port_file:
+            write_port_file(args.port_file, port)
+        if args.json:
+            print(json.dumps({"listening": f"{host}:{port}", "port": port, "cabals": len(pairs)}, sort_keys=True), flush=True)
+        elif not args.quiet:
+            print(f"listening on {host}:{port} (private, {plural(len(pairs), 'cabal')})", flush=True)
+
+    try:
+        with contextlib.ExitStack() as stack:
+            stores = [(stack.enter_context(open_existing(path, local_user=args.local_user, cache_mb=STORE_CACHE_MB)), key) for path, key in pairs]
+            summary = asyncio.run(run_server(None, args.listen, ready=ready, policy=policy, pull=not args.no_pull, cabals=stores,
+                                             keypair=read_keyfile(args.key) if args.key else None))
+    finally:
+        if args.port_file and os.path.exists(args.port_file):
+            os.unlink(args.port_file)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     return 0
@@ -152,7 +193,7 @@ def register(sub) -> None:
             "(show, stats, post, ...) run through the serving process (a control socket in the store directory)."
         ),
     )
-    p.add_argument("store", help="the store directory (must exist)")
+    p.add_argument("store", nargs="?", help="the store directory (must exist); none with --cabal")
     add_local_user_flag(p)
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
     p.add_argument("--quiet", action="store_true", help="do not print the listening address")
@@ -170,6 +211,10 @@ def register(sub) -> None:
         help="a cabal key file (cablestore cabal new): every connection to --listen must pass the Cable Handshake with this key, then speaks draft8; ties the store to the cabal",
     )
     g.add_argument("--key", metavar="FILE", help="with --cabal-key: your key file, whose key authenticates this peer (default: a fresh key for the run: an unknown user)")
+    g.add_argument(
+        "--cabal", action="append", metavar="STORE=KEYFILE",
+        help="serve STORE to the holders of KEYFILE's cabal key only (repeatable: many cabals on the one --listen port; the handshake picks the cabal)",
+    )
     g.add_argument(
         "--plain-listen", metavar="HOST:PORT",
         help="with --cabal-key: also a plain listener (legacy TCP, as cable-client.js speaks): anyone who reaches it reads every post of the store and can write to it",

@@ -16,9 +16,14 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_generate(args) -> int:
+    import os
+
     from cablestore.authoring.workload import Workload, write_posts
+    from cablestore.errors import ArgumentError
     from cablestore.progress import Progress
 
+    if os.path.lexists(args.out) and not args.force:
+        raise ArgumentError(f"{args.out} exists: generate never overwrites a file (give another path, or --force)")
     progress = Progress(quiet=args.quiet).stage("generate + sign", args.posts)
 
     def counted():
@@ -89,7 +94,8 @@ def register(sub) -> None:
     p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
     p.add_argument("--seed", type=int, default=1, help="workload seed: the same seed gives the same bytes (default: 1)")
     p.add_argument("--posts", type=int_at_least(1, MAX_POSTS), default=1000, help=f"posts to generate, 1 to {MAX_POSTS:,} (default: 1000)")
-    p.add_argument("out", help="output file ([u32 big-endian length][post] records)")
+    p.add_argument("out", help="output file ([u32 big-endian length][post] records); an existing file is refused")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists (never do this to a key file)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_generate)
 

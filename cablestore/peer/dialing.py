@@ -17,20 +17,16 @@ import random as _random
 from dataclasses import dataclass, field
 
 from cablestore.errors import ArgumentError
-
-DEFAULT_BASE = 0.5  # s before the first retry
-DEFAULT_CAP = 30.0  # s: the longest wait between two attempts
-DEFAULT_STABLE = 10.0  # s a connection must stay up for the next drop to be retried at once (after ``base``)
-CONNECT_TIMEOUT = 5.0  # s a TCP connect may take before the attempt counts as failed
+from cablestore.peer.limits import CONNECT_TIMEOUT, DIAL_BASE, DIAL_CAP, DIAL_STABLE
 
 
 @dataclass
 class Backoff:
     """The waits between attempts to reach one peer."""
 
-    base: float = DEFAULT_BASE
-    cap: float = DEFAULT_CAP
-    stable: float = DEFAULT_STABLE
+    base: float = DIAL_BASE
+    cap: float = DIAL_CAP
+    stable: float = DIAL_STABLE
     random: _random.Random = field(default_factory=_random.Random)
     failures: int = 0  # attempts failed (or connections dropped before ``stable``) since the last stable one
 
@@ -50,4 +46,4 @@ class Backoff:
             self.failures = 0
 
 
-__all__ = ["Backoff", "CONNECT_TIMEOUT", "DEFAULT_BASE", "DEFAULT_CAP", "DEFAULT_STABLE"]
+__all__ = ["Backoff", "CONNECT_TIMEOUT"]

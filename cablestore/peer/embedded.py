@@ -37,7 +37,7 @@ from cablestore.errors import ArgumentError, PeerClosedError
 from cablestore.peer.limits import DEFAULT_POLICY, FEED_BUFFER, PeerLimits
 from cablestore.peer.postfeed import PostFeed
 from cablestore.peer.secure import PrivateCabal
-from cablestore.peer.transport import dial, run_dialer, run_server, run_sync
+from cablestore.peer.transport import dial, require_cabal_key, run_dialer, run_server, run_sync
 from cablestore.store.store import Store
 from cablestore.wire.crypto import Keypair
 
@@ -80,7 +80,9 @@ class Peer:
     ``cabal``: a :class:`cablestore.peer.secure.PrivateCabal` for a private
     cabal: every listener and connection goes through the Cable Handshake
     with its key, and the store is tied to that cabal on entering (another
-    cabal's store: :class:`cablestore.errors.CabalMismatchError`).  ``limits``: the
+    cabal's store: :class:`cablestore.errors.CabalMismatchError`); without
+    ``cabal``, a store bound to a private cabal is neither served nor synced
+    (:class:`cablestore.errors.CabalKeyRequiredError`).  ``limits``: the
     resource limits against remote peers (:class:`cablestore.peer.limits.PeerLimits`).
     """
 
@@ -211,6 +213,8 @@ class Peer:
         ``dials``, ``dialled``, ``dials_failed`` among them).
         """
         self._check_open()
+        if self.cabal is None:
+            require_cabal_key(self.store, "sync")  # before the socket: a private cabal's store is never offered plain
         address = _address(host, port)
         if reconnect:
             task, stop = await self._start(

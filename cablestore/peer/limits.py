@@ -148,6 +148,15 @@ MEMBER_LOOKUPS = 16
 # Hashes a live state request may hold beyond its last answer while stale (commits of its own peer's posts
 # mark it stale instead of re-reading the channel's state; see cablestore.peer.live): past it, re-read at once.
 STALE_HASHES = 1024
+# Dialling the peers a node keeps (cablestore.peer.dialing): the wait before the first retry, doubled
+# after each failure up to the cap, reset once a connection stayed up for DIAL_STABLE; and how long a
+# TCP connect may take.  A peer that is down costs at most one attempt per wait.
+DIAL_BASE = 0.5
+DIAL_CAP = 30.0
+DIAL_STABLE = 10.0
+CONNECT_TIMEOUT = 5.0
+# A listener logs a failed handshake at most once per cause and address in this many seconds (it counts them all).
+FAILURE_LOG_SECONDS = 60.0
 # Sync (cablestore.peer.sync)
 MAX_LISTED_CHANNELS = 16 * CHANNELS_PER_RESPONSE  # a sync takes at most this many channels from one peer's list
 # Channels a live sync keeps live requests open for (two each): as many as one channel list page, so
@@ -251,6 +260,11 @@ _FIXED = (
     ("DEFER_MS", "ms a hash in flight elsewhere is waited for before it is asked for again"),
     ("MEMBER_LOOKUPS", "authors in one commit whose channels a live push looks up (more: every live state channel is re-read)"),
     ("STALE_HASHES", "hashes a live state request left stale by its own peer's posts holds beyond its last answer (more: re-read at once)"),
+    ("DIAL_BASE", "s before a node dials a peer it keeps again, after the first failure or drop (doubled after each)"),
+    ("DIAL_CAP", "s: the longest wait between two attempts to reach a peer"),
+    ("DIAL_STABLE", "s a connection must stay up for the next drop to be retried after DIAL_BASE again"),
+    ("CONNECT_TIMEOUT", "s a TCP connect to a peer may take before the attempt counts as failed"),
+    ("FAILURE_LOG_SECONDS", "s between two log lines of failed handshakes of one cause from one address (all are counted)"),
     ("MAX_LISTED_CHANNELS", "channels a sync takes from one peer's list"),
     ("MAX_LIVE_CHANNELS", "channels a live sync keeps live requests open for"),
     ("DEFAULT_MARGIN", "ms the sync cursor is set back from the newest synced post"),

@@ -35,13 +35,26 @@ transport identifies the remote user there and may close the connection).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from cablestore.errors import ArgumentError, BlockedError, CableError, FramingError, SlowPeerError, TooManyConnectionsError
+from cablestore.errors import (
+    ArgumentError,
+    BlockedError,
+    CableError,
+    FramingError,
+    HandshakeError,
+    NotHandshakeError,
+    SlowPeerError,
+    TooManyConnectionsError,
+    WrongCabalKeyError,
+)
 from cablestore.peer import limits
 from cablestore.peer.inbox import trickle
-from cablestore.peer.limits import HANDSHAKE_READ
+from cablestore.peer.limits import FAILURE_LOG_SECONDS, HANDSHAKE_READ
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.fields import read_varint
 from cablestore.wire.handshake import CABLE_PROLOGUE, PROLOGUES, CableHandshake, EndOfStream, Failed, HandshakeComplete, MessageReceived
@@ -75,6 +88,44 @@ class PrivateCabal:
             raise ArgumentError(f"prologue must be one of {', '.join(p.decode() for p in PROLOGUES)}")
 
 
+log = logging.getLogger("cablestore.peer.transport")
+
+
+def failure_cause(error: HandshakeError) -> str:
+    """What a failed handshake was, in one word: ``plain`` (the remote speaks plain Cable), ``key`` (another cabal key), ``timeout`` or ``closed``."""
+    if isinstance(error, NotHandshakeError):
+        return "plain"
+    if isinstance(error, WrongCabalKeyError):
+        return "key"
+    return "timeout" if "in time" in str(error) else "closed"
+
+
+class HandshakeFailures:
+    """Failed handshakes of a listener, counted per cause and address, logged at most once a minute per (cause, address)."""
+
+    def __init__(self, stats: Counter | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stats = stats if stats is not None else Counter()
+        self.by_address: Counter = Counter()
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}  # (cause, address) -> (when logged, count then)
+        self._clock = clock
+
+    def record(self, cause: str, address: str | None, error: CableError | None = None) -> None:
+        """Count one failure; log it unless this cause and address were logged within the last minute."""
+        address = address or "?"
+        self.stats[f"handshakes_failed_{cause}"] += 1
+        self.by_address[(cause, address)] += 1
+        key, now, count = (cause, address), self._clock(), self.by_address[(cause, address)]
+        last = self._logged.get(key)
+        if last is not None and now - last[0] < FAILURE_LOG_SECONDS:
+            return
+        if len(self._logged) > 10_000:  # addresses come and go: forget the oldest half
+            for old in list(self._logged)[:5_000]:
+                del self._logged[old]
+        since = count - (last[1] if last else 0)
+        log.warning("failed handshake (%s) from %s%s: %s", cause, address, f", {since} since the last line" if last else "", error)
+        self._logged[key] = (now, count)
+
+
 def one_wire_message(data: bytes) -> bool:
     """True if ``data`` is exactly one wire message: a ``msg_len`` varint and that many bytes."""
     try:
@@ -90,15 +141,17 @@ class SecureChannel:
     framing = DRAFT8
 
     def __init__(self, conn: Any, private: PrivateCabal, *, initiator: bool, now: int,
-                 on_open: Callable[[SecureChannel, int], None] | None = None) -> None:
+                 on_open: Callable[[SecureChannel, int], None] | None = None, hs: CableHandshake | None = None,
+                 failures: HandshakeFailures | None = None) -> None:
         self.conn = conn
         state = conn.state
         self.policy = state.policy
-        self.hs = CableHandshake(
+        self.hs = hs if hs is not None else CableHandshake(
             initiator=initiator, cabal_key=private.cabal_key, now=now, keypair=private.keypair, prologue=private.prologue,
             accept_prologues=private.accept, timeout_ms=self.policy.handshake_timeout, max_message=state.limits.max_message + 10,
         )
         self.on_open = on_open
+        self.failures = failures  # a listener's: each failed handshake is counted and logged there
         self._plain = bytearray()  # the Connection's output not yet a whole wire message
         self._cipher = bytearray()  # bytes for the socket
         self._held = 0  # what is counted in the pool for this
@@ -237,6 +290,8 @@ class SecureChannel:
                 self._take_handshake_output()
             elif isinstance(event, Failed):
                 self.conn.state.stats["handshakes_failed" if not self.open else "channel_failed"] += 1
+                if not self.open and self.failures is not None:
+                    self.failures.record(failure_cause(event.error), self.conn.address, event.error)
                 self._close(event.error, "handshake")
                 return
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from cablestore.errors import TooManyConnectionsError, TransportError
 from cablestore.peer.limits import PUMP_SECONDS, WRITE_CHUNK
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
-from cablestore.peer.secure import PrivateCabal, SecureChannel
+from cablestore.peer.secure import HandshakeFailures, PrivateCabal, SecureChannel
 
 log = logging.getLogger("cablestore.peer.transport")  # one logger for the TCP side
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (Linux)
@@ -38,6 +39,16 @@ def parse_address(text: str, *, listening: bool = False) -> tuple[str, int]:
     if not lowest <= number <= 65535:
         raise TransportError(f"port must be {lowest}-65535, got {number} (in {text!r})")
     return host.strip("[]"), number
+
+
+def _on_signals(loop, stop: asyncio.Event, install: bool) -> None:
+    """SIGINT and SIGTERM set ``stop`` (``install``), or no longer do."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            if install:
+                loop.add_signal_handler(sig, stop.set)
+            else:
+                loop.remove_signal_handler(sig)
 
 
 class _Link(asyncio.BufferedProtocol):
@@ -72,7 +83,7 @@ class _Link(asyncio.BufferedProtocol):
             log.info("refused a connection: %s", exc)
             transport.abort()
             return
-        io = None if self.private is None else SecureChannel(conn, self.private, initiator=False, now=now, on_open=self.wire.on_open)
+        io = None if self.private is None else SecureChannel(conn, self.private, initiator=False, now=now, on_open=self.wire.on_open, failures=self.wire.failures)
         self.wire.attach(self, conn, io)
         if self.wire.on_accept is not None:
             self.wire.on_accept(conn)
@@ -200,6 +211,7 @@ class Wire:
         self.on_event: Callable[[], None] | None = None  # after each slice of work, tick or lost socket (a sync re-checks)
         self.on_accept: Callable[[Connection], None] | None = None  # a peer connected (serve starts pulling from it)
         self.on_open: Callable[[SecureChannel, int], None] | None = None  # a handshake went through (the remote is identified)
+        self.failures = HandshakeFailures(node.state.stats)  # failed handshakes on this node's private listeners
         self._kicked = False
         self._closing = False
         node.on_output = self._wake

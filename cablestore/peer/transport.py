@@ -22,19 +22,19 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cablestore.errors import ArgumentError, TransportError
+from cablestore.errors import ArgumentError, CabalKeyRequiredError, CableError, HandshakeRequiredError, NotHandshakeError, TransportError, WrongCabalKeyError
+from cablestore.peer.cabals import run_cabals
 from cablestore.peer.dialing import CONNECT_TIMEOUT, Backoff
 from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, DEFAULT_PROGRESS_TIMEOUT, STORE_CACHE_MB, PeerLimits
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
 from cablestore.peer.pulling import Puller
 from cablestore.peer.secure import PrivateCabal, SecureChannel, identify
-from cablestore.peer.sockets import Wire, _Link, now_ms, parse_address
+from cablestore.peer.sockets import Wire, _Link, _on_signals, now_ms, parse_address
 from cablestore.peer.sync import Sync
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.handshake import CABLE_PROLOGUE
@@ -145,11 +145,17 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
     except BaseException:
         link.transport.abort()
         raise
+    failure, summary = None, {}
     with store:
-        summary = await run_sync(store, address, link=link, **kw)
+        try:
+            summary = await run_sync(store, address, link=link, **kw)
+        except CableError as exc:  # a handshake that says what is wrong, a store of a private cabal: raised below
+            failure = exc
         empty = created and not summary.get("complete") and not store.has_posts()
     if empty:  # a sync that failed into a store it made and wrote no post to leaves nothing behind
         shutil.rmtree(path, ignore_errors=True)
+    if failure is not None:
+        raise failure
     return summary
 
 
@@ -190,13 +196,25 @@ async def keep_dialing(
             await asyncio.wait_for(stop.wait(), backoff.next_wait())
 
 
-def _on_signals(loop, stop: asyncio.Event, install: bool) -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            if install:
-                loop.add_signal_handler(sig, stop.set)
-            else:
-                loop.remove_signal_handler(sig)
+def require_cabal_key(store: Store, what: str) -> None:
+    """Refuse to serve a store bound to a private cabal without its key (a plain listener or sync would hand out its posts)."""
+    if store.cabal_digest() is not None:
+        raise CabalKeyRequiredError(
+            f"this store belongs to a private cabal: {what} it with its cabal key (cabal_key=); nothing was served"
+        )
+
+
+def handshake_failure(conn: Connection, private: PrivateCabal | None, complete: bool) -> CableError | None:
+    """What a sync that ended in the handshake (or, plain, closed before any answer) raises: the cause in words, else None."""
+    if private is not None:
+        if conn.authenticated:
+            return None
+        return conn.error if isinstance(conn.error, (NotHandshakeError, WrongCabalKeyError)) else None
+    if complete or conn.stats["received"] or conn.close_reason not in ("closed", "lost"):
+        return None
+    return HandshakeRequiredError(
+        "the peer closed the connection before any Cable answer: it may require a cabal key (cabal_key=), or be over a limit (its log says which)"
+    )
 
 
 async def run_server(
@@ -213,6 +231,7 @@ async def run_server(
     signals: bool = True,
     on_node: Callable[[Node], None] | None = None,
     peers: Iterable[str] = (),
+    cabals: Iterable[tuple[Store, bytes]] | None = None,
 ) -> dict:
     """Serve ``store`` until ``stop`` is set or SIGINT/SIGTERM; return the address and the node's counts.
 
@@ -235,7 +254,17 @@ async def run_server(
     (``HOST:PORT``) of peers to keep a connection to (:func:`keep_dialing`:
     pulled from and answered, live, reconnected with backoff; private with
     ``cabal_key``), whatever ``pull`` says of the peers that connect.
+
+    A store bound to a private cabal is never served without its key:
+    :class:`cablestore.errors.CabalKeyRequiredError` before any socket.
+    ``cabals``: (store, cabal key) pairs served on the one private listener
+    ``address`` (``store`` is then None): each connection gets the store of
+    the key its message 1 authenticates under (:mod:`cablestore.peer.cabals`).
     """
+    if cabals is not None:
+        if store is not None or cabal_key is not None or plain_listen is not None or peers:
+            raise ArgumentError("cabals= serves several stores on one private listener: give no store, cabal_key, plain_listen or peers with it")
+        return await run_cabals(cabals, address, ready=ready, stop=stop, policy=policy, pull=pull, keypair=keypair, signals=signals)
     peers = [str(p) for p in peers]
     for p in peers:
         parse_address(p)  # a bad address is the caller's error, before anything opens
@@ -246,6 +275,8 @@ async def run_server(
         store.join_cabal(private.cabal_key)
     elif plain_listen is not None:
         raise ArgumentError("plain_listen is the plain listener beside a private one: give cabal_key too")
+    else:
+        require_cabal_key(store, "serve")
     plain = parse_address(plain_listen, listening=True) if plain_listen is not None else None
     node = Node(store, policy=policy)
     if on_node is not None:
@@ -311,6 +342,8 @@ async def run_dialer(
     if cabal_key is not None:
         private = PrivateCabal(bytes(cabal_key), keypair, prologue)
         store.join_cabal(private.cabal_key)
+    else:
+        require_cabal_key(store, "connect")  # a dialled peer is answered too: a private cabal's store is never offered plain
     parse_address(address)
     node = Node(store, policy=policy)
     wire = Wire(node)
@@ -361,11 +394,26 @@ async def run_sync(
     one); ``prologue``: ``CABLE/1.0`` (the spec's) or ``CABLE1.0``
     (cable-handshake.ts 1.0.0, cable.rs).  ``signals``: with ``live``,
     SIGINT and SIGTERM set ``stop`` (False: the caller owns its signals).
+
+    Raised rather than summarised, as they are the configuration's and a
+    rerun cannot help: :class:`cablestore.errors.NotHandshakeError` (a
+    private sync meeting a plain peer), :class:`cablestore.errors.WrongCabalKeyError`,
+    :class:`cablestore.errors.HandshakeRequiredError` (a plain sync closed
+    before any answer: the peer may be private), and
+    :class:`cablestore.errors.CabalKeyRequiredError` (a plain sync of a store
+    bound to a private cabal).
     """
     private = None
-    if cabal_key is not None:
-        private = PrivateCabal(bytes(cabal_key), keypair, prologue)
-        store.join_cabal(private.cabal_key)
+    try:
+        if cabal_key is not None:
+            private = PrivateCabal(bytes(cabal_key), keypair, prologue)
+            store.join_cabal(private.cabal_key)
+        else:
+            require_cabal_key(store, "sync")  # a sync answers the remote's requests too
+    except BaseException:
+        if link is not None:
+            link.transport.abort()
+        raise
     if link is None:
         link = await dial(*parse_address(address))
     node = Node(store, policy=policy)
@@ -411,5 +459,8 @@ async def run_sync(
         node.close()
         if live and signals:
             _on_signals(loop, stop, False)
+    failure = handshake_failure(conn, private, summary.get("complete", False))
+    if failure is not None:
+        raise failure
     return summary
 

@@ -34,8 +34,7 @@ from cablestore.keyspace.keys import SEARCH_KEY, HashLike
 from cablestore.store import arguments
 from cablestore.store.events import Committed, Listeners
 from cablestore.store.handle import Handle, wall_clock_ms
-from cablestore.store.lifecycle import cabal as membership
-from cablestore.store.lifecycle import opening
+from cablestore.store.lifecycle import cabal, opening
 from cablestore.store.lifecycle.inflight import Gate, guard_public_methods, guarded_iter
 from cablestore.store.read import peer as peer_reads
 from cablestore.store.read.decoded import Reading
@@ -235,7 +234,11 @@ class Store:
         A private ``serve`` or ``sync`` calls it before any byte is exchanged,
         so two cabals are never mixed in one store.
         """
-        membership.adopt_cabal(self.db, self.writer, cabal_key)
+        cabal.adopt_cabal(self.db, self.writer, cabal_key)
+
+    def cabal_digest(self) -> bytes | None:
+        """The digest of the cabal key this store is bound to (:meth:`join_cabal`), or None: a private cabal's store is never served plainly."""
+        return cabal.bound_digest(self.db)
 
     # --- posts in and out (cablestore.store.write.ingest) -------------------------
     validate = _to("_ingest", Ingest.validate)

@@ -33,15 +33,22 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from cablestore.errors import ArgumentError, HandshakeError
+from cablestore.errors import ArgumentError, HandshakeError, NotHandshakeError, WrongCabalKeyError
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.messages import Limits
 from cablestore.wire.noise import MAX_NOISE_MESSAGE, PSKLEN, TAGLEN, CipherState, HandshakeState
+from cablestore.wire.responder import (  # noqa: F401  (CABLE_PROLOGUE, LEGACY_PROLOGUE, PROLOGUES: named here too)
+    CABLE_PROLOGUE,
+    LEGACY_PROLOGUE,
+    NOT_HANDSHAKE,
+    PROLOGUES,
+    WRONG_KEY,
+    ResponderKeys,
+    plain_cable_start,
+    whole_plain_messages,
+)
 from cablestore.wire.static_keys import x25519_private_of
 
-CABLE_PROLOGUE = b"CABLE/1.0"  # handshake.md §3.2: 43 41 42 4c 45 2f 31 2e 30
-LEGACY_PROLOGUE = b"CABLE1.0"  # what cable-handshake.ts 1.0.0 and cable.rs use
-PROLOGUES = (CABLE_PROLOGUE, LEGACY_PROLOGUE)
 HANDSHAKE_MESSAGE_SIZES = (48, 96, 64)  # -> psk, e | <- e, ee, s, es | -> s, se; empty payloads
 HANDSHAKE_TIMEOUT_MS = 10_000
 END_TIMEOUT_MS = 5_000  # how long to wait for the answer to our end-of-stream marker
@@ -108,14 +115,23 @@ class CableHandshake:
     ``prologue``: what an initiator uses; ``accept_prologues``: what a
     responder accepts.  ``max_message``: the longest message accepted; a
     ``totalLen`` announcing more ends the connection before anything of it
-    is buffered.
+    is buffered.  ``responder_keys``: a responder's precomputed keys
+    (:class:`ResponderKeys`, several cabals on one listener; ``cabal_key``
+    is then None): :attr:`cabal` says which one authenticated message 1.
+
+    Failures say what happened (:attr:`error`): the other side speaking plain
+    Cable is :class:`cablestore.errors.NotHandshakeError`, a message 1 that
+    authenticates under no key here (or, to an initiator, a close right
+    after its message 1) :class:`cablestore.errors.WrongCabalKeyError`.
     """
 
-    def __init__(self, *, initiator: bool, cabal_key: bytes, now: int, keypair: Keypair | None = None,
+    def __init__(self, *, initiator: bool, cabal_key: bytes | None, now: int, keypair: Keypair | None = None,
                  prologue: bytes = CABLE_PROLOGUE, accept_prologues: tuple[bytes, ...] = PROLOGUES,
                  timeout_ms: int = HANDSHAKE_TIMEOUT_MS, end_timeout_ms: int = END_TIMEOUT_MS,
-                 max_message: int = DEFAULT_MAX_MESSAGE) -> None:
-        if not isinstance(cabal_key, (bytes, bytearray)) or len(cabal_key) != PSKLEN:
+                 max_message: int = DEFAULT_MAX_MESSAGE, responder_keys: ResponderKeys | None = None) -> None:
+        if responder_keys is not None and (initiator or cabal_key is not None):
+            raise ArgumentError("responder_keys are a responder's, instead of cabal_key")
+        if responder_keys is None and (not isinstance(cabal_key, (bytes, bytearray)) or len(cabal_key) != PSKLEN):
             raise ArgumentError(f"a cabal key is {PSKLEN} bytes")
         if not isinstance(prologue, (bytes, bytearray)) or not accept_prologues \
                 or not all(isinstance(p, (bytes, bytearray)) for p in accept_prologues):
@@ -123,9 +139,12 @@ class CableHandshake:
         if timeout_ms <= 0 or end_timeout_ms <= 0 or max_message < 1:
             raise ArgumentError("timeouts and max_message are positive")
         self.initiator = bool(initiator)
-        self._psk = bytes(cabal_key)
         self._static = x25519_private_of(keypair if keypair is not None else Keypair())
-        self._accept = tuple(bytes(p) for p in accept_prologues)
+        self._keys = responder_keys
+        if self._keys is None and not initiator:
+            self._keys = ResponderKeys([cabal_key], tuple(bytes(p) for p in accept_prologues))
+        self._psk = None if cabal_key is None else bytes(cabal_key)
+        self.cabal: int | None = None  # a responder: the index of the key message 1 authenticated under
         self._end_timeout = end_timeout_ms
         self._max_message = max_message
         self._deadline: int | None = now + timeout_ms
@@ -146,6 +165,7 @@ class CableHandshake:
             self.prologue = bytes(prologue)
             self._hs = HandshakeState(initiator=True, prologue=self.prologue, static_private=self._static, psk=self._psk)
             self._out += self._hs.write_message()
+        self._sent_message1 = self.initiator
 
     # --- what the caller asks -------------------------------------------------
 
@@ -179,8 +199,11 @@ class CableHandshake:
         """[Failed] once the handshake's time, or the wait for the remote's end-of-stream marker, is over; else []."""
         if self._deadline is None or now < self._deadline or self.finished:
             return []
-        what = "the handshake did not finish" if self._state == _HANDSHAKE else "no end-of-stream marker came back"
-        return [self._fail(f"{what} in time")]
+        if self._state != _HANDSHAKE:
+            return [self._fail("no end-of-stream marker came back in time")]
+        if self._in:
+            return [self._fail(NotHandshakeError(f"{NOT_HANDSHAKE}: {len(self._in)} bytes came, not a whole handshake message"))]
+        return [self._fail("the handshake did not finish in time" + (": the peer sent nothing back (no cabal key there?)" if self.initiator else ""))]
 
     def send_message(self, message: bytes) -> None:
         """Queue one message (at least one byte; the empty message is :meth:`end`'s) in ``data_to_send``."""
@@ -209,7 +232,7 @@ class CableHandshake:
             return late
         if not data:
             if self._state == _HANDSHAKE:
-                return [self._fail("the connection closed during the handshake")]
+                return [self._fail(self._closed_in_handshake())]
             return [self._fail("the connection closed without an end-of-stream marker")]
         view, at = memoryview(data), 0
         events: list[Event] = []
@@ -219,6 +242,8 @@ class CableHandshake:
                 take = min(need - len(self._in), len(view) - at)
                 if len(self._in) + take < need:
                     self._in += view[at:]
+                    if self._state == _HANDSHAKE and whole_plain_messages(self._in):
+                        raise NotHandshakeError(NOT_HANDSHAKE if self.initiator else f"{NOT_HANDSHAKE}: a plain Cable client")
                     break
                 if self._in:
                     self._in += view[at:at + take]
@@ -235,6 +260,13 @@ class CableHandshake:
         return events
 
     # --- inside -------------------------------------------------------------
+
+    def _closed_in_handshake(self) -> HandshakeError:
+        if self._in:
+            return NotHandshakeError(f"{NOT_HANDSHAKE}: it sent {len(self._in)} bytes that are no handshake message, and closed")
+        if self.initiator and self._hs is not None and self._sent_message1:
+            return WrongCabalKeyError(f"{WRONG_KEY} (it closed the connection on message 1)")
+        return HandshakeError("the connection closed during the handshake")
 
     def _fail(self, reason: str | HandshakeError) -> Failed:
         self.error = reason if isinstance(reason, HandshakeError) else HandshakeError(reason)
@@ -278,18 +310,23 @@ class CableHandshake:
         return MessageReceived(message) if message else self._remote_ended()
 
     def _handshake_step(self, chunk: bytes) -> Event | None:
-        if self._hs is None:  # the responder, message 1: which prologue authenticates it
-            for prologue in self._accept:
-                hs = HandshakeState(initiator=False, prologue=prologue, static_private=self._static, psk=self._psk)
-                try:
-                    hs.read_message(chunk)
-                except HandshakeError:
-                    continue
-                self._hs, self.prologue = hs, prologue
-                self._out += hs.write_message()
-                return None
-            raise HandshakeError("message 1 does not authenticate: another cabal key, or a prologue not accepted")
-        self._hs.read_message(chunk)
+        if self._hs is None:  # the responder, message 1: which cabal key and prologue authenticate it
+            found = self._keys.find(chunk)
+            if found is None:
+                if plain_cable_start(chunk):
+                    raise NotHandshakeError(f"{NOT_HANDSHAKE}: a plain Cable client")
+                raise WrongCabalKeyError("message 1 does not authenticate: another cabal key, or a prologue not accepted")
+            self.cabal, key, read = found
+            self._hs = HandshakeState.after_message1(key.prologue, key.psk, read, self._static)
+            self.prologue = key.prologue
+            self._out += self._hs.write_message()
+            return None
+        try:
+            self._hs.read_message(chunk)
+        except HandshakeError as exc:
+            if self.initiator:  # a responder that holds our key never sends a message 2 that fails: this one is no handshake
+                raise NotHandshakeError(f"{NOT_HANDSHAKE}: its answer is not a handshake message 2") from exc
+            raise
         if self.initiator:
             self._out += self._hs.write_message()
         c1, c2 = self._hs.split()

@@ -92,6 +92,7 @@ def _nonce(n: int) -> bytes:
     return b"\x00\x00\x00\x00" + n.to_bytes(8, "little")
 
 
+
 class CipherState:
     """A key (or none yet) and a nonce; Noise section 5.1."""
 
@@ -197,6 +198,14 @@ class SymmetricState:
         self.mix_hash(ciphertext)
         return plaintext
 
+    @classmethod
+    def resumed(cls, ck: bytes, h: bytes, key: bytes | None, nonce: int) -> SymmetricState:
+        """A state with these values (a responder's after message 1, :mod:`cablestore.wire.responder`)."""
+        ss = cls.__new__(cls)
+        ss.ck, ss.h, ss._cs = ck, h, CipherState(key)
+        ss._cs.set_nonce(nonce)
+        return ss
+
     def split(self) -> tuple[CipherState, CipherState]:
         """``Split()``: the two transport ciphers, initiator-to-responder first."""
         temp_k1, temp_k2 = hkdf(self.ck, b"", 2)
@@ -230,6 +239,15 @@ class HandshakeState:
         self._re: bytes | None = None
         self._index = 0  # which message of _PATTERN comes next
         self._failed = False
+
+    @classmethod
+    def after_message1(cls, prologue: bytes, psk: bytes, read: tuple[SymmetricState, bytes], static_private: bytes) -> HandshakeState:
+        """A responder that has read message 1 under ``prologue`` and ``psk`` elsewhere (``read``: the state then and the remote ``e``;
+        :meth:`cablestore.wire.responder.Message1Key.try_message1`)."""
+        hs = cls(initiator=False, prologue=prologue, static_private=static_private, psk=psk)
+        hs._ss, hs._re = read
+        hs._index = 1
+        return hs
 
     @property
     def complete(self) -> bool:

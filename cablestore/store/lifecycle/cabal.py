@@ -39,3 +39,8 @@ def adopt_cabal(db: Any, writer: Any, key: bytes) -> bytes:
     if kept != digest:
         raise CabalMismatchError("this store belongs to another cabal: serve or sync it with that cabal's key (two cabals are never mixed in one store)")
     return digest
+
+
+def bound_digest(db: Any) -> bytes | None:
+    """The digest of the cabal key the store (``db``) is bound to, or None for a store of no private cabal (``Store.cabal_digest``)."""
+    return db.get(CABAL_KEY)
