@@ -15,6 +15,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from handshake_moderation import moderation_cases
 from handshake_peers import peer_cases
 
 from cablestore.wire.crypto import Keypair
@@ -235,7 +236,8 @@ def handshake_step(tmp: Path) -> dict:
         ok, notes = _verdict(case, ours, theirs)
         sides = ("cablestore", "cable-handshake.ts") if runner else ("cable-handshake.ts responder", "cable-handshake.ts initiator")
         rows.append({"case": case["name"], "expect": case["expect"], "as_expected": ok, "notes": notes, "sides": sides, "ends": [ours, theirs]})
-    for row in peer_cases(tmp, CABAL, THEIRS):  # through real cablestore processes: serve and sync --cabal-key
+    # Through real cablestore processes: serve and sync --cabal-key, then moderation over authenticated connections.
+    for row in peer_cases(tmp, CABAL, THEIRS) + moderation_cases(tmp, CABAL):
         rows.append({**row, "notes": [", ".join(f"{k}: {v}" for k, v in row.pop("result").items())], "sides": (), "ends": []})
     return {"cases": rows, "as_expected": sum(r["as_expected"] for r in rows), "total": len(rows)}
 

@@ -30,7 +30,9 @@ does all of it).  Steps (all by default):
   cable-handshake.ts 1.0.0 checkout, instead of CABLE_CORE_JS): the Cable
   Handshake of ``cablestore.wire.handshake`` against cable-handshake.ts's
   (``handshake.mjs``), both directions, both prologues, a wrong key,
-  fragmented messages and end of stream (``handshake_steps.py``).
+  fragmented messages and end of stream (``handshake_steps.py``); then real
+  cablestore processes (``handshake_peers.py``) and moderation over
+  authenticated connections (``handshake_moderation.py``).
 
 Each direction prints, per channel and query, whether both peers answer the
 same, and what differs (with the post types involved).  Exit status 1 when a

@@ -101,7 +101,7 @@ def classify(h: bytes, blob: bytes, on_target, check_signatures: bool = True, si
     for tomb, status in on_target:
         if tomb.knows_target and (tomb.author, tomb.post_type, tomb.timestamp) != (post.public_key, post.post_type, post.timestamp):
             faults.append(Fault(h, "bad_tombstone", f"{tomb.by.hex()} contradicts the stored post", DELETED + h + tomb.by))
-        elif tomb.deleter == post.public_key and deleted != VERIFIED:
+        elif tomb.deleter == post.public_key and not tomb.retired and deleted != VERIFIED:  # a retired one deletes nothing
             deleted = status
     if deleted == VERIFIED:
         return faults + [Fault(h, "tombstoned", "deleted by its author's stored post/delete", key)], None

@@ -40,6 +40,14 @@ class Tombstone:
     The deleted post's content is gone for good, so everything a rebuild or a
     late-arriving copy needs is kept here: who deleted it, and the target's
     author, type, timestamp and channels when the target was known.
+
+    A post/delete deleted by its author (a delete of a delete) keeps what it
+    still has to learn of its targets: ``retired`` tombstones, the ones of
+    its targets it knew nothing of.  A retired tombstone deletes nothing (the
+    target may be stored again); it waits for its target, which, when
+    offered, teaches the deletes of that delete its channels, and then goes.
+    The tombstones of the deleted delete name them in ``keeps`` (the
+    targets), so they go with those tombstones.
     """
 
     target: bytes
@@ -49,13 +57,21 @@ class Tombstone:
     post_type: int | None = None
     timestamp: int | None = None
     channels: tuple[str, ...] = ()
+    retired: bool = False  # its post/delete was deleted by its author: it deletes nothing, it only waits to learn
+    keeps: tuple[bytes, ...] = ()  # target is a deleted post/delete: its retired tombstones' targets, sorted
 
     def fields(self) -> list:
-        """The five stored fields, in record order (the tag covers them)."""
-        return [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
+        """The stored fields, in record order (the tag covers them): five, and a map of the others when any is set."""
+        fields = [self.deleter, self.author, self.post_type, self.timestamp, list(self.channels)]
+        extra = {}
+        if self.retired:
+            extra["retired"] = True
+        if self.keeps:
+            extra["keeps"] = list(self.keeps)
+        return fields + [extra] if extra else fields
 
     def pack(self) -> bytes:
-        """The stored value: msgpack ``[deleter, author, type, timestamp, channels, tag]``."""
+        """The stored value: msgpack ``[deleter, author, type, timestamp, channels, tag]``, or with ``{retired, keeps}`` before the tag."""
         fields = self.fields()
         return msgpack.packb(fields + [_tag(self.target, self.by, fields)])
 
@@ -77,10 +93,18 @@ class Tombstone:
     @classmethod
     def _parse(cls, target: bytes, by: bytes, value: bytes) -> Tombstone:
         record = msgpack.unpackb(value)
-        if not isinstance(record, list) or len(record) != 6:
-            raise ValueError("not a 6-field record")
+        if not isinstance(record, list) or len(record) not in (6, 7):
+            raise ValueError("not a 6- or 7-field record")
         *fields, tag = record
-        deleter, author, post_type, timestamp, channels = fields
+        deleter, author, post_type, timestamp, channels = fields[:5]
+        extra = fields[5] if len(fields) == 6 else {}
+        if not isinstance(extra, dict) or (len(fields) == 6 and not extra) or not set(extra) <= {"retired", "keeps"}:
+            raise ValueError("the sixth field is not a map of retired and keeps")
+        retired, keeps = extra.get("retired", False), extra.get("keeps", [])
+        if retired is not True and "retired" in extra:
+            raise ValueError(f"retired {retired!r}")
+        if not isinstance(keeps, list) or ("keeps" in extra and not keeps) or not all(_is_key(k) for k in keeps) or keeps != sorted(set(keeps)):
+            raise ValueError("keeps is not a sorted list of hashes")
         if len(target) != 32 or len(by) != 32 or not _is_key(deleter) or not (author is None or _is_key(author)):
             raise ValueError("hash or key of the wrong length")
         if not (post_type is None or (type(post_type) is int and post_type in POST_TYPE_NAMES)):
@@ -91,16 +115,25 @@ class Tombstone:
             raise ValueError("channels are not canonical channel names")
         if tag != _tag(target, by, fields):
             raise ValueError("tag does not match the record")
-        return cls(target, by, deleter, author, post_type, timestamp, tuple(dict.fromkeys(map(canonical_channel, channels))))
+        channels = tuple(dict.fromkeys(map(canonical_channel, channels)))
+        return cls(target, by, deleter, author, post_type, timestamp, channels, retired, tuple(keeps))
 
     def with_target(self, author: bytes, post_type: int, timestamp: int, channels: Iterable[str]) -> Tombstone:
         """This tombstone, completed with what its target turned out to be."""
-        return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels))
+        return Tombstone(self.target, self.by, self.deleter, author, post_type, timestamp, tuple(channels), self.retired, self.keeps)
 
     def with_channels(self, channels: Iterable[str]) -> Tombstone:
         """This tombstone with more channels its target is known to have been in."""
         merged = tuple(sorted(set(self.channels) | set(channels)))
-        return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, merged)
+        return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, merged, self.retired, self.keeps)
+
+    def with_keeps(self, keeps: Iterable[bytes]) -> Tombstone:
+        """This tombstone naming ``keeps`` as its (deleted post/delete) target's retired tombstones."""
+        return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, self.channels, self.retired, tuple(sorted(set(keeps))))
+
+    def with_retired(self, retired: bool) -> Tombstone:
+        """This tombstone retired (its post/delete was deleted by its author) or active again (that post/delete is back)."""
+        return Tombstone(self.target, self.by, self.deleter, self.author, self.post_type, self.timestamp, self.channels, retired, self.keeps)
 
     @property
     def knows_target(self) -> bool:
@@ -109,8 +142,8 @@ class Tombstone:
 
     @property
     def authorized(self) -> bool:
-        """True unless the target is known to belong to someone else."""
-        return self.author is None or self.author == self.deleter
+        """True unless the target is known to belong to someone else, or the tombstone is retired (it deletes nothing)."""
+        return not self.retired and (self.author is None or self.author == self.deleter)
 
 
 @dataclass(frozen=True, slots=True)

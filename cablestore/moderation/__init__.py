@@ -11,7 +11,10 @@ through every rule and each choice where the spec is silent.
 
 Blocks (§4.6) discard the blocked user's moderation posts: a user whose
 block stands is resolved as if they had authored no post/role,
-post/moderation, post/block or post/unblock, and holds no role.  Whose block
+post/moderation, post/block or post/unblock, and holds no role.  What is
+*relevant* (§4.2.3, §4.4.2: what a moderation state request is answered
+with) is another question, answered without blocks: a role naming a blocked
+user, and a held role or action a blocked user wrote, stay relevant.  Whose block
 stands is itself decided without the blocked user's posts (a block that
 holds only through authority its target gave cannot cut that authority
 off), as the least fixed point from the local user (:func:`standing_blocks`).
@@ -28,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cablestore.keyspace.keys import canonical_channel
-from cablestore.moderation.actions import BLOCKS, KIND_OF_ACTION, Action, Effects
+from cablestore.moderation.actions import BLOCKS, KIND_OF_ACTION, Action, Effects, relevant_actions
 from cablestore.moderation.actions import resolve as resolve_actions
 from cablestore.moderation.roles import CABAL, SEED, InfoPost, RoleHistory, RolePost, RoleState
 from cablestore.moderation.seed import Seed, format_seed, parse_seed
@@ -78,11 +81,17 @@ def resolve(local: bytes | None, posts: Iterable[tuple[bytes, Post]], seed: Seed
     blocked = standing_blocks(local, roles, infos, actions, seed)
     history, effects = _without(local, roles, infos, actions, blocked, seed)
     now = history.now()
-    if blocked:  # a blocked user's roles end with the block (and come back with an unblock)
-        relevant = [r for r in now.relevant if r.recipient not in blocked]
-        contexts = {CABAL} | {r.context for r in relevant}
+    if blocked:
+        # A blocked user's roles end with the block (and come back with an
+        # unblock): no authority, and no context of their own.
+        contexts = {CABAL} | {r.context for r in now.relevant if r.recipient not in blocked}
         roles_now = {c: {u: v for u, v in table.items() if u not in blocked} for c, table in now.roles.items() if c in contexts}
-        now = RoleState(roles_now, relevant)
+        # Relevance (§4.2.3, §4.4.2) reads neither authority nor blocks: the
+        # roles naming a blocked user, and the held roles and actions a blocked
+        # user wrote, stay relevant, so a moderation state answer lists them.
+        everyone = RoleHistory(local, roles, infos, seed.roles, seed.kept)
+        now = RoleState(roles_now, everyone.relevant())
+        effects.relevant = relevant_actions(actions)
     if facts:
         now = RoleState(now.roles, [r for r in now.relevant if r.hash not in facts])
     effects.blocked = {user: a for user, a in effects.blocked.items() if user in blocked}

@@ -75,10 +75,7 @@ class Effects:
 
 def resolve(local: bytes | None, actions: list[Action], history: RoleHistory) -> Effects:
     """The effects of ``actions`` (every recipient of every stored action, block and unblock post)."""
-    newest: dict[tuple, Action] = {}
-    for a in sorted(actions, key=lambda a: a.order):
-        newest[(a.author, a.target, a.context, a.kind)] = a
-    effects = Effects(relevant=sorted(newest.values(), key=lambda a: a.order))
+    effects = Effects(relevant=relevant_actions(actions))
     now = history.now()
     for a in effects.relevant:
         if a.kind == BLOCKS and a.action == "block" and local is not None and a.target == local and a.flags[1] == 1:
@@ -108,6 +105,18 @@ def resolve(local: bytes | None, actions: list[Action], history: RoleHistory) ->
             table = {POSTS: effects.hidden_posts, DROPS: effects.dropped_posts, CHANNELS: effects.dropped_channels}[kind]
             table[target.decode() if kind == CHANNELS else target] = winner
     return effects
+
+
+def relevant_actions(actions: list[Action]) -> list[Action]:
+    """The relevant actions (§4.4.2), oldest first: the newest of each author for one target, context and kind.
+
+    Relevance reads only the actions themselves: not whether their author
+    holds authority, nor blocks.
+    """
+    newest: dict[tuple, Action] = {}
+    for a in sorted(actions, key=lambda a: a.order):
+        newest[(a.author, a.target, a.context, a.kind)] = a
+    return sorted(newest.values(), key=lambda a: a.order)
 
 
 def _dropped_before(actions: list[Action], unblock: Action, local, history, now) -> bool:

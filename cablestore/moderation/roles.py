@@ -128,14 +128,22 @@ class RoleHistory:
         seen = [i for i in self.infos.get(user, ()) if i.timestamp < before]
         return not seen or seen[-1].accept_role is not False
 
-    def _resolve(self, before: int) -> RoleState:
-        local = self.local
+    def relevant(self, before: int = FOREVER) -> list[RolePost]:
+        """The relevant roles (§4.2.3) among the posts before ``before``: active, and their recipient accepts roles.
+
+        Relevance reads nothing but the role posts and the recipients'
+        post/infos: not whether the author holds authority, nor blocks.
+        """
         active: dict[tuple, RolePost] = {}
         for r in self.roles:
             if r.timestamp >= before:
                 break
             active[(r.author, r.recipient, r.context)] = r  # sorted: the newest wins
-        relevant = [r for r in active.values() if self.accepts(r.recipient, before)]
+        return [r for r in active.values() if self.accepts(r.recipient, before)]
+
+    def _resolve(self, before: int) -> RoleState:
+        local = self.local
+        relevant = self.relevant(before)
         state = RoleState(relevant=relevant)
         if local is None:
             return state  # no one's roles apply without a local user

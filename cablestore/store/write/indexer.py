@@ -21,7 +21,10 @@ rules make that so:
 * Channels of a deleted post/delete are those of its targets, as known.
   A target this store never held is known only from a peer that listed the
   delete in a channel's time range: :func:`learn_listing` records that
-  channel on the tombstones that know nothing else (docs/design.md).
+  channel on the tombstones that know nothing else (docs/design.md).  A
+  delete D1 its author deleted keeps, retired, the tombstones of the targets
+  it knew nothing of: a target offered later teaches the deletes of D1 its
+  channels (docs/moderation.md "Deletes of deletes").
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableEr
     if post.post_type == DELETE and (refusal := _unauthorized(state, post)):
         state.put(REFUSED + h, post.public_key)  # who wrote it, for the deletes that name it later
         return refusal
-    if tombs and any(t.deleter == post.public_key for t in tombs):
+    if tombs and any(t.deleter == post.public_key and not t.retired for t in tombs):
+        if post.post_type == DELETE and not any(t.knows_target for t in tombs):  # seen for the first time
+            _retire_unknown(state, h, post)
         return DeletedPostError(f"post {h.hex()} was deleted by its author")
     if state.enforce_memo is ENFORCE_UNREAD:
         state.enforce_memo = enforcing.memo_for(state.txn.db)
@@ -146,6 +151,13 @@ def _settle_claims(state: IndexState, h: bytes, post: Post, tombs: list[Tombston
     """Now that post ``h`` is known, settle every tombstone that named it."""
     channels = None
     for tomb in tombs:
+        if tomb.retired:  # its post/delete is deleted: what it waited for is the channels of the deletes of that delete
+            if tomb.deleter == post.public_key:
+                if channels is None:
+                    channels = _channels_of_post(state, h, post)
+                _teach_deletes_of(state, tomb.by, tomb.deleter, channels)
+            _end_retired(state, tomb)
+            continue
         by_blob = state.get(POSTS + tomb.by)
         if tomb.deleter != post.public_key:
             if by_blob is not None and _unauthorized(state, decode_post(by_blob), {h: post.public_key}):
@@ -257,8 +269,67 @@ def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool
             state.delete(key)
     if forget_tombstones:
         for tomb in made:
-            state.forget_tombstone(tomb)
+            _forget(state, tomb)
     return ip
+
+
+def _retire(state: IndexState, made: tuple[Tombstone, ...]) -> tuple[bytes, ...]:
+    """The tombstones of a post/delete its author just deleted: forget those that know their target, retire the others; their targets."""
+    kept = []
+    for tomb in made:
+        if tomb.knows_target:
+            _forget(state, tomb)
+        else:
+            state.put_tombstone(tomb.with_retired(True))
+            kept.append(tomb.target)
+    return tuple(sorted(kept))
+
+
+def _retire_unknown(state: IndexState, h: bytes, delete: Post) -> None:
+    """A post/delete refused because its author deleted it: the retired tombstones it would have left had it been stored first."""
+    unknown = [t for t in dict.fromkeys(delete.hashes) if state.get(POSTS + t) is None and not any(x.knows_target for x in state.tombstones(t))]
+    for target in unknown:
+        if state.get(DELETED + target + h) is None:
+            state.put_tombstone(Tombstone(target, h, delete.public_key, retired=True))
+    if unknown:
+        for up in state.tombstones(h):
+            if up.deleter == delete.public_key and not set(unknown) <= set(up.keeps):
+                state.put_tombstone(up.with_keeps(set(up.keeps) | set(unknown)))
+
+
+def _teach_deletes_of(state: IndexState, deleted: bytes, author: bytes, channels: tuple[str, ...]) -> None:
+    """The post/delete ``deleted`` (not stored: its author deleted it) turns out to have been in ``channels``: so were the deletes naming it."""
+    for up in state.tombstones(deleted):
+        if up.deleter != author:
+            continue  # another author's claim on it is listed nowhere
+        learned = up.with_channels(channels)
+        if learned == up:
+            continue
+        by_blob = state.get(POSTS + up.by)
+        if by_blob is not None:
+            _relist(state, up.by, by_blob, learned)
+        else:
+            state.put_tombstone(learned)
+            if up.retired:
+                _teach_deletes_of(state, up.by, author, channels)
+
+
+def _end_retired(state: IndexState, tomb: Tombstone) -> None:
+    """A retired tombstone whose target has been offered: it has taught what it waited for."""
+    state.forget_tombstone(tomb)
+    for up in state.tombstones(tomb.by):
+        if tomb.target in up.keeps:
+            state.put_tombstone(up.with_keeps(set(up.keeps) - {tomb.target}))
+
+
+def _forget(state: IndexState, tomb: Tombstone) -> None:
+    """Forget a tombstone; when it was the last of its deleter on a deleted post/delete, that delete's retired tombstones go too."""
+    state.forget_tombstone(tomb)
+    if not tomb.keeps or any(t.deleter == tomb.deleter for t in state.tombstones(tomb.target)):
+        return
+    for retired in state.tombstones_by(tomb.target, tomb.keeps):
+        if retired.retired:
+            _forget(state, retired)
 
 
 def _delete_target(state: IndexState, target: bytes, by: bytes, delete: Post) -> Tombstone:
@@ -267,7 +338,7 @@ def _delete_target(state: IndexState, target: bytes, by: bytes, delete: Post) ->
     if blob is None and kept is not None:
         # This delete was discarded locally and has come back: its tombstone
         # still says what it deleted; keep that.
-        tomb = Tombstone.unpack(target, by, kept)
+        tomb = Tombstone.unpack(target, by, kept).with_retired(False)  # a retired one: its delete is back
     elif blob is None:
         # Channels are known only from a deletion by the author itself; an
         # unauthorized claim knows who wrote the target but lists nothing.
@@ -275,15 +346,18 @@ def _delete_target(state: IndexState, target: bytes, by: bytes, delete: Post) ->
         tomb = Tombstone(target, by, delete.public_key)
         if knowing:
             known = knowing[0]
-            channels = known.channels if known.author == known.deleter == delete.public_key else ()
-            tomb = tomb.with_target(known.author, known.post_type, known.timestamp, channels)
+            mine = known.author == known.deleter == delete.public_key
+            tomb = tomb.with_target(known.author, known.post_type, known.timestamp, known.channels if mine else ())
+            if mine and known.keeps:
+                tomb = tomb.with_keeps(known.keeps)
     elif blob[:32] != delete.public_key:
         p = decode_post(blob)  # someone else's post: recorded as an unauthorized claim, left alone
         tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, ())
     else:
-        ip = unindex(state, target, blob, forget_tombstones=True)
+        ip = unindex(state, target, blob, forget_tombstones=False)
         p = ip.post
-        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, _channels_of(state, ip))
+        keeps = _retire(state, ip.tombstones)  # a deleted post/delete: its tombstones go, but for those still to learn
+        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, _channels_of(state, ip), keeps=keeps)
     state.put_tombstone(tomb)
     return tomb
 
