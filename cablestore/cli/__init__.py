@@ -24,9 +24,11 @@ from cablestore.compiled import HOT_PATH
 GROUPS = (posts, verification, maintenance, reading, search, authoring, moderation, network, archive)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # a cablestore.cli.args.Parser
     """The ``cablestore`` argument parser, with every subcommand."""
-    parser = argparse.ArgumentParser(prog="cablestore", description=__doc__.splitlines()[0])
+    from cablestore.cli.args import Parser
+
+    parser = Parser(prog="cablestore", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cablestore {__version__} (hot path: {HOT_PATH})")
     # ``serve`` runs its control clients' commands through this package's main(): handed to it here, so the
     # command module imports no more than cablestore.cli.args and the library (no circle through this package).
