@@ -263,6 +263,14 @@ def open_existing(path: str, **options):
     return Store(path, create=False, **options)
 
 
+def open_store(path: str, **options):
+    """The store ``serve`` holds when run through it (left open), else ``Store(path, **options)``: created if missing (``ingest``)."""
+    from cablestore.store.store import Store
+
+    store = served_store()
+    return Store(path, **options) if store is None else contextlib.nullcontext(store)
+
+
 def require_channel(store, channel: str) -> str:
     """The canonical spelling of ``channel``; :class:`cablestore.errors.ChannelNotFoundError` if the store holds no such channel.
 

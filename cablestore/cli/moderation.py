@@ -164,7 +164,7 @@ def _what_was_done(args, keys, shown, counts_before, posts) -> str:
         return f"{verb} #{args.channel}" + (": its posts are removed and new ones refused" if args.command == "drop" else ": new posts may be stored again")
     if args.command == "block":
         with open_existing(args.store, readonly=True) as store:
-            gone = sum(counts_before[k] - len(store.author_posts(k)) for k in keys)
+            gone = sum(counts_before.get(k, 0) - len(store.author_posts(k)) for k in keys)
         extra = [f"{plural(gone, 'post')} dropped"] if args.drop else []
         extra += ["the block is sent to them"] if args.notify else []
         return f"{verb} {who}" + (f": {', '.join(extra)}" if extra else "")
