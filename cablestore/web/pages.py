@@ -78,12 +78,13 @@ class Shown:
             return p.text
         if p.topic is not None:
             return f"set the topic of #{p.channel} to {p.topic}"
-        if p.post_type == 2:  # as `cablestore show` prints it
+        kind = p.type_name
+        if kind == "post/delete":  # as `cablestore show` prints it
             return f"[deleted {plural(len(p.deleted), 'post')}]"
-        if p.post_type == 3:
+        if kind == "post/info":
             return "set " + ", ".join(f"{k}={v}" for k, v in (p.info or ()))
-        if p.post_type in (4, 5):
-            return f"{'joined' if p.post_type == 4 else 'left'} #{p.channel}"
+        if kind in ("post/join", "post/leave"):
+            return f"{'joined' if kind == 'post/join' else 'left'} #{p.channel}"
         return moderation_words(p) + (f": {p.reason}" if p.reason else "")
 
 
