@@ -52,6 +52,7 @@ def run_demo(
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+            say(f"deleted the temporary store {tmp} (--dir DIR keeps one)")
     return {**report, "engine": engine, "engine_note": note}
 
 

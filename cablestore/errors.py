@@ -93,6 +93,10 @@ class ChannelNotFoundError(QueryError):
     """The store holds no channel of that name (the CLI's commands that show one channel say so instead of printing nothing)."""
 
 
+class UserNotFoundError(QueryError):
+    """A user named by a name or a key's hex prefix is no user the store knows, or more than one (the message lists the candidates)."""
+
+
 # --- wire messages and peers (cablestore.wire.messages, cablestore.peer) ---------
 
 

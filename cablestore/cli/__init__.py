@@ -24,9 +24,11 @@ from cablestore.compiled import HOT_PATH
 GROUPS = (posts, verification, maintenance, reading, search, authoring, moderation, network, archive)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # a cablestore.cli.args.Parser
     """The ``cablestore`` argument parser, with every subcommand."""
-    parser = argparse.ArgumentParser(prog="cablestore", description=__doc__.splitlines()[0])
+    from cablestore.cli.args import Parser
+
+    parser = Parser(prog="cablestore", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cablestore {__version__} (hot path: {HOT_PATH})")
     # ``serve`` runs its control clients' commands through this package's main(): handed to it here, so the
     # command module imports no more than cablestore.cli.args and the library (no circle through this package).
@@ -40,8 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
 #: Commands that run through a ``serve`` holding their store (its control socket) instead of failing on its lock.
 THROUGH_SERVE = frozenset({
     "show", "stats", "dump", "channels", "heads", "check", "post", "roles", "users", "moderation", "search",
-    "role", "hide", "unhide", "drop", "undrop", "block", "unblock", "web",
+    "role", "hide", "unhide", "drop", "undrop", "block", "unblock", "web", "export", "ingest", "sync", "seed",
 })
+
+#: Commands that need the store to themselves (every view rewritten, files moved): refused on a served store.
+ALONE = frozenset({"reindex", "migrate", "recover", "rebuild"})
+
+
+def _needs_store_alone(args) -> bool:
+    if args.command in ALONE:
+        return args.command != "rebuild" or args.store is not None
+    return args.command == "check" and (args.repair or args.snapshot is not None or args.engine != "local")
+
+
+def stop_serve_first(path, command: str):
+    """The one error of a command that needs the store to itself while ``serve`` holds it (the same words for each)."""
+    from cablestore.errors import StoreLockedError
+
+    return StoreLockedError(f"{path} is held by a running `cablestore serve`; {command} needs the store to itself: stop serve first")
 
 
 def run_served(store):
@@ -64,8 +82,8 @@ def _through_serve(args, argv: list, locked) -> int:
 
     if args.command not in THROUGH_SERVE or getattr(args, "store", None) is None:
         raise locked
-    if args.command == "check" and (args.repair or args.snapshot is not None or args.engine != "local"):
-        raise type(locked)(f"{locked} (check --repair, --snapshot or --engine spark need the store to themselves: stop serve first)")
+    if _needs_store_alone(args):
+        raise stop_serve_first(args.store, args.command + (" --repair" if getattr(args, "repair", False) else ""))
     status = call(args.store, argv)
     if status is None:
         raise locked
@@ -87,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from cablestore.cli.args import report_error, served_store, signals_as_interrupt
     from cablestore.errors import CableError, StoreLockedError
+    from cablestore.peer.control import is_served
 
     try:
+        if _needs_store_alone(args) and served_store() is None and is_served(args.store):
+            raise stop_serve_first(args.store, args.command + (" --repair" if getattr(args, "repair", False) else ""))
         try:
             with signals_as_interrupt():
                 return args.func(args)

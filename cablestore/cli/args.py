@@ -24,6 +24,56 @@ from cablestore.errors import ChannelNotFoundError
 _JOINERS = "\u200c\u200d"
 
 
+class Parser(argparse.ArgumentParser):
+    """The parser of ``cablestore`` and of each of its commands: arguments as people type them.
+
+    A command's parser (one without subcommands of its own) takes its options
+    anywhere among its positionals (argparse's intermixed parsing: ``search
+    STORE --limit 3 cable tea``), ``--`` ends its options, and a word it cannot
+    place is an error of that command, printed with that command's usage (not
+    the top level's).  With ``free_words`` (a query or a text is its last
+    argument), a word that begins with ``-`` but is none of its options is a
+    word of the text (``search STORE cable -tea``: an exclusion), and options
+    are never abbreviated; an unknown ``--option`` is still an error (a text
+    word that begins with ``--`` follows a ``--``).
+    """
+
+    def __init__(self, *args, free_words: bool = False, **kwargs) -> None:
+        if free_words:
+            kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+        self.free_words = free_words
+        self._intermixing = False
+
+    def _leaf(self) -> bool:
+        return self._subparsers is None
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixing or not self._leaf():
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            namespace, extras = self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+        if extras:  # this command's error, with its usage: the top level would print its own
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def _parse_optional(self, arg_string):
+        if self.free_words and len(arg_string) > 1 and arg_string[0] == "-" and arg_string[1] != "-":
+            if arg_string.split("=", 1)[0] not in self._option_string_actions:
+                return None  # a word of the query or text (-word: an exclusion); an unknown --option stays an error
+        return super()._parse_optional(arg_string)
+
+
+def joined(words) -> str | None:
+    """Words given as several arguments (``post STORE text general hello world``) as one text; None for none."""
+    if words is None:
+        return None
+    return words if isinstance(words, str) else " ".join(words)
+
+
 def printable(text: str) -> str:
     r"""``text`` safe for one line of a terminal: every character that is not
     printable (newline, tab, NUL and other controls, bidi overrides and
@@ -81,6 +131,7 @@ _CLI_WORDS = (
     ("(no cabal key there?)", "(no --cabal-key there?)"),
     ("it with its cabal key (cabal_key=)", "it with --cabal-key FILE (its cabal key)"),
     ("it may require a cabal key (cabal_key=)", "it may require a cabal key (--cabal-key)"),
+    ("(pass a SearchPage.next)", "(give --cursor what a search printed after `more:`)"),
 )
 _CLI_PATTERNS = (
     # A snapshot given where a store is wanted: only check and rebuild read one (every command may get it).
@@ -213,6 +264,14 @@ def open_existing(path: str, **options):
     if store is not None:
         return contextlib.nullcontext(store)
     return Store(path, create=False, **options)
+
+
+def open_store(path: str, **options):
+    """The store ``serve`` holds when run through it (left open), else ``Store(path, **options)``: created if missing (``ingest``)."""
+    from cablestore.store.store import Store
+
+    store = served_store()
+    return Store(path, **options) if store is None else contextlib.nullcontext(store)
 
 
 def require_channel(store, channel: str) -> str:

@@ -8,6 +8,7 @@ from cablestore.cli.args import (
     add_local_user_flag,
     channel_name,
     client_path,
+    joined,
     open_existing,
     print_json,
     require_channel,
@@ -40,7 +41,7 @@ def _cmd_post(args) -> int:
 
     if args.key is None:
         raise ArgumentError("post needs --key KEYFILE: the key file of the post's author (see `cablestore keygen`)")
-    values = args.hashes if args.kind == "delete" else [getattr(args, name) for name in args.fields]
+    values = args.hashes if args.kind == "delete" else [joined(getattr(args, name)) if name in FREE_TEXT else getattr(args, name) for name in args.fields]
     if args.kind == "delete" and served_store() is None:  # a delete needs the posts: refuse a missing store as every command does
         require_store(args.store)
     buf = post_with_keyfile(
@@ -75,6 +76,7 @@ ARGUMENT_HELP = {
 }
 
 
+FREE_TEXT = ("text", "topic", "name")  # a post's last argument that is a text: `post STORE text general hello world`
 _ARGUMENT_TYPES = {"accept_role": {"choices": ("0", "1")}, "channel": {"type": channel_name}}
 
 
@@ -124,9 +126,11 @@ def register(sub) -> None:
         ("name", ("name",), "set your name (other post/info properties are kept)"),
         ("accept-role", ("accept_role",), "accept (1) or decline (0) roles others give you (your name is kept)"),
     ):
-        k = kinds.add_parser(kind, help=text, argument_default=argparse.SUPPRESS)
+        free = names[-1] in FREE_TEXT  # the last argument is a text: its words may be several arguments, -word among them
+        k = kinds.add_parser(kind, help=text, argument_default=argparse.SUPPRESS, free_words=free)
         for name in names:
-            k.add_argument(name, help=ARGUMENT_HELP[name], **_ARGUMENT_TYPES.get(name, {}))
+            many = {"nargs": "+"} if name in FREE_TEXT else {}
+            k.add_argument(name, help=ARGUMENT_HELP[name], **_ARGUMENT_TYPES.get(name, {}), **many)
         k.set_defaults(fields=names)
         _post_options(k)
     k = kinds.add_parser("delete", help="delete your own posts", argument_default=argparse.SUPPRESS)

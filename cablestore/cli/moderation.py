@@ -12,6 +12,7 @@ from cablestore.errors import ArgumentError
 from cablestore.progress import plural
 
 ROLE_HELP = "admin, mod or user"
+USER_HELP = "a user: a public key, its first 8+ hex digits (as `users` and `show` print it) or a name only one user has"
 
 
 def _cmd_roles(args) -> int:
@@ -32,28 +33,39 @@ def _cmd_roles(args) -> int:
 def _cmd_moderation(args) -> int:
     with open_existing(args.store, readonly=True) as store:
         summary = store.moderation_summary()
-        shown = store.user_labels({bytes.fromhex(k) for table in summary["roles"].values() for k in table})
+        people = {bytes.fromhex(k) for table in (*summary["roles"].values(), *summary["hidden_users"].values()) for k in table}
+        people |= {bytes.fromhex(k) for name in ("blocks", "unblocks", "blocked_by") for k in summary[name]}
+        people |= {bytes.fromhex(summary["local_user"])} if summary["local_user"] else set()
+        names = {pk: store.name(pk) for pk in people}
     if args.json:
         print_json(summary)
         return 0
-    print(f"moderation state of {args.store} for local user {summary['local_user'] or '(none: nothing applies)'}")
+
+    def who(keys) -> str:
+        return ", ".join(describe_user(names[bytes.fromhex(k)], bytes.fromhex(k)) for k in sorted(keys, key=lambda k: (names[bytes.fromhex(k)] or "", k))) or "none"
+
+    local = summary["local_user"]
+    local_shown = describe_user(names[bytes.fromhex(local)], bytes.fromhex(local)) if local else "(none: nothing applies)"
+    print(printable(f"moderation state of {args.store} for local user {local_shown}"))
     for context, table in summary["roles"].items():
         seeded = set(summary["roles_from_seed"][context])
-        people = (f"{k[:12]} {v}" + _named(shown[bytes.fromhex(k)], k) + (" (seed)" if k in seeded else "") for k, v in sorted(table.items()))
-        print(printable(f"  roles in {context}: " + (", ".join(people) or "none")))
+        listed = (f"{v} {who([k])}" + (" (seed)" if k in seeded else "") for k, v in sorted(table.items()))
+        print(printable(f"  roles in {_context(context)}: " + (", ".join(listed) or "none")))
     if summary["seed"]:
         print(f"  moderation seed: {plural(len(summary['seed']), 'user')} (`cablestore seed show`)")
     for context, table in summary["hidden_users"].items():
-        print(f"  hidden users in {context}: {len(table)}")
-    for name in ("hidden_posts", "dropped_posts", "dropped_channels", "blocks", "unblocks", "blocked_by"):
-        print(f"  {name.replace('_', ' ')}: {len(summary[name])}")
+        print(printable(f"  hidden users in {_context(context)}: {who(table)}"))
+    for name, title in (("blocks", "blocked"), ("unblocks", "unblocked"), ("blocked_by", "blocking the local user")):
+        print(printable(f"  {title}: {who(summary[name])}"))
+    print(f"  hidden posts: {len(summary['hidden_posts'])}")
+    print(f"  dropped posts: {len(summary['dropped_posts'])}")
+    print(printable("  dropped channels: " + (", ".join(f"#{c}" for c in sorted(summary["dropped_channels"])) or "none")))
     print(f"  moderation posts stored: {summary['moderation_posts']}")
     return 0
 
 
-def _named(label: str, key_hex: str) -> str:
-    """`` (label)`` for a user with a name (a label that is not just their key's digits), else nothing."""
-    return "" if key_hex.startswith(label) else f" ({label})"
+def _context(context: str) -> str:
+    return "the whole cabal" if context in ("(cabal)", "") else f"#{context}"
 
 
 def _cmd_users(args) -> int:
@@ -112,24 +124,78 @@ def _cmd_seed(args) -> int:
     return 0
 
 
+def _looked_up(args, specs: list) -> tuple[list[bytes], dict, bytes | None, dict]:
+    """The users ``specs`` name (:meth:`cablestore.Store.resolve_user`: a key, an 8+ digit prefix or a name), how people
+    see them (``name [1a2b3c4d]``), the store's local user and each user's post count: what a moderation command reports on.
+
+    A store not made yet (the command makes it) names users by full keys only.
+    """
+    from cablestore.keyspace.keys import as_hash
+
+    if served_store() is None and not Path(args.store, "CURRENT").is_file():
+        keys = [as_hash(s) for s in specs]
+        return keys, {k: k.hex()[:8] for k in keys}, None, {}
+    with open_existing(args.store, readonly=True) as store:
+        keys = [store.resolve_user(s) for s in specs]
+        names = {k: store.name(k) for k in keys}
+        counts = {k: len(store.author_posts(k)) for k in keys} if args.command == "block" else {}
+        return keys, {k: describe_user(names[k], k) for k in keys}, store.local_user, counts
+
+
+def describe_user(name: str | None, key: bytes) -> str:
+    """A user as every command prints one: ``name [1a2b3c4d]`` (``(no name) [1a2b3c4d]`` without one)."""
+    return printable(f"{name or '(no name)'} [{key.hex()[:8]}]")
+
+
+_DONE = {"role": "", "hide": "hid", "unhide": "unhid", "drop": "dropped", "undrop": "undropped", "block": "blocked", "unblock": "unblocked"}
+
+
+def _what_was_done(args, keys, shown, counts_before, posts) -> str:
+    """What a moderation command did, in one line: ``blocked mallory [1a2b3c4d]: 113 posts dropped``."""
+    where = f"in #{args.channel}" if args.channel else "in the whole cabal"
+    who = ", ".join(shown[k] for k in keys)
+    if args.command == "role":
+        role = {"admin": "an admin", "mod": "a mod", "user": "a normal user (no role)"}[args.role]
+        return f"{who} is now {role} {where}"
+    verb = _DONE[args.command]
+    if posts:
+        return f"{verb} {plural(len(posts), 'post')} {where}" if args.command in ("hide", "unhide") else f"{verb} {plural(len(posts), 'post')}"
+    if not keys:  # a drop or undrop of a channel
+        return f"{verb} #{args.channel}" + (": its posts are removed and new ones refused" if args.command == "drop" else ": new posts may be stored again")
+    if args.command == "block":
+        with open_existing(args.store, readonly=True) as store:
+            gone = sum(counts_before.get(k, 0) - len(store.author_posts(k)) for k in keys)
+        extra = [f"{plural(gone, 'post')} dropped"] if args.drop else []
+        extra += ["the block is sent to them"] if args.notify else []
+        return f"{verb} {who}" + (f": {', '.join(extra)}" if extra else "")
+    if args.command == "unblock":
+        return f"{verb} {who}" + (": their dropped posts may be stored again" if args.undrop else "")
+    return f"{verb} {who} {where}"
+
+
 def _cmd_write(args) -> int:
     from cablestore.authoring.moderating import moderate_with_keyfile
     from cablestore.wire.codec import post_hash
 
     posts = getattr(args, "post", None)
-    if posts and args.targets:
-        raise ArgumentError(f"{args.command}: give --user PUBKEYs or --post HASHes, not both")
+    specs = list(args.targets) + list(getattr(args, "user", None) or [])
+    if posts and specs:
+        raise ArgumentError(f"{args.command}: give USERs or --post HASHes, not both")
     if not _confirm_channel_drop(args):
         return 1
+    keys, shown, local_before, counts = _looked_up(args, specs)
     buf = moderate_with_keyfile(
-        store_or_path(args.store), client_path(args.key), args.command, posts or args.targets,
+        store_or_path(args.store), client_path(args.key), args.command, posts or [k.hex() for k in keys],
         role=getattr(args, "role", None), posts=bool(posts), channel=args.channel or "",
         reason=args.reason, private=args.private, drop=getattr(args, "drop", False),
         notify=getattr(args, "notify", False), undrop=getattr(args, "undrop", False),
     )
     h = post_hash(buf)
     if not args.json:
-        print(h.hex())
+        print(_what_was_done(args, keys, shown, counts, posts))
+        if local_before is None:
+            print("this key's owner is now the store's local user (the root of its moderation)")
+        print(f"  moderation post {h.hex()}")
         return 0
     with open_existing(args.store) as store:
         post = store.post(h)
@@ -181,15 +247,14 @@ def register(sub) -> None:
         p.add_argument("store", help="the store directory (created if missing; the key's owner becomes its local user)")
         p.add_argument("--key", required=True, metavar="KEYFILE", help="the key file of the local user (see `cablestore keygen`)")
         if name == "role":
-            p.add_argument("targets", nargs=1, metavar="USER", help="the recipient's public key (hex)")
+            p.add_argument("targets", nargs=1, metavar="USER", help=USER_HELP)
             p.add_argument("role", choices=("admin", "mod", "user"), help=ROLE_HELP)
-        elif name in ("block", "unblock"):
-            p.add_argument("targets", nargs="+", metavar="USER", help="public keys (hex), 1 to 16")
+        elif name in ("drop", "undrop"):
+            p.set_defaults(targets=[])
         else:
-            if name in ("hide", "unhide"):
-                p.add_argument("--user", dest="targets", nargs="+", default=[], metavar="PUBKEY", help="act on these users (public keys in hex, as `users` lists them)")
-            else:
-                p.set_defaults(targets=[])
+            p.add_argument("targets", nargs="*", metavar="USER", help=f"{USER_HELP}; 1 to 16")
+            p.add_argument("--user", action="extend", nargs="+", default=[], metavar="PUBKEY", help="the same as USER (users may come here too)")
+        if name in ("hide", "unhide", "drop", "undrop"):
             p.add_argument("--post", nargs="+", default=None, metavar="HASH", help="act on these posts (hashes in hex)")
         p.add_argument(
             "--channel", type=channel_name, default=None,

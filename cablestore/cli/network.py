@@ -148,10 +148,13 @@ def _cmd_sync(args) -> int:
     if private:
         private["prologue"] = LEGACY_PROLOGUE if args.legacy_prologue else CABLE_PROLOGUE
     progress = Progress(quiet=args.quiet or args.json).stage("sync: posts ingested")
+    from cablestore.cli.args import served_store
+
+    served = served_store()  # run through serve: sync into the store it holds
     try:
         summary = asyncio.run(
-            sync_path(
-                args.store,
+            (sync_path if served is None else _sync_served)(
+                args.store if served is None else served,
                 args.connect,
                 local_user=args.local_user,
                 channels=args.channel or None,
@@ -175,6 +178,15 @@ def _cmd_sync(args) -> int:
             f"{summary['posts_refused']} refused, {plural(summary['messages_dropped'], 'message')} dropped; {state}"
         )
     return 0 if summary["complete"] else 1
+
+
+async def _sync_served(store, address: str, local_user=None, **kw) -> dict:
+    """``sync`` into the store ``serve`` holds (``local_user`` is the served store's own)."""
+    from cablestore.peer import run_sync
+
+    if kw.get("cabal_key") is not None:
+        store.join_cabal(bytes(kw["cabal_key"]))
+    return await run_sync(store, address, **kw)
 
 
 def register(sub) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cablestore.cli.args import MAX_BATCH, MAX_CACHE_MB, MAX_POSTS, MAX_WORKERS, add_local_user_flag, add_output_flags, int_at_least, print_json
+from cablestore.cli.args import MAX_BATCH, MAX_CACHE_MB, MAX_POSTS, MAX_WORKERS, add_local_user_flag, add_output_flags, client_path, int_at_least, open_store, print_json
 from cablestore.progress import plural
 
 
@@ -41,14 +41,12 @@ def _cmd_generate(args) -> int:
 def _cmd_ingest(args) -> int:
     from cablestore.authoring.workload import read_posts
     from cablestore.progress import Progress
-    from cablestore.store.store import Store
-
-    bufs = [buf for path in args.files for buf in read_posts(path)]
+    bufs = [buf for path in args.files for buf in read_posts(client_path(path))]
     progress = Progress(quiet=args.quiet).stage("ingest", len(bufs))
     refused: dict[str, int] = {}
     new = 0
     sizes = {} if args.cache_mb is None else {"cache_mb": args.cache_mb}
-    with Store(
+    with open_store(  # run through serve: the store it holds, with its own options
         args.store, sync=args.sync, verify_signatures=not args.no_verify_signatures, verify_workers=args.workers, local_user=args.local_user, **sizes
     ) as store:
         # ingest_batches: the workers verify the next batches while this one is indexed.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cablestore.cli.args import channel_name, int_at_least, open_existing, print_json, printable
+from cablestore.cli.args import channel_name, int_at_least, open_existing, print_json, printable, require_channel
 from cablestore.errors import ArgumentError
 from cablestore.search import query as query_module
 from cablestore.search.query import marked
@@ -26,6 +26,17 @@ def highlighted(text: str, spans, bold: bool) -> str:
     return "".join(BOLD + printable(piece) + PLAIN if matched else printable(piece) for piece, matched in marked(text, spans))
 
 
+def named_once(store, query: str, channel: str | None) -> None:
+    """Refuse what a person surely mistyped: an ``in:`` (or ``--channel``) the store holds no channel of
+    (:class:`cablestore.errors.ChannelNotFoundError`), a ``from:`` naming no user or several
+    (:meth:`cablestore.Store.resolve_user`: a key, an 8+ digit prefix or a name only one user has)."""
+    q = query_module.parse(query)
+    for name in {c for c in (channel, q.channel) if c is not None}:
+        require_channel(store, name)
+    for who in q.authors:
+        store.resolve_user(who)
+
+
 def _cmd_search(args) -> int:
     args.query = " ".join(args.query) if args.query else None
     if args.query is None and not args.enable:
@@ -38,6 +49,7 @@ def _cmd_search(args) -> int:
             else:
                 print(printable(f"search index of {args.store}: on ({built:,} entries written)" if built else f"search index of {args.store}: on"))
             return 0
+        named_once(store, args.query, args.channel)
         page = store.search(args.query, channel=args.channel, limit=args.limit, include_hidden=args.include_hidden, cursor=args.cursor)
     if args.json:
         print_json({"query": args.query, "hits": [h.to_dict() for h in page], "next": page.next})
@@ -47,10 +59,11 @@ def _cmd_search(args) -> int:
         mark = "[hidden] " if hit.hidden_by is not None else ""
         kind = "topic: " if hit.text is None else ""
         where = printable(f"#{hit.channel}") if hit.channel is not None else ""
-        print(f"{hit.time:%Y-%m-%d %H:%M:%S}  {where}  {printable(hit.who)}  {mark}{kind}{highlighted(hit.searched, hit.spans, bold)}")
+        who = printable(f"{hit.author_name or '(no name)'} [{hit.author.hex()[:8]}]")  # as `show` and the web name people
+        print(f"{hit.time:%Y-%m-%d %H:%M:%S}  {where}  {who}  {mark}{kind}{highlighted(hit.searched, hit.spans, bold)}")
     if not page:
         print("no posts match")
-    if page.next is not None:
+    elif page.next is not None:
         print(f"more: --cursor {page.next}")
     return 0
 
@@ -64,6 +77,7 @@ def register(sub) -> None:
         description="Find post/texts and post/topics by their words, newest first (a store keeps the index once --enable built it).",
         epilog=("the query language:\n" + syntax) if syntax else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        free_words=True,  # search STORE cable -tea: -tea is an exclusion, not an option
     )
     p.add_argument("store", help="the store directory (read only, but with --enable)")
     p.add_argument("query", nargs="*", help="what to find (see the query language below; its words may be one argument or several)")
@@ -76,4 +90,4 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_search)
 
 
-__all__ = ["highlighted", "register"]
+__all__ = ["highlighted", "named_once", "register"]

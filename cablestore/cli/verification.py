@@ -5,20 +5,18 @@ from __future__ import annotations
 import shlex
 import sys
 
-from cablestore.cli.args import MAX_WORKERS, add_output_flags, describe_lost_post, int_at_least, partitions_int, print_json, store_or_path
+from cablestore.cli.args import MAX_WORKERS, add_output_flags, client_path, describe_lost_post, int_at_least, open_existing, partitions_int, print_json, store_or_path
 from cablestore.progress import plural
 
 
 def _cmd_export(args) -> int:
     from cablestore.progress import Progress
     from cablestore.rebuild import export_store
-    from cablestore.store.store import Store
-
     progress = Progress(quiet=args.quiet)
-    with Store(args.store, readonly=True) as store:
+    with open_existing(args.store, readonly=True) as store:  # run through serve: the store it holds
         manifest = export_store(
             store,
-            args.dir,
+            client_path(args.dir) if "://" not in str(args.dir) else args.dir,
             args.partitions,
             progress,
             decoded=args.decoded,
@@ -72,8 +70,6 @@ def _cmd_rebuild(args) -> int:
 
 def _lost_posts(path, prune: bool) -> list[dict]:
     """The posts ``recover`` found gone that the store still lacks; with ``prune`` (a repair) the rows of those back are dropped."""
-    from cablestore.cli.args import open_existing
-
     with open_existing(path, readonly=not prune) as store:  # run through serve: the store it holds
         if prune:
             store.remember_lost([])

@@ -252,6 +252,24 @@ def _read_request(conn: socket.socket) -> tuple[list, str]:
     return argv, cwd
 
 
+def is_served(store_path: str | os.PathLike | None) -> bool:
+    """Whether a running ``serve`` holds the store at ``store_path`` (its control socket answers)."""
+    if store_path is None:
+        return False
+    path = socket_path(store_path)
+    if not path.is_socket():
+        return False
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(2.0)
+    with sock:
+        try:
+            with _short(path) as address:
+                sock.connect(address)
+        except OSError:
+            return False
+    return True
+
+
 def call(store_path: str | os.PathLike, argv: list, *, cwd: str | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None, timeout: float = SEND_SECONDS) -> int | None:
     """Run ``argv`` (a ``cablestore`` command line) in the process serving ``store_path``; return its exit status.

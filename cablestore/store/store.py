@@ -289,6 +289,7 @@ class Store:
         return True
     user_labels = _to("_users", UserQueries.user_labels)
     users = _to("_users", UserQueries.users)
+    resolve_user = _to("_users", UserQueries.resolve_user)
 
     # --- moderation (cablestore.store.read.moderation) --------------------
     set_local_user = _to("_moderation", ModerationQueries.set_local_user)

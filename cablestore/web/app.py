@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -123,7 +124,7 @@ def _one(request: web.Request, name: str) -> str | None:
 
 
 def _channel(store, request: web.Request) -> dict[str, Any]:
-    name = request.match_info["name"]
+    name = pages.channel_name(request.match_info["name"])  # /channel/%23general too, as the CLI takes #general
     data = pages.channel(store, name, pages.parse_cursor(_one(request, "before")), pages.parse_count(_one(request, "n")), request.app[LABELS])
     data["live"] = "/live/" + quote(name, safe="") if request.app[NODE] is not None and data["first"] else None
     return data
@@ -205,13 +206,24 @@ async def _pages_and_headers(request: web.Request, handler) -> web.StreamRespons
             response = _error(request, exc.status, exc.reason)
         except CableError as exc:
             code = next((c for kind, c in STATUS_OF if isinstance(exc, kind)), 500)
-            response = _error(request, code, str(exc))
+            response = _error(request, code, plain(str(exc)))
         except Exception:  # noqa: BLE001 - logged here; the browser gets a page that says so, not a traceback
             log.exception("web page %s failed", request.path_qs)
             response = _error(request, 500, "this page failed; the server's log says why")
     if not response.prepared:
         response.headers.update(HEADERS)
     return response
+
+
+_QUOTED = re.compile(r"""(?<![\w])'([^'\n]{0,200})'(?![\w])""")
+
+
+def plain(message: str) -> str:
+    """An error's message for a page: strings Python quoted (``'nosuch'``) in typographic quotes, first letter capital, a full stop."""
+    text = _QUOTED.sub(lambda m: f"\u201c{m[1]}\u201d", message).strip()
+    if text and text[0].islower():
+        text = text[0].upper() + text[1:]
+    return text if not text or text[-1] in ".!?)" else text + "."
 
 
 def _error(request: web.Request, code: int, message: str) -> web.Response:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import NotFoundError, QueryError
 from cablestore.keyspace.keys import as_hash, canonical_channel
+from cablestore.progress import plural
 from cablestore.store.read.decoded import StoredPost
 from cablestore.wire.codec import ACTION_NAMES, ROLE_NAMES
 
@@ -32,6 +33,19 @@ def when(ms: int) -> str:
         return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     except (OverflowError, OSError, ValueError):  # a claimed time past what datetime holds
         return f"{ms} ms"
+
+
+#: A post's type as its page's heading says it (never the wire name, ``post/delete``).
+TITLES = {
+    "post/text": "Message", "post/delete": "Deletion", "post/info": "User information", "post/topic": "Topic change",
+    "post/join": "Joined a channel", "post/leave": "Left a channel", "post/role": "Moderation: a role",
+    "post/moderation": "Moderation", "post/block": "Moderation: a block", "post/unblock": "Moderation: an unblock",
+}
+
+
+def channel_name(text: str) -> str:
+    """A channel named in a URL: ``general`` or, as the CLI and ``channels`` write it, ``#general`` (one ``#`` dropped)."""
+    return text[1:] if text.startswith("#") else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +78,13 @@ class Shown:
             return p.text
         if p.topic is not None:
             return f"set the topic of #{p.channel} to {p.topic}"
-        if p.post_type == 2:
-            return f"deleted {len(p.deleted)} post(s)"
-        if p.post_type == 3:
+        kind = p.type_name
+        if kind == "post/delete":  # as `cablestore show` prints it
+            return f"[deleted {plural(len(p.deleted), 'post')}]"
+        if kind == "post/info":
             return "set " + ", ".join(f"{k}={v}" for k, v in (p.info or ()))
-        if p.post_type in (4, 5):
-            return f"{'joined' if p.post_type == 4 else 'left'} #{p.channel}"
+        if kind in ("post/join", "post/leave"):
+            return f"{'joined' if kind == 'post/join' else 'left'} #{p.channel}"
         return moderation_words(p) + (f": {p.reason}" if p.reason else "")
 
 
@@ -128,7 +143,7 @@ def channels(store: Store) -> dict[str, Any]:
 def _known_channel(store: Store, channel: str) -> None:
     """A channel page for a channel the store has never seen is a 404, not an empty page."""
     if canonical_channel(channel) not in set(store.channel_list()):
-        raise NotFoundError(f"no channel {channel!r} in this store")
+        raise NotFoundError(f"There is no channel #{channel} in this store.")
 
 
 def channel(store: Store, name: str, before: tuple[int, bytes] | None, n: int, labels: Labels | None = None) -> dict[str, Any]:
@@ -171,6 +186,7 @@ def post(store: Store, text: str, labels: Labels | None = None) -> dict[str, Any
     by_hash = {s.post.hash: s for s in listed}
     return {
         "post": by_hash[found.hash],
+        "title": TITLES.get(found.type_name, "Post"),
         "fields": found.to_dict(),
         "links": [(hx, by_hash.get(p.hash) if p is not None else None) for hx, p in linked],
         "linking": [by_hash[p.hash] for p in linking],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import QueryError, SearchNotEnabledError
-from cablestore.search.query import marked
+from cablestore.search.query import marked, parse
 from cablestore.web import pages
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ def results(store: Store, request: web.Request, labels: Labels | None = None) ->
         raise QueryError(f"a search query is at most {MAX_QUERY} characters")
     if not q:
         return data
+    for who in parse(q).authors:  # from: names one user, as every command names users (a 400 page lists the candidates)
+        store.resolve_user(who)
     try:
         page = store.search(q, channel=channel, include_hidden=include_hidden, cursor=cursor, limit=pages.PAGE_SIZE)
     except SearchNotEnabledError:

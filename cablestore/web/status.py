@@ -26,10 +26,18 @@ SHOWN_LIMITS = (
 )
 
 
+#: How the status page counts each type of post.
+TYPE_WORDS = {
+    "post/text": "messages", "post/delete": "deletions", "post/info": "user infos", "post/topic": "topic changes",
+    "post/join": "joins", "post/leave": "leaves", "post/role": "role changes", "post/moderation": "moderation actions",
+    "post/block": "blocks", "post/unblock": "unblocks",
+}
+
+
 def status(store: Store, node: Node | None = None) -> dict[str, Any]:
     """Counts of the store, its size on disk, the last check, and the peers of ``node`` (a served store's, else None)."""
     stats = store.stats()
-    out: dict[str, Any] = {"stats": stats, "last_check": describe_check(last_check(store)), "readonly": store.readonly}
+    out: dict[str, Any] = {"stats": stats, "last_check": describe_check(last_check(store)), "readonly": store.readonly, "type_words": TYPE_WORDS}
     if node is not None:
         out.update(peers(node))
     return out
@@ -60,4 +68,46 @@ def peers(node: Node) -> dict[str, Any]:
                 "live": conn.live,
                 "stats": dict(conn.stats),
             })
-    return {"peers": rows, "limits": [(k, policy[k]) for k in SHOWN_LIMITS], "totals": node.snapshot()}
+    for row in rows:
+        row["traffic"] = ", ".join(f"{words(k)}: {quantity(k, v)}" for k, v in row["stats"].items()) or "none yet"
+    totals = [(words(k), quantity(k, v)) for k, v in node.snapshot().items()]
+    return {"peers": rows, "limits": [LIMIT_WORDS[k](policy[k]) for k in SHOWN_LIMITS], "totals": totals}
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:g} s"
+
+
+def _at_most(n: int, what: str) -> str:
+    return "no limit" if not n else plural(n, what)
+
+
+#: Each shown limit of :class:`cablestore.peer.limits.PeerLimits`: (what a person calls it, its value with a unit), as the
+#: ``serve`` option that sets it says it.
+LIMIT_WORDS = {
+    "max_connections": lambda v: ("connections at once (--max-connections)", _at_most(v, "connection")),
+    "memory_mb": lambda v: ("memory budget (--memory-mb)", f"{v:,} MB"),
+    "connections_per_address": lambda v: ("connections from one address (--max-per-address)", _at_most(v, "connection")),
+    "connections_per_user": lambda v: ("connections of one user (--max-per-user)", _at_most(v, "connection")),
+    "live_per_peer": lambda v: ("live requests per peer (--max-live)", _at_most(v, "request")),
+    "idle_timeout": lambda v: ("a silent peer is closed after (--idle-timeout)", _seconds(v)),
+    "frame_timeout": lambda v: ("a peer slow to send one message is closed after (--slow-timeout)", _seconds(v)),
+    "request_timeout": lambda v: ("a forwarded request is given up after (--request-timeout)", _seconds(v)),
+    "handshake_timeout": lambda v: ("a handshake may take (--handshake-timeout)", _seconds(v)),
+}
+
+
+def words(name: str) -> str:
+    """A counter's name as words (``peak_buffered_bytes``: "peak buffered")."""
+    return name.removesuffix("_bytes").removesuffix("_ms").replace("_", " ")
+
+
+def quantity(name: str, value: Any) -> str:
+    """A counter's value with its unit; a table of counts (connections closed, by reason) as ``reason: n`` pairs."""
+    if isinstance(value, dict):
+        return ", ".join(f"{words(str(k))}: {quantity(str(k), v)}" for k, v in value.items()) or "none"
+    if name.endswith("_bytes") and isinstance(value, int):
+        return f"{value:,} bytes"
+    if name.endswith("_ms") and isinstance(value, (int, float)):
+        return _seconds(value)
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from cablestore.errors import UserNotFoundError
 from cablestore.keyspace.keys import HashLike, as_hash, next_prefix
 from cablestore.store.handle import Component, Handle
 from cablestore.views import actions as actions_view
@@ -23,6 +24,9 @@ from cablestore.views import user as user_view
 from cablestore.wire.codec import ACCEPT_ROLE, ACCEPT_ROLE_VALUES
 
 KEY_DIGITS = 8  # hex digits of a key shown beside a name shared with another user, at least
+MIN_PREFIX = 8  # hex digits a key's prefix names a user with, at least (as `users` and `show` print the label)
+_HEX = frozenset("0123456789abcdef")
+_MAX_LISTED = 10  # candidates an ambiguous name lists
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,37 @@ class UserQueries(Component):
             names.setdefault(pk, None)
         return labels(names, wanted)
 
+    def resolve_user(self, who: str | HashLike) -> bytes:
+        """The public key of the user ``who`` names: a full key (32 bytes, or 64 hex digits, taken as it is),
+        a hex prefix of at least :data:`MIN_PREFIX` digits of one known user's key (``1a2b3c4d``, as ``users``
+        and ``show`` label users), or the current name of one known user (compared casefolded; ``@name`` too).
+
+        Known users: those :meth:`users` lists.  None, or more than one, is a
+        :class:`cablestore.errors.UserNotFoundError` whose one line lists the
+        candidates as ``name [1a2b3c4d]``.  The one resolution of every command and page that names a user.
+        """
+        if isinstance(who, (bytes, bytearray)) or (isinstance(who, str) and len(who) == 64 and set(who.lower()) <= _HEX):
+            return as_hash(who)
+        if not isinstance(who, str) or not who.strip():
+            raise UserNotFoundError(f"a user is a public key, a hex prefix of {MIN_PREFIX}+ digits or a name, not {who!r}")
+        everyone = self.users()
+        names = {u.public_key: u.name for u in everyone}
+        known = set(names)
+        low = who.lower()
+        by_prefix = {pk for pk in known if pk.hex().startswith(low)} if len(low) >= MIN_PREFIX and set(low) <= _HEX else set()
+        wanted = who[1:] if who.startswith("@") and len(who) > 1 else who
+        by_name = {pk for pk in known if names.get(pk) is not None and names[pk].casefold() == wanted.casefold()}
+        found = by_prefix | by_name
+        if len(found) == 1:
+            return next(iter(found))
+        if not found:
+            hint = f" (a key's prefix has {MIN_PREFIX}+ hex digits)" if set(low) <= _HEX and len(low) < MIN_PREFIX else ""
+            raise UserNotFoundError(f"no user {who!r} in this store{hint}; see `cablestore users STORE`")
+        listed = sorted(found, key=lambda pk: (names[pk] or "", pk))
+        shown = ", ".join(f"{names[pk] or '(no name)'} [{pk.hex()[:KEY_DIGITS]}]" for pk in listed[:_MAX_LISTED])
+        more = f" and {len(listed) - _MAX_LISTED} more" if len(listed) > _MAX_LISTED else ""
+        raise UserNotFoundError(f"{who!r} names {len(listed)} users: {shown}{more}; give more of a key")
+
     def users(self) -> list[UserSummary]:
         """Every known user (an author of a stored post, or named by a role, hide or block in effect), by key."""
         with self.db.snapshot() as snap:
@@ -152,4 +187,4 @@ class UserQueries(Component):
         ]
 
 
-__all__ = ["UserQueries", "UserSummary", "labels"]
+__all__ = ["MIN_PREFIX", "UserQueries", "UserSummary", "labels"]
