@@ -38,7 +38,7 @@ from cablestore.errors import RebuildError
 ARCHIVE_NAME = "env"  # the directory each executor unpacks into: PYSPARK_PYTHON=./env/bin/python
 EXECUTOR_PYTHON = f"./{ARCHIVE_NAME}/bin/python"
 PROVIDED = {"pyspark", "py4j"}  # Spark adds its own to every Python worker's path
-PACKAGES = ("cablestore", "cablestore.views", "cablestore.rebuild")  # the folders cablestore is made of
+PACKAGES = ("cablestore", "cablestore.views", "cablestore.rebuild", "cablestore.recovery")  # the folders cablestore is made of
 KEEP = 3  # cached archives kept
 SOURCES = {".h", ".hpp", ".c", ".cc", ".cpp", ".pyx", ".pxd", ".pxi", ".pyc"}  # what no import needs
 

@@ -231,7 +231,8 @@ def test_the_search_command_enables_searches_and_runs_through_serve(served, tmp_
     for channel in ("general", "#general"):  # as `channels` prints it too
         inside = cli("search", store, "hello", "--channel", channel, "--json")
         assert inside.returncode == 0 and [h["text"] for h in json.loads(inside.stdout)["hits"]] == ["hello through serve"], inside.stderr
-    assert json.loads(cli("search", store, "hello", "--channel", "random", "--json").stdout)["hits"] == []
+    nosuch = cli("search", store, "hello", "--channel", "random", "--json")  # a channel the store does not hold is named, not searched
+    assert nosuch.returncode == 2 and "ChannelNotFoundError" in nosuch.stdout + nosuch.stderr
     plain = cli("search", store, "hello")
     assert "hello through serve" in plain.stdout and "\x1b[" not in plain.stdout  # not a terminal: no bold
     bad = cli("search", store, "   ")

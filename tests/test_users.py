@@ -70,4 +70,4 @@ def test_users_show_and_moderation_in_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"sam [{SAM1.public_key.hex()[:8]}]" in out and f"Sam [{SAM2.public_key.hex()[:8]}]" in out
     assert main(["moderation", path]) == 0
-    assert f"{CAROL.public_key.hex()[:12]} mod (carol)" in capsys.readouterr().out
+    assert f"roles in #dev: mod carol [{CAROL.public_key.hex()[:8]}]" in capsys.readouterr().out  # who, by name and label

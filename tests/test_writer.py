@@ -142,7 +142,7 @@ MUTATIONS = {
 
 # Public methods that only read (or, like ``migrate``, act on a closed store's directory).
 READS = {
-    "any_member", "author_posts", "cabal_digest", "blocked_by", "blocks", "channel_dropped", "channel_list", "channel_post_count", "channel_state",
+    "any_member", "author_posts", "cabal_digest", "resolve_user", "blocked_by", "blocks", "channel_dropped", "channel_list", "channel_post_count", "channel_state",
     "channel_state_answer", "channel_time_range", "channels", "check_relayed", "close", "closed", "db", "dropped_channels",
     "dropped_posts", "get", "get_many", "has_posts", "heads", "hidden_posts", "hidden_users", "in_flight", "is_deleted", "is_dropped",
     "items", "kept_out", "known_user", "links", "listed_spellings", "local_user", "local_value", "lost_posts", "members", "messages", "migrate",

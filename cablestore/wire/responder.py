@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 
 from nacl.bindings import crypto_aead_chacha20poly1305_ietf_encrypt
 
@@ -146,7 +147,7 @@ class ResponderKeys:
     spec's prologue costs one try per cabal at most.
     """
 
-    def __init__(self, cabal_keys, prologues: tuple[bytes, ...] = PROLOGUES) -> None:
+    def __init__(self, cabal_keys: Iterable[bytes], prologues: tuple[bytes, ...] = PROLOGUES) -> None:
         keys = [bytes(k) for k in cabal_keys]
         if not keys or any(len(k) != PSKLEN for k in keys):
             raise ArgumentError(f"a responder needs at least one cabal key of {PSKLEN} bytes")
