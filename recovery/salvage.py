@@ -173,7 +173,7 @@ def _check_bookkeeping(path: Path, live: list[Path], result: Salvage) -> None:
     """CURRENT names a MANIFEST whose records all check, listing exactly the tables on disk."""
     try:
         manifest = (path / "CURRENT").read_text().strip()
-        parsed = leveldb_log.manifest_tables((path / manifest).read_bytes()) if manifest.startswith("MANIFEST-") else None
+        parsed = leveldb_files.manifest_tables((path / manifest).read_bytes()) if manifest.startswith("MANIFEST-") else None
     except (OSError, UnicodeDecodeError):
         result.problems.append("CURRENT or the MANIFEST it names is missing or unreadable")
         return

@@ -1,5 +1,6 @@
-"""LevelDB's own file formats read by cablestore.recovery.leveldb: tables as LevelDB reads them, tables cut
-short, log records whose key is damaged, a compaction's leftovers."""
+"""LevelDB's own file formats read by cablestore.recovery.leveldb, on directories plyvel wrote: tables as
+LevelDB reads them, a damaged table block and a damaged log block read leniently, tables cut short, log
+records whose key is damaged, the MANIFEST's table list (strict and lenient), a compaction's leftovers."""
 
 from __future__ import annotations
 
@@ -133,3 +134,90 @@ def test_an_unlisted_table_counts_only_when_the_manifest_lost_edits(tmp_path):
     _, log_number = mentioned_tables((path / (path / "CURRENT").read_text().strip()).read_bytes())
     (path / f"{log_number:06d}.log").unlink()  # the log the manifest names last is gone: it lost an edit
     assert unlisted_tables(path) == [stray.name]
+
+
+def _plyvel_db(path: Path, keys: int, value_size: int):
+    """A LevelDB written by plyvel alone (no cablestore): ``keys`` puts of incompressible values; the db and what it holds."""
+    import random
+
+    import plyvel
+
+    rng = random.Random(11)
+    db = plyvel.DB(str(path), create_if_missing=True)
+    puts = {b"k%06d" % i: rng.randbytes(value_size) for i in range(keys)}
+    for key, value in puts.items():
+        db.put(key, value)
+    return db, puts
+
+
+def test_a_damaged_table_block_is_named_and_every_other_block_read_certified(tmp_path):
+    """A flipped byte in one data block: that block is reported damaged, nothing of it is trusted, every other block's records are LevelDB's."""
+    from cablestore.recovery.leveldb import tables
+
+    path = tmp_path / "db"
+    db, puts = _plyvel_db(path, 400, 500)
+    db.compact_range()
+    db.close()
+    [table] = path.glob("*.ldb")
+    data = table.read_bytes()
+    whole = tables.read_table(data, table.name)
+    assert whole.intact and {r.key: r.value for r in whole.records} == puts
+    handles = tables.index(data)
+    assert len(handles) > 3
+    _, start, size = handles[2]
+    damaged = bytearray(data)
+    damaged[start + size // 2] ^= 0x01
+    scan = tables.read_table(bytes(damaged), table.name)
+    assert not scan.intact and scan.mode == "index"
+    assert scan.damaged == [f"{start}+{size}: checksum mismatch"]
+    assert scan.units == len(handles) - 1
+    in_block = {r.key for r in whole.records if r.source == f"{table.name}@{start}"}
+    assert in_block and all(r.certified for r in scan.records)  # the damaged block gives nothing (no post in it proves itself)
+    assert {r.key: r.value for r in scan.records} == {k: v for k, v in puts.items() if k not in in_block}
+
+
+def test_a_damaged_log_block_loses_only_the_records_it_holds(tmp_path):
+    """A write-ahead log of many 32 KiB blocks with one byte flipped in the second: the records of the other blocks are read, certified, as written."""
+    from cablestore.recovery.leveldb.log import LOG_BLOCK, read_log
+
+    path = tmp_path / "db"
+    db, puts = _plyvel_db(path, 300, 1000)  # ~300 KB: in the log still (the write buffer is 4 MiB)
+    [log] = [f for f in path.iterdir() if f.suffix == ".log" and f.stat().st_size > 4 * LOG_BLOCK]
+    data = log.read_bytes()
+    db.close()
+    whole = read_log(data, log.name)
+    assert whole.intact and {r.key: r.value for r in whole.records} == puts
+    damaged = bytearray(data)
+    damaged[LOG_BLOCK + LOG_BLOCK // 2] ^= 0x01
+    scan = read_log(bytes(damaged), log.name)
+    # the damaged record and the rest of its block (its length fields untrusted), and the tail of a record crossing out of it
+    assert not scan.intact and 1 <= len(scan.damaged) <= 2 and all(d.endswith("checksum mismatch") for d in scan.damaged)
+    assert all(LOG_BLOCK <= int(d.split("+")[0]) <= 2 * LOG_BLOCK for d in scan.damaged)
+    found = {r.key: r.value for r in scan.records}
+    assert all(r.certified for r in scan.records) and found.items() <= puts.items()  # no phantom, no altered value
+    lost = puts.keys() - found.keys()
+    assert 0 < len(lost) <= LOG_BLOCK // 1000 + 2  # at most the records of the damaged block and the one crossing into it
+    assert sorted(lost) == sorted(lost, key=lambda k: int(k[1:]))  # one run of neighbouring writes
+    assert max(int(k[1:]) for k in lost) - min(int(k[1:]) for k in lost) == len(lost) - 1
+
+
+def test_the_manifest_lists_the_tables_leveldb_keeps_and_the_log_it_writes(tmp_path):
+    """Both readings of a live MANIFEST: the strict one (the live tables) and the lenient one (every table an edit mentions)."""
+    from cablestore.recovery.leveldb.manifest import manifest_tables, mentioned_tables, records
+
+    path = tmp_path / "db"
+    db, _ = _plyvel_db(path, 400, 500)
+    db.compact_range()
+    for i in range(50):  # a second table, then a compaction that replaces both
+        db.put(b"z%03d" % i, b"v")
+    db.compact_range()
+    manifest = (path / (path / "CURRENT").read_text().strip()).read_bytes()
+    on_disk = {int(f.stem) for f in path.glob("*.ldb")}
+    live_log = max(int(f.stem) for f in path.glob("*.log"))
+    live, log_number = manifest_tables(manifest)
+    assert live == on_disk and log_number == live_log
+    mentioned, log_again = mentioned_tables(manifest)
+    assert on_disk <= mentioned and log_again == live_log
+    assert len(list(records(manifest))) >= 2  # the edits, one record each
+    db.close()
+    assert manifest_tables(manifest[:-3]) is None  # cut short: the strict reading gives nothing rather than a wrong list

@@ -1,4 +1,5 @@
-"""LevelDB's log files read record by record: the write-ahead logs' WriteBatches, the MANIFEST's table list.
+"""LevelDB's log format read record by record: the write-ahead logs' WriteBatches (the MANIFEST, in the
+same format, is read by :mod:`cablestore.recovery.leveldb.manifest`).
 
 The format is leveldb's ``doc/log_format.md``: 32 KiB blocks of records
 with a 7-byte header (masked CRC32C of the type and data, length, type
@@ -6,7 +7,7 @@ FULL/FIRST/MIDDLE/LAST).  A write-ahead log's record is a WriteBatch: an
 8-byte sequence number, a 4-byte count, then puts (1, key, value) and
 deletes (0, key), each key and value after its varint length.  A record
 whose checksum fails is not trusted, but the posts in it are still looked
-for (:func:`cablestore.recovery.leveldb.tables.loose_posts`).
+for (:func:`cablestore.recovery.leveldb.loose.loose_posts`).
 """
 
 from __future__ import annotations
@@ -123,46 +124,3 @@ def read_log(data: bytes, name: str, wanted: tuple[bytes, ...] = (b"",)) -> File
             scan.damaged.append(f"{at}+{len(payload)}: checksum mismatch")
         scan.records.extend(loose_posts(payload, source))  # a torn write too: never acknowledged, still proven posts
     return scan
-
-
-def manifest_tables(data: bytes) -> tuple[set[int], int] | None:
-    """The live table numbers of a MANIFEST and its last log number; None unless every record checks and parses."""
-    live: set[int] = set()
-    log_number = 0
-    try:
-        for payload, status, _ in log_payloads(data):
-            if status != "ok":
-                return None
-            pos, n = 0, len(payload)
-            while pos < n:
-                tag, pos = varint(payload, pos, n)
-                if tag == 2:  # log number
-                    log_number, pos = varint(payload, pos, n)
-                elif tag in (3, 4, 9):  # next file, last sequence, previous log
-                    _, pos = varint(payload, pos, n)
-                elif tag == 1:  # comparator
-                    size, pos = varint(payload, pos, n)
-                    pos += size
-                elif tag == 5:  # compaction pointer: level, key
-                    _, pos = varint(payload, pos, n)
-                    size, pos = varint(payload, pos, n)
-                    pos += size
-                elif tag == 6:  # deleted file: level, number
-                    _, pos = varint(payload, pos, n)
-                    number, pos = varint(payload, pos, n)
-                    live.discard(number)
-                elif tag == 7:  # new file: level, number, size, smallest, largest
-                    _, pos = varint(payload, pos, n)
-                    number, pos = varint(payload, pos, n)
-                    _, pos = varint(payload, pos, n)
-                    for _ in range(2):
-                        size, pos = varint(payload, pos, n)
-                        pos += size
-                    live.add(number)
-                else:
-                    return None
-                if pos > n:
-                    return None
-    except ValueError:
-        return None
-    return live, log_number

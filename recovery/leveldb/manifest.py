@@ -5,7 +5,10 @@ database: with a damaged MANIFEST that is most of the data.  Before opening,
 :func:`unlisted_tables` compares the table files on disk with the MANIFEST's
 edits.  :func:`records` reassembles log-format records (the MANIFEST and the
 write-ahead logs share the format) without checking CRCs, so a damaged
-record still yields what it says.
+record still yields what it says; :func:`mentioned_tables` names every table
+an edit mentions.  :func:`manifest_tables` is the strict reading, the live
+tables of a MANIFEST every record of which checks (salvage's list of what
+LevelDB would keep).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from cablestore.recovery.leveldb.log import log_payloads
 from cablestore.recovery.leveldb.records import varint
 
 BLOCK = 32768
@@ -122,6 +126,49 @@ def mentioned_tables(manifest: bytes) -> tuple[set[int], int] | None:
     except (ValueError, IndexError):
         return None
     return found, log_number
+
+
+def manifest_tables(data: bytes) -> tuple[set[int], int] | None:
+    """The live table numbers of a MANIFEST and its last log number; None unless every record checks and parses."""
+    live: set[int] = set()
+    log_number = 0
+    try:
+        for payload, status, _ in log_payloads(data):
+            if status != "ok":
+                return None
+            pos, n = 0, len(payload)
+            while pos < n:
+                tag, pos = varint(payload, pos, n)
+                if tag == _LOG:
+                    log_number, pos = varint(payload, pos, n)
+                elif tag in (_NEXT_FILE, _LAST_SEQ, _PREV_LOG):
+                    _, pos = varint(payload, pos, n)
+                elif tag == _COMPARATOR:
+                    size, pos = varint(payload, pos, n)
+                    pos += size
+                elif tag == _COMPACT_POINTER:  # level, key
+                    _, pos = varint(payload, pos, n)
+                    size, pos = varint(payload, pos, n)
+                    pos += size
+                elif tag == _DELETED_FILE:  # level, number
+                    _, pos = varint(payload, pos, n)
+                    number, pos = varint(payload, pos, n)
+                    live.discard(number)
+                elif tag == _NEW_FILE:  # level, number, size, smallest, largest
+                    _, pos = varint(payload, pos, n)
+                    number, pos = varint(payload, pos, n)
+                    _, pos = varint(payload, pos, n)
+                    for _ in range(2):
+                        size, pos = varint(payload, pos, n)
+                        pos += size
+                    live.add(number)
+                else:
+                    return None
+                if pos > n:
+                    return None
+    except ValueError:
+        return None
+    return live, log_number
 
 
 def unlisted_tables(path: Path) -> list[str]:
