@@ -39,6 +39,7 @@ from cablestore import Keypair, Store
 from cablestore.authoring.keyfile import write_cabal_key
 from cablestore.authoring.workload import Workload, read_posts, write_posts
 from cablestore.peer import Node, run_sync
+from cablestore.peer.limits import STORE_CACHE_MB, VERIFY_WORKERS
 from cablestore.wire import decoding as D
 from cablestore.wire import messages as M
 from cablestore.wire.handshake import CableHandshake
@@ -130,7 +131,7 @@ def _serve(store: Path, key_file: Path, pull: bool = True):
 
 
 def _timed_sync(path: Path, address: str, **kw) -> tuple[dict, float]:
-    with Store(path) as store:
+    with Store(path, cache_mb=STORE_CACHE_MB, verify_workers=VERIFY_WORKERS) as store:  # as `cablestore sync` opens it
         start = time.perf_counter()
         summary = asyncio.run(run_sync(store, address, timeout=3600, **kw))
         return summary, time.perf_counter() - start

@@ -7,8 +7,7 @@ import asyncio
 
 from cablestore import INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from cablestore.peer import Node, Sync
-from cablestore.peer.sockets import Wire, now_ms
-from cablestore.peer.transport import attach_dialled, dial
+from cablestore.peer.sockets import Wire, attach_dialled, dial, now_ms
 
 from .conftest import keypair, post
 from .peer_helpers import WALL, link, pump

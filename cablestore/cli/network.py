@@ -19,7 +19,7 @@ from cablestore.cli.args import (
     write_port_file,
 )
 from cablestore.errors import ArgumentError
-from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, PeerLimits
+from cablestore.peer.limits import DEFAULT_POLICY, STORE_CACHE_MB, VERIFY_WORKERS, PeerLimits
 from cablestore.progress import plural
 
 
@@ -84,7 +84,8 @@ def _cmd_serve(args) -> int:
     ready.seen = False
 
     try:  # args.run_served: the dispatcher its control clients' commands run through, set by cablestore.cli.build_parser
-        with open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB) as store, ServedWeb(store) as web, ControlServer(args.store, args.run_served(store)):
+        opened = open_existing(args.store, local_user=args.local_user, cache_mb=STORE_CACHE_MB, verify_workers=VERIFY_WORKERS)
+        with opened as store, ServedWeb(store) as web, ControlServer(args.store, args.run_served(store)):
             summary = asyncio.run(
                 run_server(store, args.listen, ready=ready, policy=policy, pull=not args.no_pull, plain_listen=args.plain_listen, on_node=web.attach,
                            peers=args.peer or (), **private)

@@ -19,6 +19,7 @@
   (:class:`PeerLimits` holds the settable ones).
 """
 
+from cablestore.peer.dialer import keep_dialing, run_dialer
 from cablestore.peer.dialing import Backoff
 from cablestore.peer.embedded import LiveSync, Peer
 from cablestore.peer.limits import DEFAULT_POLICY, LIMITS, PeerLimits
@@ -30,7 +31,7 @@ from cablestore.peer.secure import PrivateCabal
 from cablestore.peer.state import PeerState
 from cablestore.peer.sync import Sync
 from cablestore.peer.table import Concluded, Job, Refused
-from cablestore.peer.transport import PeerServer, keep_dialing, parse_address, run_dialer, run_server, run_sync, sync_path
+from cablestore.peer.transport import PeerServer, parse_address, run_server, run_sync, sync_path
 
 __all__ = [
     "Peer",

@@ -34,10 +34,12 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from cablestore.errors import ArgumentError, PeerClosedError
+from cablestore.peer.dialer import run_dialer
 from cablestore.peer.limits import DEFAULT_POLICY, FEED_BUFFER, PeerLimits
 from cablestore.peer.postfeed import PostFeed
-from cablestore.peer.secure import PrivateCabal
-from cablestore.peer.transport import dial, require_cabal_key, run_dialer, run_server, run_sync
+from cablestore.peer.secure import PrivateCabal, require_cabal_key
+from cablestore.peer.sockets import dial
+from cablestore.peer.transport import run_server, run_sync
 from cablestore.store.store import Store
 from cablestore.wire.crypto import Keypair
 

@@ -56,6 +56,9 @@ BASE_BYTES = 96 * MIB
 # The block cache a peer process (`serve`, `sync`) opens its store with: counted
 # in BASE_BYTES, so smaller than an embedding program's default (Store's 128 MB).
 STORE_CACHE_MB = 32
+# Threads verifying the signatures of the posts a peer process (serve, sync) ingests, while its event loop
+# decodes and indexes (the compiled verifier releases the GIL: the second core verifies).
+VERIFY_WORKERS = 1
 # The most one connection holds outside the pool: its reserved input and
 # output, one read, one unit of answer, the transport's write buffer and
 # the objects of the connection itself.
@@ -246,6 +249,7 @@ _FIXED = (
     ("MIN_MESSAGE_RATE", "bytes a second a message must average once it has taken frame_timeout ms"),
     ("CONNECTION_BYTES", "bytes of the memory budget each allowed connection holds outside the pool"),
     ("STORE_CACHE_MB", "MB of LevelDB block cache a peer process (serve, sync) opens its store with"),
+    ("VERIFY_WORKERS", "threads verifying the signatures a peer process (serve, sync) ingests, beside its event loop"),
     ("HASHES_PER_RESPONSE", "hashes in one hash response"),
     ("CHANNELS_PER_RESPONSE", "channels in one channel list response (a decoder's limit)"),
     ("SPELLINGS_PER_TURN", "channels of a channel list answer spelled in one turn"),

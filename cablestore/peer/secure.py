@@ -39,11 +39,12 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cablestore.errors import (
     ArgumentError,
     BlockedError,
+    CabalKeyRequiredError,
     CableError,
     FramingError,
     HandshakeError,
@@ -61,6 +62,9 @@ from cablestore.wire.handshake import CABLE_PROLOGUE, PROLOGUES, CableHandshake,
 from cablestore.wire.messages import DRAFT8
 from cablestore.wire.noise import PSKLEN
 from cablestore.wire.static_keys import identify as identify_static
+
+if TYPE_CHECKING:
+    from cablestore.store.store import Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,3 +346,11 @@ def identify(channel: SecureChannel, now: int) -> None:
     conn.user = user  # set once it is counted: the counts drop as it closes
     state.by_user[user] += 1
     conn.shunned = store.shunned(user)
+
+
+def require_cabal_key(store: Store, what: str) -> None:
+    """Refuse to serve a store bound to a private cabal without its key (a plain listener or sync would hand out its posts)."""
+    if store.cabal_digest() is not None:
+        raise CabalKeyRequiredError(
+            f"this store belongs to a private cabal: {what} it with its cabal key (cabal_key=); nothing was served"
+        )

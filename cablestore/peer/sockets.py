@@ -17,7 +17,7 @@ from cablestore.errors import TooManyConnectionsError, TransportError
 from cablestore.peer.limits import PUMP_SECONDS, WRITE_CHUNK
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
-from cablestore.peer.secure import HandshakeFailures, PrivateCabal, SecureChannel
+from cablestore.peer.secure import HandshakeFailures, PrivateCabal, SecureChannel, identify
 
 log = logging.getLogger("cablestore.peer.transport")  # one logger for the TCP side
 TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (Linux)
@@ -318,3 +318,25 @@ class Wire:
             await asyncio.wait([link.lost for link in links], timeout=5)
         self.node.on_output = None
         self.node.on_close = None
+
+
+def attach_dialled(wire: Wire, link: _Link, name: str, private: PrivateCabal | None) -> Connection:
+    """A connection for a socket we dialled, over the handshake (as its initiator) when ``private``."""
+    now = now_ms()
+    if private is None:
+        conn = wire.node.connect(name, now=now)
+        wire.attach(link, conn)
+        return conn
+    conn = wire.node.connect(name, now=now, framing=SecureChannel.framing)
+    wire.attach(link, conn, SecureChannel(conn, private, initiator=True, now=now, on_open=identify))
+    return conn
+
+
+async def dial(host: str, port: int) -> _Link:
+    """Open a TCP connection (not read from until attached to a :class:`Wire`); refusals are :class:`TransportError`."""
+    loop = asyncio.get_running_loop()
+    try:
+        _, link = await loop.create_connection(_Link, host, port)
+    except (OSError, OverflowError, ValueError) as exc:
+        raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
+    return link

@@ -19,22 +19,21 @@ visited.  Nothing is done per event for every connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cablestore.errors import ArgumentError, CabalKeyRequiredError, CableError, HandshakeRequiredError, NotHandshakeError, TransportError, WrongCabalKeyError
+from cablestore.errors import ArgumentError, CableError, HandshakeRequiredError, NotHandshakeError, TransportError, WrongCabalKeyError
 from cablestore.peer.cabals import run_cabals
-from cablestore.peer.dialing import CONNECT_TIMEOUT, Backoff
+from cablestore.peer.dialer import keep_dialing
 from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, DEFAULT_PROGRESS_TIMEOUT, STORE_CACHE_MB, PeerLimits
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
 from cablestore.peer.pulling import Puller
-from cablestore.peer.secure import PrivateCabal, SecureChannel, identify
-from cablestore.peer.sockets import Wire, _Link, _on_signals, now_ms, parse_address
+from cablestore.peer.secure import PrivateCabal, identify, require_cabal_key
+from cablestore.peer.sockets import Wire, _Link, _on_signals, attach_dialled, dial, now_ms, parse_address
 from cablestore.peer.sync import Sync
 from cablestore.wire.crypto import Keypair
 from cablestore.wire.handshake import CABLE_PROLOGUE
@@ -97,26 +96,6 @@ class PeerServer:
             await server.wait_closed()
 
 
-def attach_dialled(wire: Wire, link: _Link, name: str, private: PrivateCabal | None) -> Connection:
-    """A connection for a socket we dialled, over the handshake (as its initiator) when ``private``."""
-    now = now_ms()
-    if private is None:
-        conn = wire.node.connect(name, now=now)
-        wire.attach(link, conn)
-        return conn
-    conn = wire.node.connect(name, now=now, framing=SecureChannel.framing)
-    wire.attach(link, conn, SecureChannel(conn, private, initiator=True, now=now, on_open=identify))
-    return conn
-
-
-async def dial(host: str, port: int) -> _Link:
-    """Open a TCP connection (not read from until attached to a :class:`Wire`); refusals are :class:`TransportError`."""
-    loop = asyncio.get_running_loop()
-    try:
-        _, link = await loop.create_connection(_Link, host, port)
-    except (OSError, OverflowError, ValueError) as exc:
-        raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
-    return link
 
 
 async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
@@ -158,50 +137,6 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
         raise failure
     return summary
 
-
-async def keep_dialing(
-    wire: Wire, puller: Puller, address: str, stop: asyncio.Event, *, private: PrivateCabal | None = None, backoff: Backoff | None = None
-) -> None:
-    """Keep a two-way connection to the peer at ``address`` until ``stop``: dial, pull (its history, then live) and answer it;
-    when the connection or the peer goes away, dial again after :class:`cablestore.peer.dialing.Backoff`'s wait.
-
-    Its sync cursors are kept under ``peer:<address>`` (the address we dial is
-    the peer's stable name), so a reconnect asks only for what is newer.  A peer
-    that is down costs at most one attempt per backoff interval; the node's
-    counters say how many were made (``dials``), failed (``dials_failed``) and
-    went through (``dialled``).
-    """
-    backoff = backoff or Backoff()
-    node, loop = wire.node, asyncio.get_running_loop()
-    host, port = parse_address(address)
-    while not stop.is_set():
-        node.stats["dials"] += 1
-        try:
-            link = await asyncio.wait_for(dial(host, port), CONNECT_TIMEOUT)
-        except (TimeoutError, TransportError):
-            node.stats["dials_failed"] += 1
-        else:
-            started = loop.time()
-            conn = attach_dialled(wire, link, address, private)
-            node.stats["dialled"] += 1
-            puller.accept(conn, now_ms(), cursor=f"peer:{address}")
-            wire.kick(flush=True)
-            while not conn.closed and not stop.is_set():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.2)
-            if stop.is_set():
-                return
-            backoff.connected_for(loop.time() - started)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), backoff.next_wait())
-
-
-def require_cabal_key(store: Store, what: str) -> None:
-    """Refuse to serve a store bound to a private cabal without its key (a plain listener or sync would hand out its posts)."""
-    if store.cabal_digest() is not None:
-        raise CabalKeyRequiredError(
-            f"this store belongs to a private cabal: {what} it with its cabal key (cabal_key=); nothing was served"
-        )
 
 
 def handshake_failure(conn: Connection, private: PrivateCabal | None, complete: bool, reason: str | None = None) -> CableError | None:
@@ -320,44 +255,6 @@ async def run_server(
         summary["plain_listen"] = f"{server.listeners[1][0]}:{server.listeners[1][1]}"
     return summary
 
-
-async def run_dialer(
-    store: Store,
-    address: str,
-    *,
-    stop: asyncio.Event,
-    policy: PeerLimits = DEFAULT_POLICY,
-    cabal_key: bytes | None = None,
-    keypair: Keypair | None = None,
-    prologue: bytes = CABLE_PROLOGUE,
-    backoff: Backoff | None = None,
-) -> dict:
-    """Keep a connection to the peer at ``address`` until ``stop`` (:func:`keep_dialing`, with no listener); return the node's counts.
-
-    What an embedded :class:`cablestore.peer.embedded.Peer` runs for
-    ``connect(..., reconnect=True)``.  ``cabal_key``: over the Cable Handshake
-    (the store is tied to the cabal first).
-    """
-    private = None
-    if cabal_key is not None:
-        private = PrivateCabal(bytes(cabal_key), keypair, prologue)
-        store.join_cabal(private.cabal_key)
-    else:
-        require_cabal_key(store, "connect")  # a dialled peer is answered too: a private cabal's store is never offered plain
-    parse_address(address)
-    node = Node(store, policy=policy)
-    wire = Wire(node)
-    wire.on_open = identify
-    puller = Puller(node)
-    wire.on_event = lambda: puller.poll(now_ms())
-    try:
-        await keep_dialing(wire, puller, address, stop, private=private, backoff=backoff)
-    finally:
-        puller.close()
-        wire.flush()
-        await wire.close()
-        node.close()
-    return {"peer": address, **node.snapshot()}
 
 
 async def run_sync(
