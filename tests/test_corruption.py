@@ -15,40 +15,15 @@ from cablestore.cli import main
 from cablestore.errors import StoreCorruptError
 from cablestore.recovery.recovering import recover
 
-NOW = 1_900_000_000_000
-ROOT = Path(__file__).resolve().parent.parent
-
-# Ingest in small batches, then die without closing: the posts stay in the write-ahead log.
-CRASH_AFTER_INGEST = """
-import os, sys
-from cablestore import Store
-from cablestore.authoring.workload import generate
-store = Store(sys.argv[1], now=lambda: {now}, verify_signatures=False)
-posts = generate(seed=3, posts=400)
-for i in range(0, 400, 4):
-    store.ingest_many(posts[i : i + 4])
-os._exit(0)
-"""
-
-
-def _crashed_store(path: Path) -> Path:
-    code = CRASH_AFTER_INGEST.format(now=NOW)
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120, cwd=ROOT)
-    [log] = [f for f in path.iterdir() if f.suffix == ".log" and f.stat().st_size]
-    return log
-
-
-def _stored(path) -> set[bytes]:
-    with Store(path, create=False) as s:
-        return {k[6:] for k, _ in s.items(b"!post!")}
+from .damaged_stores import NOW, ROOT, crashed_store, stored
 
 
 def test_bit_flip_in_the_log_is_detected_and_recover_reports_what_it_kept(tmp_path):
     path = tmp_path / "s"
-    log = _crashed_store(path)
+    log = crashed_store(path)
     reference = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
-    expected = _stored(reference)  # the undamaged store, reopened after the crash
+    expected = stored(reference)  # the undamaged store, reopened after the crash
     data = bytearray(log.read_bytes())
     data[len(data) // 3] ^= 0x10  # a block in the middle of history
     log.write_bytes(bytes(data))
@@ -57,7 +32,7 @@ def test_bit_flip_in_the_log_is_detected_and_recover_reports_what_it_kept(tmp_pa
     assert main(["check", str(path), "--quiet"]) == 2  # not "consistent"
     report = recover(path)
     assert report.consistent
-    after = _stored(path)
+    after = stored(path)
     lost = {bytes.fromhex(h) for h in report.lost} | {bytes.fromhex(r["hash"]) for r in report.removed_records}
     assert expected - after <= lost  # every post that is gone is named
     assert report.posts_after == len(after) and report.known_posts >= len(expected)

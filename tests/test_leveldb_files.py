@@ -6,27 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cablestore import Store
 from cablestore.authoring.workload import generate
 from cablestore.recovery.recovering import recover
 
-NOW = 1_900_000_000_000
-
-
-def _stored(path) -> set[bytes]:
-    with Store(path, create=False) as s:
-        return {k[6:] for k, _ in s.items(b"!post!")}
-
-
-def _store_of_tables(path: Path, posts: int, seed: int = 8) -> set[bytes]:
-    """A closed store (everything in tables); its post hashes."""
-    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
-        s.ingest_many(generate(seed=seed, posts=posts))
-        return {k[len(b"!post!") :] for k, _ in s.items(b"!post!")}
-
-
-def _largest_table(path: Path) -> Path:
-    return max(path.glob("*.ldb"), key=lambda f: f.stat().st_size)
+from .damaged_stores import largest_table, store_of_tables, stored
 
 
 def test_the_reader_reads_a_table_as_leveldb_does(tmp_path):
@@ -36,7 +19,7 @@ def test_the_reader_reads_a_table_as_leveldb_does(tmp_path):
     from cablestore.recovery.leveldb import tables as leveldb_reader
 
     path = tmp_path / "s"
-    _store_of_tables(path, 1000)
+    store_of_tables(path, 1000)
     [table] = path.glob("*.ldb")
     db = plyvel.DB(str(path))
     want = dict(db.iterator(prefix=b"!deleted!")) | dict(db.iterator(prefix=b"!post!"))
@@ -56,8 +39,8 @@ def test_a_table_cut_in_the_middle_keeps_the_posts_before_the_cut(tmp_path):
     from cablestore.recovery.leveldb import tables as leveldb_reader
 
     path = tmp_path / "s"
-    expected = _store_of_tables(path, 3000)
-    table = _largest_table(path)
+    expected = store_of_tables(path, 3000)
+    table = largest_table(path)
     data = table.read_bytes()
     cut = len(data) // 2
     whole = leveldb_reader.read_table(data, table.name, (b"!post!",))
@@ -67,7 +50,7 @@ def test_a_table_cut_in_the_middle_keeps_the_posts_before_the_cut(tmp_path):
     table.write_bytes(data[:cut])
     report = recover(path)
     assert report.consistent
-    after = _stored(path)
+    after = stored(path)
     assert before_cut <= after <= expected  # every post of an intact block, no phantom
     assert report.salvaged_posts  # LevelDB's repair drops the whole table: these came from its blocks
     assert any(table.name in part for part in report.damaged)
@@ -93,13 +76,13 @@ def test_a_log_put_whose_key_hash_is_damaged_keeps_its_post_under_the_post_s_own
 def test_a_compactions_leftover_is_no_damage(tmp_path):
     """A table a killed compaction left half-written, which the MANIFEST never listed: LevelDB deletes it, recover repairs nothing."""
     path = tmp_path / "s"
-    expected = _store_of_tables(path, 300)
+    expected = store_of_tables(path, 300)
     [table] = path.glob("*.ldb")
     (path / "000099.ldb").write_bytes(table.read_bytes()[: table.stat().st_size // 2])
     report = recover(path)
     assert report.intact and report.consistent and report.lossless
     assert not (path / "lost").exists()
-    assert _stored(path) == expected
+    assert stored(path) == expected
 
 
 def test_the_log_reader_finds_every_put_of_a_live_store(tmp_path):
@@ -126,10 +109,10 @@ def test_an_unlisted_table_counts_only_when_the_manifest_lost_edits(tmp_path):
     from cablestore.recovery.leveldb.manifest import mentioned_tables, unlisted_tables
 
     path = tmp_path / "s"
-    _store_of_tables(path, 300)
+    store_of_tables(path, 300)
     assert unlisted_tables(path) == []
     stray = path / "999999.ldb"
-    stray.write_bytes(_largest_table(path).read_bytes())  # a whole table no manifest names
+    stray.write_bytes(largest_table(path).read_bytes())  # a whole table no manifest names
     assert unlisted_tables(path) == []  # a compaction's leftover while the manifest is whole
     _, log_number = mentioned_tables((path / (path / "CURRENT").read_text().strip()).read_bytes())
     (path / f"{log_number:06d}.log").unlink()  # the log the manifest names last is gone: it lost an edit

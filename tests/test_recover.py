@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,39 +17,8 @@ from cablestore.cli import main
 from cablestore.errors import StoreNotFoundError
 from cablestore.recovery.recovering import recover
 
-NOW = 1_900_000_000_000
-ROOT = Path(__file__).resolve().parent.parent
-
-# Ingest in small batches, then die without closing: the posts stay in the write-ahead log.
-CRASH_AFTER_INGEST = """
-import os, sys
-from cablestore import Store
-from cablestore.authoring.workload import generate
-store = Store(sys.argv[1], now=lambda: {now}, verify_signatures=False)
-posts = generate(seed=3, posts=400)
-for i in range(0, 400, 4):
-    store.ingest_many(posts[i : i + 4])
-os._exit(0)
-"""
-
-
-def _crashed_store(path: Path) -> Path:
-    code = CRASH_AFTER_INGEST.format(now=NOW)
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120, cwd=ROOT)
-    [log] = [f for f in path.iterdir() if f.suffix == ".log" and f.stat().st_size]
-    return log
-
-
-def _stored(path) -> set[bytes]:
-    with Store(path, create=False) as s:
-        return {k[6:] for k, _ in s.items(b"!post!")}
-
-
-def _store_of_tables(path: Path, posts: int, seed: int = 8) -> set[bytes]:
-    """A closed store (everything in tables); its post hashes."""
-    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
-        s.ingest_many(generate(seed=seed, posts=posts))
-        return {k[len(b"!post!") :] for k, _ in s.items(b"!post!")}
+from .damaged_stores import NOW, crashed_store, store_of_tables
+from .damaged_stores import stored as stored_posts
 
 
 def test_store_without_current_is_recovered_whole(tmp_path, capsys):
@@ -127,14 +95,14 @@ def test_recover_deletes_again_a_deleted_post_that_came_back(tmp_path):
 def test_a_store_of_one_table_cut_short_is_recovered_not_called_foreign(tmp_path, capsys):
     """Regression: all posts left and recover said "not a cablestore store" (exit 2), never naming lost/."""
     path = tmp_path / "s"
-    expected = _store_of_tables(path, 400)
+    expected = store_of_tables(path, 400)
     [table] = path.glob("*.ldb")
     table.write_bytes(table.read_bytes()[:-5000])
     code = main(["recover", str(path)])
     out, err = capsys.readouterr()
     assert code == 1, err  # recovered, with a damaged part named (exit 2 would be an error)
     assert "lost/recover-" in out and "originals kept in" in out and "result: consistent" in out
-    stored = _stored(path)
+    stored = stored_posts(path)
     gone = expected - stored
     assert stored <= expected and len(stored) > len(expected) // 2
     # The cut took the last posts' bytes; the table's intact blocks still name them (``!author!`` keys): lost, by hash.
@@ -144,7 +112,7 @@ def test_a_store_of_one_table_cut_short_is_recovered_not_called_foreign(tmp_path
 def test_recover_of_an_intact_store_changes_nothing_and_adds_nothing_to_lost(tmp_path, capsys):
     """Regression: every recover moved two files into lost/, even on an intact store."""
     path = tmp_path / "s"
-    _store_of_tables(path, 300)
+    store_of_tables(path, 300)
     with Store(path, create=False) as s:
         before = list(s.items())
     for _ in range(2):
@@ -166,7 +134,7 @@ def test_recover_shows_its_progress_on_a_terminal_only(tmp_path):
             return True
 
     path = tmp_path / "s"
-    _store_of_tables(path, 300)
+    store_of_tables(path, 300)
     [table] = path.glob("*.ldb")
     table.write_bytes(table.read_bytes()[:-5000])
     shown = Terminal()
@@ -181,13 +149,13 @@ def test_recover_shows_its_progress_on_a_terminal_only(tmp_path):
 def test_a_crashed_store_is_intact_its_log_replayed_and_nothing_set_aside(tmp_path):
     """A writer killed without closing leaves its posts in the log: not damage, nothing to repair."""
     path = tmp_path / "s"
-    log = _crashed_store(path)
+    log = crashed_store(path)
     data = log.read_bytes()
     log.write_bytes(data + data[:27])  # and a last record cut short by the crash (a header and 20 bytes): LevelDB ignores it
     reference = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
-    expected = _stored(reference)
+    expected = stored_posts(reference)
     report = recover(path)
     assert report.intact and report.consistent and report.lossless
     assert not (path / "lost").exists()
-    assert _stored(path) == expected
+    assert stored_posts(path) == expected

@@ -4,50 +4,12 @@ later comes back, damaged log blocks and writes cut short give up their posts on
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from cablestore import Store
-from cablestore.authoring.workload import generate
 from cablestore.recovery.recovering import recover
 
-NOW = 1_900_000_000_000
-ROOT = Path(__file__).resolve().parent.parent
-
-# Ingest in small batches, then die without closing: the posts stay in the write-ahead log.
-CRASH_AFTER_INGEST = """
-import os, sys
-from cablestore import Store
-from cablestore.authoring.workload import generate
-store = Store(sys.argv[1], now=lambda: {now}, verify_signatures=False)
-posts = generate(seed=3, posts=400)
-for i in range(0, 400, 4):
-    store.ingest_many(posts[i : i + 4])
-os._exit(0)
-"""
-
-
-def _crashed_store(path: Path) -> Path:
-    code = CRASH_AFTER_INGEST.format(now=NOW)
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120, cwd=ROOT)
-    [log] = [f for f in path.iterdir() if f.suffix == ".log" and f.stat().st_size]
-    return log
-
-
-def _stored(path) -> set[bytes]:
-    with Store(path, create=False) as s:
-        return {k[6:] for k, _ in s.items(b"!post!")}
-
-
-def _store_of_tables(path: Path, posts: int, seed: int = 8) -> set[bytes]:
-    """A closed store (everything in tables); its post hashes."""
-    with Store(path, now=lambda: NOW, verify_signatures=False) as s:
-        s.ingest_many(generate(seed=seed, posts=posts))
-        return {k[len(b"!post!") :] for k, _ in s.items(b"!post!")}
-
-
-def _largest_table(path: Path) -> Path:
-    return max(path.glob("*.ldb"), key=lambda f: f.stat().st_size)
+from .damaged_stores import crashed_store, largest_table, store_of_tables, stored
 
 
 def _files_under(folder: Path) -> dict[str, bytes]:
@@ -61,13 +23,13 @@ def test_a_table_cut_short_keeps_every_post_of_its_intact_blocks(tmp_path):
     filter: every data block survives, so every post must come back.
     """
     path = tmp_path / "s"
-    expected = _store_of_tables(path, 3000)
-    table = _largest_table(path)
+    expected = store_of_tables(path, 3000)
+    table = largest_table(path)
     original = table.read_bytes()
     table.write_bytes(original[:-5000])
     report = recover(path)
     assert report.consistent
-    assert _stored(path) == expected  # every post kept, none that was not stored
+    assert stored(path) == expected  # every post kept, none that was not stored
     assert len(report.salvaged_posts) > 0 and not report.lost
     kept = Path(report.originals) / table.name
     assert kept.read_bytes() == original[:-5000]  # the damaged original, kept as it was
@@ -78,10 +40,10 @@ def test_a_table_cut_short_keeps_every_post_of_its_intact_blocks(tmp_path):
 def test_posts_of_a_damaged_log_block_are_proven_one_by_one(tmp_path):
     """A flipped byte makes LevelDB drop the rest of a 32 KiB log block; the posts in it are still proven and kept."""
     path = tmp_path / "s"
-    log = _crashed_store(path)
+    log = crashed_store(path)
     reference = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
-    expected = _stored(reference)
+    expected = stored(reference)
     data = bytearray(log.read_bytes())
     at = len(data) // 3
     data[at] ^= 0x10
@@ -91,7 +53,7 @@ def test_posts_of_a_damaged_log_block_are_proven_one_by_one(tmp_path):
     whole = {h for h, buf in bufs.items() if (i := bytes(data).find(buf)) >= 0 and not i <= at < i + len(buf)}
     report = recover(path)
     assert report.consistent
-    after = _stored(path)
+    after = stored(path)
     assert whole <= after <= expected
     assert len(whole) > len(expected) * 0.9
 
@@ -101,7 +63,7 @@ def test_salvage_does_not_bring_back_a_post_deleted_later(tmp_path):
     import shutil
 
     path = tmp_path / "s"
-    expected = _store_of_tables(path, 300)
+    expected = store_of_tables(path, 300)
     gone = sorted(expected)[0]
     (path / "lost").mkdir()
     for table in path.glob("*.ldb"):
@@ -111,7 +73,7 @@ def test_salvage_does_not_bring_back_a_post_deleted_later(tmp_path):
     report = recover(path)
     assert not report.intact  # the lost/ files were read
     assert report.consistent
-    after = _stored(path)
+    after = stored(path)
     assert after == expected - {gone}
     assert all(f.parent != path / "lost" for f in (path / "lost").rglob("*.ldb"))  # filed in the dated folder
 
@@ -119,7 +81,7 @@ def test_salvage_does_not_bring_back_a_post_deleted_later(tmp_path):
 def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path):
     """A log cut in the middle of its last batch (no damage: what a crash leaves): LevelDB drops the whole batch, salvage keeps its posts."""
     path = tmp_path / "s"
-    log = _crashed_store(path)
+    log = crashed_store(path)
     reference = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(path), str(reference)], check=True)
     with Store(reference, create=False) as s:
@@ -130,7 +92,7 @@ def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path)
     log.write_bytes(data[: last_at + len(last_buf) - 1])  # the last post's last byte never written
     report = recover(path)
     assert report.intact and report.consistent
-    after = _stored(path)
+    after = stored(path)
     assert kept in after and kept.hex() in report.salvaged_posts  # from the batch LevelDB dropped
     assert last not in after
     assert after <= set(bufs)
@@ -138,7 +100,7 @@ def test_the_posts_of_a_write_cut_short_at_the_end_of_the_log_are_kept(tmp_path)
 
 def test_a_second_recover_after_a_salvage_adds_nothing(tmp_path):
     path = tmp_path / "s"
-    _store_of_tables(path, 400)
+    store_of_tables(path, 400)
     [table] = path.glob("*.ldb")
     table.write_bytes(table.read_bytes()[:-5000])
     first = recover(path)
