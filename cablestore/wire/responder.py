@@ -6,7 +6,7 @@ read, so each cabal key's state after ``MixHash(prologue)`` and
 computes it once, and checking a message 1 (48 bytes: ``e`` and the MAC of
 an empty payload) under it costs one hash, three HMACs and one MAC, no
 Diffie-Hellman.  :class:`ResponderKeys` tries every cabal's key so, and
-:attr:`cablestore.wire.handshake.CableHandshake.cabal` names the one that
+``CableHandshake.cabal`` (:class:`cablestore.wire.handshake.CableHandshake`) names the one that
 authenticated.  A wrong key for every cabal learns nothing but the close.
 
 Also here: telling a peer that speaks plain Cable from one that speaks the
@@ -139,9 +139,9 @@ def plain_cable_start(data: bytes) -> bool:
 
 
 class ResponderKeys:
-    """What a responder tries message 1 with: each cabal key's :class:`cablestore.wire.noise.Message1Key` under each prologue, computed once.
+    """What a responder tries message 1 with: each cabal key's :class:`Message1Key` under each prologue, computed once.
 
-    ``cabal_keys``: one key per cabal, in order (:attr:`CableHandshake.cabal`
+    ``cabal_keys``: one key per cabal, in order (``CableHandshake.cabal``
     is the index of the one that authenticated).  Every cabal's first
     prologue is tried before any second one, so an initiator with the
     spec's prologue costs one try per cabal at most.
