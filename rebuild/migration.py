@@ -90,7 +90,7 @@ def migrate(path: str | os.PathLike, progress: Progress | None = None) -> Migrat
         if not report.migrated:
             return report
         report.resumed = db.get(MIGRATING) is not None
-        lease = Lease.of(db, sync=True)  # no Store has the directory open: the migration holds it alone
+        lease = Lease(db, sync=True)  # no Store has the directory open: the migration holds it alone
         lease.put(MIGRATING, b"")
         if progress:
             progress.stage(f"migrate {report.from_format} to {report.to_format}")

@@ -86,10 +86,7 @@ class LivePushes:
                         if answer is None:
                             answer = self.store.channel_state_answer(channel)
                         hashes = self._refresh(entry, answer)
-                    if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
-                        entry.origin.push(entry, hashes)
-                        peer.stats["live_pushed_hashes"] += len(hashes)
-                        pushed = True
+                    pushed = self._push(entry, hashes) or pushed
         if pushed and peer.on_output is not None:
             peer.on_output()
 
@@ -130,10 +127,7 @@ class LivePushes:
                     if answer is None:
                         answer = self.store.channel_state_answer(channel)
                     hashes = self._refresh(entry, answer)
-                    if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
-                        entry.origin.push(entry, hashes)
-                        peer.stats["live_pushed_hashes"] += len(hashes)
-                        pushed = True
+                    pushed = self._push(entry, hashes) or pushed
         if pushed and peer.on_output is not None:
             peer.on_output()
 
@@ -147,10 +141,16 @@ class LivePushes:
             answer = self.store.moderation_state(entry.request.channels, entry.request.oldest, to=entry.origin.user)
             hashes = [h for h in answer if h not in entry.state]
             entry.state = set(answer)
-            if hashes and not entry.origin.closed and entry.origin.room_for_push(40 * len(hashes) + 16):
-                entry.origin.push(entry, hashes)
-                pushed = True
+            pushed = self._push(entry, hashes) or pushed
         return pushed
+
+    def _push(self, entry, hashes: list[bytes]) -> bool:
+        """Push ``hashes`` to a live request if there are any and its connection has room (counted); whether it did."""
+        if not hashes or entry.origin.closed or not entry.origin.room_for_push(40 * len(hashes) + 16):
+            return False
+        entry.origin.push(entry, hashes)
+        self.state.stats["live_pushed_hashes"] += len(hashes)
+        return True
 
     def _member_channels(self, authors: set[bytes], source=None) -> set[str]:
         """The channels with live state requests where one of ``authors`` is a member or ex-member

@@ -10,7 +10,6 @@ between components: what one needs of another it is handed too.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,9 +68,6 @@ class Handle:
     def replace_db(self, db: Any) -> None:
         """After a reopen: every component reads the new database from now on."""
         self._db = db
-
-    def __fspath__(self) -> str:
-        return os.fspath(self.path)
 
 
 __all__ = ["Component", "Handle", "wall_clock_ms"]

@@ -5,7 +5,7 @@ in a damaged block) with what the surviving ``!author!`` keys and views
 knew of it: author, their name, channel, time and type.  They are kept
 under ``!local!lost!<hash>`` so a later ``recover`` or ``check`` lists them
 again; a post that a sync brings back is listed no more (it is read as
-held), and its row is dropped by the next :meth:`LostPosts.remember`.
+held), and its row is dropped by the next :meth:`LostPosts.remember_lost`.
 """
 
 from __future__ import annotations
@@ -49,11 +49,14 @@ class LostPosts(Component):
         """Keep ``posts`` (dicts with ``hash`` in hex and the other :data:`FIELDS`) as lost, and drop the rows of posts held again; returns how many are kept."""
         rows = {bytes.fromhex(p["hash"]): msgpack.packb({f: p.get(f) for f in FIELDS}) for p in posts}
         with self._writer.batch() as batch:
+            kept = set()
             for key, _ in batch.current(LOST):
-                if batch.get(POSTS + key[len(LOST) :]) is not None:
-                    batch.delete(key)
+                if batch.get(POSTS + key[len(LOST) :]) is None:
+                    kept.add(key)
+                else:
+                    batch.delete(key)  # the post is held again
             for h, value in rows.items():
                 if batch.get(POSTS + h) is None:
                     batch.put(LOST + h, value)
-            kept = sum(1 for key, _ in batch.current(LOST) if batch.get(POSTS + key[len(LOST) :]) is None)
-        return kept
+                    kept.add(LOST + h)
+        return len(kept)

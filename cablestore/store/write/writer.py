@@ -41,18 +41,13 @@ from cablestore.store.write.txn import Txn
 class Lease:
     """Exclusive write access to a store's LevelDB for a bulk job: bounded WriteBatches, point writes.
 
-    Made by :meth:`Writer.lease` for an open store, or by :meth:`Lease.of`
-    for a LevelDB directory no Store has open (a migration, a salvage).
+    Made by :meth:`Writer.lease` for an open store, or directly for a
+    LevelDB directory no Store has open (a migration).
     """
 
     def __init__(self, db: Any, sync: bool) -> None:
         self.db = db
         self.sync = sync
-
-    @classmethod
-    def of(cls, db: Any, sync: bool = False) -> Lease:
-        """A lease on a plyvel DB the caller holds alone (no Store has it open)."""
-        return cls(db, sync)
 
     def write_batch(self, *, sync: bool | None = None, transaction: bool = False) -> Any:
         """A new plyvel WriteBatch (use it as a context manager, or call ``write()``)."""
