@@ -213,8 +213,9 @@ def _repair_views(path: Path, report: RecoveryReport, found: salvage.Salvage, na
             progress.stage("migrate")
         Store.migrate(path, progress)  # rebuilds every derived row from the primary data just salvaged
     with Store(path, create=False, verify_signatures=False) as store, store.in_flight():
-        present, indexed, _ = _inventory(store.db)
-        evidence = [k for k in store.db.iterator(prefix=AUTHOR, include_value=False)] + [k for k, r in found.naming.items() if r.kind == VALUE]
+        present, author_keys = _stored_posts(store.db), list(store.db.iterator(prefix=AUTHOR, include_value=False))
+        indexed = author_view.hashes(author_keys)
+        evidence = author_keys + [k for k, r in found.naming.items() if r.kind == VALUE]  # read before the view repair drops them
         if progress:
             progress.stage("view repair")
         checked = store.check(fix=True, check_signatures=False)  # first: no damaged record is read below
@@ -244,11 +245,10 @@ LOST_FILE = "LOST.json"
 
 def describe_lost(store, hashes: list[bytes], evidence: list[bytes], run: str | None = None) -> list[dict]:
     """Each lost post with what the surviving ``!author!`` keys (``evidence``: the store's and the damaged files') know of it."""
-    known = {}
+    wanted, known = set(hashes), {}
     for key in evidence:
-        row = author_view.decode_key(key)
-        if row is not None:
-            known.setdefault(row.hash, row)
+        if key[-32:] in wanted and key[-32:] not in known and (row := author_view.decode_key(key)) is not None:
+            known[row.hash] = row
     out = []
     for h in hashes:
         row = known.get(h)
@@ -390,9 +390,13 @@ def _restore_format(db, ours: bool) -> bool:
     return True
 
 
+def _stored_posts(db) -> set[bytes]:
+    """The hashes of the posts a store holds."""
+    return {k[len(POSTS) :] for k in db.iterator(prefix=POSTS, include_value=False) if len(k) == _POST_KEY_LEN}
+
+
 def _inventory(db) -> tuple[set[bytes], set[bytes], int]:
     """Stored post hashes, hashes the views name (every indexed post has one ``!author!`` entry, ending in its hash), and the tombstone count."""
-    posts = {k[len(POSTS) :] for k in db.iterator(prefix=POSTS, include_value=False) if len(k) == _POST_KEY_LEN}
     indexed = author_view.hashes(db.iterator(prefix=AUTHOR, include_value=False))
     tombstones = sum(1 for _ in db.iterator(prefix=DELETED, include_value=False))
-    return posts, indexed, tombstones
+    return _stored_posts(db), indexed, tombstones
