@@ -112,6 +112,7 @@ class Sync:
         self.moderation_live: Job | None = None
         self.started = False
         self.reason: str | None = None
+        self.ended_by_close = False  # it ended because the connection closed, not because it gave up first
         self._progress_mark: tuple = ()
         self._progress_at: int | None = None
         self._listed = False
@@ -133,6 +134,7 @@ class Sync:
                 self.conn.settle_deferred(now)
             if self.conn.closed:
                 if self.conn.error is not None or not self.finite_done:
+                    self.ended_by_close = self.reason is None
                     self.abandon(self._closed_reason())
                 return
             if self.listing is not None and self.listing.done and not self._listed:

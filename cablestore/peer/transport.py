@@ -139,13 +139,13 @@ async def sync_path(path: str | os.PathLike, address: str, **kw: Any) -> dict:
 
 
 
-def handshake_failure(conn: Connection, private: PrivateCabal | None, complete: bool, reason: str | None = None) -> CableError | None:
+def handshake_failure(conn: Connection, private: PrivateCabal | None, complete: bool, ended_by_close: bool = True) -> CableError | None:
     """What a sync that ended in the handshake (or, plain, closed before any answer) raises: the cause in words, else None."""
     if private is not None:
         if conn.authenticated:
             return None
         return conn.error if isinstance(conn.error, (NotHandshakeError, WrongCabalKeyError)) else None
-    if complete or conn.stats["received"] or conn.close_reason not in ("closed", "lost") or not str(reason or "").startswith("the connection closed"):
+    if complete or conn.stats["received"] or conn.close_reason not in ("closed", "lost") or not ended_by_close:
         return None  # an answer came, or this side gave up first (no progress, a malformed answer): not the peer refusing plain Cable
     return HandshakeRequiredError(
         "the peer closed the connection before any Cable answer: it may require a cabal key (cabal_key=), or be over a limit (its log says which)"
@@ -356,7 +356,7 @@ async def run_sync(
         node.close()
         if live and signals:
             _on_signals(loop, stop, False)
-    failure = handshake_failure(conn, private, summary.get("complete", False), summary.get("reason"))
+    failure = handshake_failure(conn, private, summary.get("complete", False), sync.ended_by_close)
     if failure is not None:
         raise failure
     return summary
