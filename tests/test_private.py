@@ -443,3 +443,42 @@ def test_a_stream_of_messages_cut_mid_message_is_not_slow(full):
         assert not conn.closed, (step, conn.close_reason)
     conn.check_time(20 * 600 + 1001)
     assert conn.closed and conn.close_reason == "slow"  # and a message that stops arriving still is
+
+
+def test_cursors_over_the_handshake_are_kept_under_the_authenticated_user(tmp_path):
+    """Once the handshake names a user the store knows, both sides keep that peer's cursors under the user, not its address."""
+    srv, ann = Keypair(), Keypair()
+    served = Store(tmp_path / "served")
+    Author(served, srv).text("general", "from the server")
+    client = Store(tmp_path / "client")
+    Author(client, ann).text("general", "from ann")
+    ann_key, srv_key = f"user:{ann.public_key.hex()}", f"user:{srv.public_key.hex()}"
+
+    async def main():
+        port, stop, ready = [], asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(run_server(served, "127.0.0.1:0", cabal_key=KEY, keypair=srv, stop=stop, signals=False,
+                                              ready=lambda h, p: (port.append(p), ready.set())))
+        await asyncio.wait_for(ready.wait(), 10)
+        try:
+            # First contact: neither side knows the other's user yet, so cursors are kept by address.
+            first = await run_sync(client, f"127.0.0.1:{port[0]}", cabal_key=KEY, keypair=ann, timeout=30, signals=False)
+            # Now each holds a post by the other: the second contact, under another address, is keyed by user.
+            second = await run_sync(client, f"localhost:{port[0]}", cabal_key=KEY, keypair=ann, timeout=30, signals=False)
+            for _ in range(200):  # the server's pull of the second connection settles just after it
+                if served.sync_cursor(ann_key, "general") is not None:
+                    break
+                await asyncio.sleep(0.05)
+            return first, second, port[0]
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    first, second, port = run(main())
+    assert first["complete"] and second["complete"], (first, second)
+    assert client.sync_cursor(f"127.0.0.1:{port}", "general") is not None  # first contact: by address
+    assert client.sync_cursor(srv_key, "general") is not None
+    assert client.sync_cursor(f"localhost:{port}", "general") is None  # second: by user, whatever the address
+    assert served.sync_cursor("accepted:127.0.0.1", "general") is not None
+    assert served.sync_cursor(ann_key, "general") is not None
+    served.close()
+    client.close()

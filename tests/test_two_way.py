@@ -315,3 +315,34 @@ def test_serve_pulls_a_channel_the_client_joined_after_connecting(stores):
             await asyncio.wait_for(task, 20)
 
     asyncio.run(scenario())
+
+
+def test_a_peer_that_held_nothing_when_pulled_is_asked_only_from_then_on_its_next_connection(stores):
+    """A syncing peer is empty when the serving side pulls from it: its next contact must not re-list what it got."""
+    import asyncio
+
+    from cablestore.wire import messages as M
+
+    from .exact_peer import ExactPeerClient
+
+    served = stores("served")
+    for p in mixed_case_posts():
+        served.ingest(p)
+
+    async def once():
+        port, stop, task = await _serving(served)
+        try:
+            client = await ExactPeerClient(ExactPeer([])).connect("127.0.0.1", port)
+            await _until(lambda: any(isinstance(m, M.TimeRangeRequest) and m.time_end == 0 for m in client.peer.asked))
+            await client.close()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+        return [m for m in client.peer.asked if isinstance(m, M.TimeRangeRequest) and m.time_end != 0]
+
+    before = WALL
+    first = asyncio.run(once())
+    second = asyncio.run(once())
+    assert first and all(m.time_start == 0 for m in first)
+    # Asked from the moment of the first contact, less the margin: not the whole history again.
+    assert second and all(m.time_start >= before - 3_600_000 for m in second)

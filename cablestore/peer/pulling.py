@@ -14,7 +14,8 @@ What is pulled is handled like any other input: posts only as answers to
 our requests, checked and ingested by the store, within the connection's
 share of the limits (:mod:`cablestore.peer.limits`).  Peers are
 unauthenticated, so the sync cursor of an accepted peer is keyed by what is
-known of it, its remote host (not the port, which changes on each
+known of it (:mod:`cablestore.peer.cursors`): its user over the Cable
+Handshake, else its remote host (not the port, which changes on each
 connection): a peer that reconnects asks only for ``[cursor, ...)``, not the
 whole history again.  Peers behind one address share a cursor; the margin
 (an hour) covers their differing clocks, not a second peer holding posts an
@@ -24,17 +25,12 @@ hour older than the first's newest.  Sans-I/O: the transport calls
 
 from __future__ import annotations
 
+from cablestore.peer.cursors import accepted_name
 from cablestore.peer.limits import DEFAULT_PROGRESS_TIMEOUT
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
 from cablestore.peer.sync import Sync
 from cablestore.wire.messages import ChannelStateRequest, TimeRangeRequest
-
-
-def cursor_name(remote: str) -> str:
-    """The name an accepted peer's sync cursor is kept under: ``accepted:<host>`` (``remote`` is ``host:port``)."""
-    host = remote.rsplit(":", 1)[0] if ":" in remote else remote
-    return f"accepted:{host}"
 
 
 class Puller:
@@ -50,13 +46,13 @@ class Puller:
         """Start pulling from ``conn``: its channels and ours, then live.
 
         ``cursor``: the name its sync cursors are kept under (default
-        :func:`cursor_name` of its address: an accepted peer; a peer we dial
+        :func:`cablestore.peer.cursors.accepted_name` of its address: an accepted peer; a peer we dial
         is known by the address we dial).
         """
         with self.node.lock:
             store = self.node.store
             # Our channels are read once the peer answered its channel list: a peer that never answers costs one request.
-            sync = Sync(conn, cursor or cursor_name(conn.name), also=lambda: store.listed_spellings(store.channel_list()), live=True,
+            sync = Sync(conn, cursor or accepted_name(conn.name), also=lambda: store.listed_spellings(store.channel_list()), live=True,
                         progress_timeout=self.progress_timeout)
             self.syncs[conn] = sync
             self.node.stats["pulls"] += 1

@@ -4,8 +4,10 @@
 a :class:`cablestore.peer.protocol.Connection` and advances each time the transport
 calls :meth:`Sync.poll`.  It keeps a cursor per remote peer and channel under
 ``!local!sync!`` (see KEYSPACE.md): the timestamp of the newest post of the
-last complete history fetch, less ``margin`` ms for clock skew, so a repeated
-sync asks only for ``[cursor, ...)``.  A channel is synced by one
+last complete history fetch (the time it was asked, when the peer held
+nothing of the channel), less ``margin`` ms for clock skew, so a repeated
+sync asks only for ``[cursor, ...)``; the peer is its user once the Cable
+Handshake authenticated one the store knows (:attr:`Sync.cursor_key`).  A channel is synced by one
 :class:`Sync` of a node at a time (``PeerState.syncing``); others wait for it, up
 to ``CHANNEL_WAIT`` ms (a hostile peer can hold its sync open for as long as
 it trickles posts), then fetch it beside it: a hash the other sync has in
@@ -24,11 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from cablestore.keyspace.keys import WEEK_MS, canonical_channel
-from cablestore.peer import limits
+from cablestore.peer import cursors, limits
 from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
 from cablestore.peer.protocol import Connection
 from cablestore.peer.table import Job
-from cablestore.wire.codec import decode_post
 
 
 class _Channel:
@@ -41,6 +42,7 @@ class _Channel:
         self.live: list[Job] = []
         self.finished = False
         self.waiting_since: int | None = None  # when it found another sync holding the channel
+        self.asked_at: int | None = None  # when its history and state were asked for
 
     @property
     def asked(self) -> bool:
@@ -231,7 +233,8 @@ class Sync:
                 if now - ch.waiting_since < min(limits.CHANNEL_WAIT, self.progress_timeout // 2):
                     return  # another sync holds this channel: wait for it, a while
             self.state.syncing[ch.name] = self.state.syncing.get(ch.name, 0) + 1
-            start, end = self.window or (self.state.store.sync_cursor(self.peer, ch.name) or 0, now + WEEK_MS)
+            start, end = self.window or (self._stored_cursor(ch.name), now + WEEK_MS)
+            ch.asked_at = now
             ch.jobs = {
                 spelling: (
                     self.conn.request_time_range(spelling, start, end, 0, now=now, job=Job(tag=self)),
@@ -245,11 +248,9 @@ class Sync:
         ch.finished = True
         self._release(ch.name)
         if ch.complete and self.window is None:
-            # One cursor for the channel: the oldest of its spellings' newest posts, so none is skipped next time.
-            newest = [self.state.store.get(h.newest) for h, _ in ch.jobs.values() if h.newest is not None]
-            stamps = [decode_post(buf).timestamp for buf in newest if buf is not None]
-            if stamps:
-                self.state.store.set_sync_cursor(self.peer, ch.name, min(stamps) - self.margin)
+            cursor = self._cursor(ch)
+            if cursor is not None:
+                self.state.store.set_sync_cursor(self.cursor_key, ch.name, cursor)
         if self.live and not self.conn.closed:
             if self._live_channels >= limits.MAX_LIVE_CHANNELS:
                 self.not_live.append(ch.name)
@@ -258,6 +259,17 @@ class Sync:
             for spelling in ch.spellings:
                 ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
                 ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
+
+    @property
+    def cursor_key(self) -> str:
+        """The name this peer's cursors are kept under (:func:`cablestore.peer.cursors.cursor_key`)."""
+        return cursors.cursor_key(self.conn, self.peer)
+
+    def _stored_cursor(self, channel: str) -> int:
+        return cursors.stored_cursor(self.state.store, self.cursor_key, self.peer, channel)
+
+    def _cursor(self, ch: _Channel) -> int | None:
+        return cursors.next_cursor(self.state.store, [job for job, _ in ch.jobs.values()], ch.asked_at, self.margin)
 
     def _release(self, name: str) -> None:
         holders = self.state.syncing
