@@ -137,6 +137,33 @@ def _timed_sync(path: Path, address: str, **kw) -> tuple[dict, float]:
         return summary, time.perf_counter() - start
 
 
+def _peak_rss_mb(pid: int) -> float:
+    """A live process's peak resident memory (VmHWM), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def catch_up(target: Path, address: str, serve_pid: int, posts: int, ingest_s: float) -> dict:
+    """``cablestore sync`` as a user runs it, into an empty store: wall time and the peak RSS of both processes."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "cablestore", "sync", str(target), "--connect", address, "--json", "--quiet"],
+                            stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    summary = json.loads(out) if out.strip() else {}
+    n = summary.get("posts_ingested", 0)
+    return {
+        "posts": n, "seconds": round(seconds, 1), "posts_per_s": round(n / seconds) if n else 0,
+        "vs_ingest_workers_0": round(n / seconds / (posts / ingest_s), 3) if n else None,
+        "sync_peak_rss_mb": round(usage.ru_maxrss / 1024), "serve_peak_rss_mb": round(_peak_rss_mb(serve_pid)),
+        "exit": proc.returncode, "complete": summary.get("complete"),
+    }
+
+
 def handshakes_per_second(address: str, key: bytes, seconds: float = 3.0) -> dict:
     """Whole handshakes with the serve process over loopback TCP (connect, three messages, close), and in one process without sockets."""
     host, port = address.rsplit(":", 1)
@@ -182,6 +209,7 @@ def sync_rate(work: Path, posts_file: Path) -> dict:
         for i in range(2):
             runs["plain"].append(_timed_sync(work / f"synced-plain-{i}", address))
             runs["private"].append(_timed_sync(work / f"synced-private-{i}", private_address, cabal_key=key))
+        caught_up = catch_up(work / "caught-up", address, proc.pid, len(bufs), ingest_s)
         handshakes = handshakes_per_second(private_address, key)
     finally:
         proc.terminate()
@@ -213,6 +241,7 @@ def sync_rate(work: Path, posts_file: Path) -> dict:
         "ingest_workers_0_posts_per_s": round(len(bufs) / ingest_s),
         "ingest_1_worker_posts_per_s": round(len(bufs) / one_worker_s),
         "matrix": rows,
+        "catch_up": caught_up,
     }
 
 

@@ -277,6 +277,9 @@ def _make_dirs(path: Path) -> None:
 # ~12 µs (docs/performance.md, "Scale": disk).  Only new tables use it: a store written
 # with another size opens and reads as before.
 BLOCK_SIZE = 32 << 10
+# Snappy, LevelDB's default; benchmarks/compression.py measures None against
+# it at 1M posts (docs/performance.md, "LevelDB compression at 1M").
+COMPRESSION: str | None = "snappy"
 # Table files of 16 MB instead of LevelDB's 2 MB: fewer files to open, seek and
 # compact as a store grows (measured with the write buffer below; on its own
 # the effect is within noise).
@@ -302,6 +305,7 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
             # but the memtable instead of reading a block from each level.
             bloom_filter_bits=10,
             block_size=BLOCK_SIZE,
+            compression=COMPRESSION,
             max_file_size=MAX_FILE_SIZE,
         )
     except plyvel.IOError as exc:
