@@ -13,7 +13,7 @@ from pathlib import Path
 import plyvel
 import pytest
 
-from cablestore import Store
+from cablestore import Store, post_hash
 from cablestore.authoring.workload import Workload, write_posts
 from cablestore.cli import main
 from cablestore.errors import (
@@ -316,3 +316,28 @@ def test_a_store_whose_creation_was_cut_short_opens_as_new(tmp_path):
         assert len(s) == 0
     with Store(cut, create=False) as s:  # and it is a store now
         assert s.stats().posts == 0
+
+
+def test_tables_are_written_uncompressed_and_a_store_of_snappy_tables_reads_on(tmp_path, monkeypatch):
+    """New tables hold posts verbatim (no Snappy); tables an older release compressed still read, and compact into new ones."""
+    from cablestore.store.lifecycle import opening
+
+    posts = list(Workload(3, 400))
+    path = tmp_path / "s"
+    monkeypatch.setattr(opening, "COMPRESSION", "snappy")  # as releases before it wrote
+    with Store(path, now=lambda: NOW) as store:
+        store.ingest_many(posts[:200])
+        store.db.compact_range()
+        held_before = [p for p in posts[:200] if store.get(post_hash(p)) == p]
+    monkeypatch.undo()
+    assert opening.COMPRESSION is None
+    snappy_tables = b"".join(f.read_bytes() for f in path.glob("*.ldb"))
+    assert not all(p in snappy_tables for p in held_before)  # Snappy replaced repeated keys inside posts
+    with Store(path, now=lambda: NOW) as store:
+        assert all(store.get(post_hash(p)) == p for p in held_before)
+        store.ingest_many(posts[200:])
+        store.db.compact_range()
+        held = [p for p in posts if store.get(post_hash(p)) == p]
+    assert len(held) > 300
+    tables = b"".join(f.read_bytes() for f in path.glob("*.ldb"))
+    assert all(p in tables for p in held)  # every post's bytes verbatim: the compacted tables are uncompressed

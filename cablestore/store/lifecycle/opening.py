@@ -269,17 +269,19 @@ def _make_dirs(path: Path) -> None:
         raise StoreIOError(f"cannot create {path}: {exc.strerror or exc}") from exc
 
 
-# Table blocks of 32 KB instead of LevelDB's 4 KB: Snappy then finds the
-# public keys and hashes a block's posts and entries repeat (an author's key
-# in each of their posts, a head's hash in the post linking to it), and a
-# compacted store takes 0.4x the raw post bytes less.  The price: a point
-# read that misses the block cache decompresses 32 KB, ~45 µs instead of
-# ~12 µs (docs/performance.md, "Scale": disk).  Only new tables use it: a store written
-# with another size opens and reads as before.
+# Table blocks of 32 KB instead of LevelDB's 4 KB: fewer index entries and
+# block-cache slots a table; chosen when tables were Snappy-compressed (Snappy
+# then found the keys and hashes a block's posts repeat).  Only new tables use
+# it: a store written with another size opens and reads as before.
 BLOCK_SIZE = 32 << 10
-# Snappy, LevelDB's default; benchmarks/compression.py measures None against
-# it at 1M posts (docs/performance.md, "LevelDB compression at 1M").
-COMPRESSION: str | None = "snappy"
+# No compression: at 1M posts, trusted ingest spends 25-30% less CPU a post
+# (LevelDB's compactions no longer compress and decompress every block), holds
+# ~145 MB less memory and stays flatter (last / first 5%: 0.58-0.78 against
+# 0.48-0.71 with Snappy), for 2.04x the raw post bytes on disk against 1.85x
+# (docs/performance.md, "LevelDB compression at 1M"; benchmarks/compression.py).
+# Every table records each block's compression: tables written with Snappy by
+# earlier releases read as before and are rewritten uncompressed as they compact.
+COMPRESSION: str | None = None
 # Table files of 16 MB instead of LevelDB's 2 MB: fewer files to open, seek and
 # compact as a store grows (measured with the write buffer below; on its own
 # the effect is within noise).
