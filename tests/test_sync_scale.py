@@ -96,6 +96,32 @@ def test_a_live_state_request_left_stale_by_its_own_peer_still_gets_what_a_delet
     assert b_store.get(post_hash(old_name)) == old_name
 
 
+def test_a_post_info_a_peer_sent_before_its_author_joined_is_not_pushed_back_to_it(stores):
+    """Newest first, a sync gets a member's post/info before the join that makes it part of a channel's state:
+    when the clock recomputes the peer's live state request after the join, the post/info (the peer sent it) is
+    not pushed back (it was: 4,047 hashes over a 100k sync)."""
+    a_store, b_store = stores("a"), stores("b")
+    alice = keypair("alice")
+    join = post(alice, JOIN, T0, channel="general")
+    name = post(alice, INFO, T0 + 1, info=[("name", "alice")])
+    other = post(keypair("bob"), JOIN, T0 + 2, channel="general")  # so b's channel list names general
+    for buf in (join, name, other):
+        b_store.ingest(buf)
+    a_store.ingest(other)
+    node_a = Node(a_store)
+    a, b = link(node_a, Node(b_store), "a", "b")
+    live = b.request_state("general", 1, now=WALL)  # b's live state request, held by a
+    pump((a, b))
+    assert not live.failed
+    for sent in (name, join):  # b sends them as answers, the post/info first
+        ask = a.request_posts([post_hash(sent)], now=WALL)
+        pump((a, b))
+        assert ask.complete and a_store.get(post_hash(sent)) == sent
+        node_a.tick(WALL)  # the clock recomputes b's stale state request between the two
+        pump((a, b))
+    assert node_a.stats["live_pushed_hashes"] == 0, "hashes b sent were pushed back to it"
+
+
 def test_superseded_state_posts_are_not_reachable_by_requests(stores):
     """Why a sync stores fewer posts than its source (89,047 of 92,395 at 100k): a channel state request
     answers the latest join/leave and post/info of each member and the latest topic, a time range only
@@ -126,3 +152,84 @@ def test_superseded_state_posts_are_not_reachable_by_requests(stores):
     assert held == set(map(post_hash, current))
     assert synced.channel_state_answer("general") == source.channel_state_answer("general")
     assert synced.topic("general") == source.topic("general") and synced.members("general") == source.members("general")
+
+
+def test_live_state_reads_while_a_client_syncs_many_post_infos_are_bounded_by_ticks_not_commits(stores):
+    """A post/info may enter any channel's state, so the client marks the server's live state requests of every
+    channel stale on it: they are read again once a tick, and once each time their stale hashes reach the limit."""
+    served, client_store = stores("served"), stores("client")
+    people = [keypair(f"user{i}") for i in range(40)]
+    channels = [f"room{i}" for i in range(12)]
+    history = [post(kp, JOIN, T0 + i, channel=ch) for i, kp in enumerate(people) for ch in channels]
+    history += [post(kp, INFO, T0 + 1000 + 40 * r + i, info=[("name", f"u{i} r{r}")]) for r in range(40) for i, kp in enumerate(people)]
+    for buf in history:
+        served.ingest(buf)
+
+    async def scenario():
+        port, stop, task = await _serving(served)
+        node = Node(client_store)
+        wire = Wire(node)
+        try:
+            conn = attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
+            assert await _until(lambda: len(node.state.live_channels()) >= len(channels))  # the server's pull went live
+            sync = Sync(conn, f"127.0.0.1:{port}")
+            wire.on_event = lambda: sync.poll(now_ms())
+            started = asyncio.get_running_loop().time()
+            sync.poll(now_ms())
+            wire.flush()
+            assert await _until(lambda: sync.done, 30)
+            elapsed = asyncio.get_running_loop().time() - started
+            assert sync.summary()["complete"], sync.summary()
+            return node.stats["live_state_reads"], elapsed, wire.tick_seconds
+        finally:
+            await wire.close()
+            node.close()
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    reads, elapsed, tick = asyncio.run(scenario())
+    # Once a tick per channel, and once more per channel each time the connection's held post/infos reach the limit.
+    ticks = elapsed / tick + 2
+    overflows = len(history) // 1024 + 1
+    assert reads <= len(channels) * (ticks + overflows), (reads, elapsed, tick)
+
+
+def test_a_delete_the_client_held_and_the_server_lists_is_not_pushed_back_to_the_server(stores):
+    """A listing of posts the client holds can teach a delete its channel (a commit): the listing came from the
+    server, so nothing of it goes back to the server's live requests (it did: thousands of hashes and a channel
+    state read per commit in a 100k sync)."""
+    from cablestore import DELETE
+
+    served, client_store = stores("served"), stores("client")
+    alice = keypair("alice")
+    target = post(alice, TEXT, WALL - 60_000, channel="general", text="soon gone")
+    delete = post(alice, DELETE, WALL - 30_000, hashes=[post_hash(target)])
+    texts = [post(alice, TEXT, WALL - 50_000 + i, channel="general", text=f"kept {i}") for i in range(5)]
+    for buf in (target, delete, *texts):
+        served.ingest(buf)
+    client_store.ingest(delete)  # held, but the client knows no channel for it yet
+
+    async def scenario():
+        port, stop, task = await _serving(served)
+        node = Node(client_store)
+        wire = Wire(node)
+        try:
+            conn = attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
+            assert await _until(lambda: "general" in node.state.live_channels())
+            sync = Sync(conn, f"127.0.0.1:{port}")
+            wire.on_event = lambda: sync.poll(now_ms())
+            sync.poll(now_ms())
+            wire.flush()
+            assert await _until(lambda: sync.done, 20)
+            assert sync.summary()["complete"], sync.summary()
+            return node.stats["live_pushed_hashes"]
+        finally:
+            await wire.close()
+            node.close()
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    pushed = asyncio.run(scenario())
+    # The listing taught the delete its channel: the client lists it there now, as the server does.
+    assert any(key.endswith(post_hash(delete)) for key in client_store.time_range_page("general", 0, WALL + 1, None, 100))
+    assert pushed == 0, f"{pushed} hashes the server listed were pushed back to it"

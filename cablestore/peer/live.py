@@ -14,12 +14,14 @@ A post that arrived from connection C is never pushed back to C: a commit
 the node made while ingesting C's answer (``PeerState.ingesting``) adds
 nothing C's live time ranges lack, so they are skipped, and C's live state
 requests are not recomputed on it but marked stale, with the hashes C sent
-added to what C is known to hold.  :meth:`LivePushes.settle` (the node's
+added to what C is known to hold (its post/infos once, in ``C.held_infos``,
+not once per channel: any channel's state may come to list them).  :meth:`LivePushes.settle` (the node's
 clock) recomputes a stale state later, once, and pushes what else entered
 it (an older post/info a delete from C made current again).  A peer that
 syncs from us while we pull from it (``serve``) so costs one channel state
 read per channel and tick, not one per commit; a stale entry holds at most
-``limits.STALE_HASHES`` extra hashes before it is recomputed at once.
+``limits.STALE_HASHES`` extra hashes (and C at most as many post/infos)
+before it is recomputed at once.
 """
 
 from __future__ import annotations
@@ -73,7 +75,11 @@ class LivePushes:
                             continue  # every post of this commit came from it
                         if sent is None:
                             sent = self._state_posts(change)
-                        mine = sent.get(channel, ()) + sent.get(None, ())
+                            source.held_infos.update(sent.get(None, ()))
+                            if len(source.held_infos) > limits.STALE_HASHES:
+                                self.settle()  # as the clock would: every stale state is recomputed with them...
+                                source.held_infos.clear()  # ...so they can be forgotten (bounded memory)
+                        mine = sent.get(channel, ())
                         if len(entry.state) + len(mine) <= entry.answered_size + limits.STALE_HASHES:
                             entry.state.update(mine)  # it holds these: not pushed back when the state is recomputed
                             entry.stale = True
@@ -84,11 +90,16 @@ class LivePushes:
                         hashes = self._matching_chat(entry, change, chat[channel])
                     else:
                         if answer is None:
-                            answer = self.store.channel_state_answer(channel)
+                            answer = self._state_answer(channel)
                         hashes = self._refresh(entry, answer)
                     pushed = self._push(entry, hashes) or pushed
         if pushed and peer.on_output is not None:
             peer.on_output()
+
+    def _state_answer(self, channel: str) -> list[bytes]:
+        """A live channel's state answer, read again (counted: ``live_state_reads``)."""
+        self.state.stats["live_state_reads"] += 1
+        return self.store.channel_state_answer(channel)
 
     @staticmethod
     def _state_posts(change) -> dict:
@@ -105,8 +116,9 @@ class LivePushes:
 
     @staticmethod
     def _refresh(entry: Inbound, answer: list[bytes]) -> list[bytes]:
-        """The hashes of ``answer`` new to ``entry`` (a live state request); its state is ``answer`` from now on."""
-        hashes = [h for h in answer if h not in entry.state]
+        """The hashes of ``answer`` new to ``entry`` (a live state request) and not sent by its peer; its state is ``answer`` from now on."""
+        held = entry.origin.held_infos
+        hashes = [h for h in answer if h not in entry.state and h not in held]
         entry.state = set(answer)
         entry.answered_size = len(answer)
         entry.stale = False
@@ -125,7 +137,7 @@ class LivePushes:
                     if not entry.stale:
                         continue
                     if answer is None:
-                        answer = self.store.channel_state_answer(channel)
+                        answer = self._state_answer(channel)
                     hashes = self._refresh(entry, answer)
                     pushed = self._push(entry, hashes) or pushed
         if pushed and peer.on_output is not None:

@@ -80,6 +80,9 @@ class Connection(Requesting, Serving, Forwarding):
         self.address: str | None = None  # the remote's host, for an accepted connection
         # Authors whose posts its post requests do not get: those who block the identified user, and those they block.
         self.shunned: frozenset[bytes] = frozenset()
+        # post/infos this peer sent us (at most limits.STALE_HASHES): it holds them, so its live state
+        # requests are never pushed them (one set for all its channels: any channel's state may list them)
+        self.held_infos: set[bytes] = set()
         self.inbox = Inbox(self.framing, state.limits)
         self._out = bytearray()
         self._events: deque = deque(maxlen=EVENTS_KEPT)

@@ -128,7 +128,11 @@ class Requesting:
         if channel is not None:
             # A delete of posts this store never held is listed where the peer listed it.
             if held:
-                store.learn_listing(channel, held)
+                before, peer.ingesting = peer.ingesting, self  # it listed them: it holds them, nothing goes back to it
+                try:
+                    store.learn_listing(channel, held)
+                finally:
+                    peer.ingesting = before
             for h in missing:
                 peer.note_listed(h, channel, also=False)  # (asked again, ``force``: it keeps the channels it was listed in)
         per = limits.HASHES_PER_POST_REQUEST
