@@ -69,7 +69,10 @@ def _sign_open_address() -> int | None:
     """The address of the ``crypto_sign_open`` of the libsodium pynacl carries, when the compiled checker is built.
 
     Through the function pointer pynacl's cffi module gives: one libsodium,
-    one verdict.  Anything unexpected there leaves the pure path.
+    one verdict.  Only that private module (``nacl._sodium``) gives a C
+    function's address; the public ``nacl.bindings`` are Python functions,
+    which the GIL-free checker cannot call.  Anything unexpected there
+    leaves the pure path.
     """
     if _signatures is None:
         return None

@@ -34,22 +34,16 @@ PROLOGUES = (CABLE_PROLOGUE, LEGACY_PROLOGUE)
 _NONCE0 = _nonce(0)
 
 
-def _empty_tag_public(ad: bytes, key: bytes) -> bytes:
+def _empty_tag(ad: bytes, key: bytes) -> bytes:
+    """The 16-byte MAC of an empty plaintext under ``key`` with nonce 0 and ``ad`` (``EncryptWithAd(ad, b"")``).
+
+    Through pynacl's public binding: about 6 µs a call, where its private
+    cffi module (``nacl._sodium``) would take about 2.4; a many-cabal
+    listener pays it once per cabal tried (benchmarks/handshakes.py: 1,000
+    cabals add about 10 ms of CPU to a handshake with the spec's prologue).
+    """
     return crypto_aead_chacha20poly1305_ietf_encrypt(b"", ad, _NONCE0, key)
 
-
-try:  # libsodium through pynacl's cffi module: a quarter of the cost of its Python wrapper, which a many-cabal listener pays per cabal
-    from nacl._sodium import ffi as _ffi
-    from nacl._sodium import lib as _lib
-
-    _TAG, _TAGLEN_OUT = _ffi.new("unsigned char[16]"), _ffi.new("unsigned long long *")
-
-    def _empty_tag(ad: bytes, key: bytes) -> bytes:
-        """The 16-byte MAC of an empty plaintext under ``key`` with nonce 0 and ``ad`` (``EncryptWithAd(ad, b"")``)."""
-        _lib.crypto_aead_chacha20poly1305_ietf_encrypt(_TAG, _TAGLEN_OUT, b"", 0, ad, len(ad), _ffi.NULL, _NONCE0, key)
-        return _ffi.buffer(_TAG, 16)[:]
-except ImportError:  # pragma: no cover - another pynacl layout: the public binding
-    _empty_tag = _empty_tag_public
 
 _blake2b = hashlib.blake2b
 _IPAD, _OPAD = bytes(x ^ 0x36 for x in range(256)), bytes(x ^ 0x5C for x in range(256))
