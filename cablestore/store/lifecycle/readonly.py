@@ -111,7 +111,7 @@ def _lock_shared(path: Path) -> int | None:
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EAGAIN, errno.EACCES):
-            raise StoreLockedError(f"{path} is open in another process or Store") from exc
+            raise StoreLockedError(f"{path} is open in another process or Store") from exc  # (as opening.locked words it)
         raise StoreIOError(f"cannot lock {path / 'LOCK'}: {exc.strerror or exc}") from exc
     return fd
 
