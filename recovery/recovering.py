@@ -34,6 +34,7 @@ idempotent: run it again after an interruption.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import plyvel
 
-from cablestore.errors import CableError, StoreCorruptError, StoreError, StoreLockedError
+from cablestore.errors import CableError, StoreCorruptError, StoreError
 from cablestore.keyspace.keys import AUTHOR, DELETED, FORMAT_KEY, POSTS, REVERSE
 from cablestore.progress import Progress
 from cablestore.recovery import salvage
@@ -357,13 +358,15 @@ class _leveldb_lock:
     def __enter__(self):
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
+        except OSError as exc:  # a read-only medium, no permission: worded as every other writing open words it
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise opening.unwritable(self.path.parent, exc.strerror) from exc
             raise StoreError(f"cannot lock {self.path}: {exc.strerror}") from exc
         try:
             fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(self.fd)
-            raise StoreLockedError(f"{self.path.parent} is open in another process; close it first") from exc
+            raise opening.locked(self.path.parent) from exc
         return self
 
     def __exit__(self, *exc):

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import os
 
-from cablestore.cli.args import client_path, open_existing, served_store, write_port_file
+from cablestore.cli.args import client_path, served_store, write_port_file
 from cablestore.errors import TransportError
 
 
 def _cmd_web(args) -> int:
     from cablestore.peer import parse_address
     from cablestore.web import ServedWeb, run_web
+    from cablestore.web.follow import Followed
 
     host, port = parse_address(args.listen, listening=True)  # a bad address fails before the store is opened
     served = served_store()
@@ -32,11 +33,13 @@ def _cmd_web(args) -> int:
         if args.port_file:
             write_port_file(args.port_file, bound)
             wrote.append(args.port_file)
-        print(f"web archive of {args.store} at http://{_url_host(host)}:{bound}/ (read-only; Ctrl-C stops)", flush=True)
+        print(f"web archive of {args.store} at http://{_url_host(host)}:{bound}/ (read-only, following new posts; Ctrl-C stops)", flush=True)
 
     try:
-        with open_existing(args.store, readonly=True) as store:
-            asyncio.run(run_web(store, host, port, ready=ready))
+        # Not the store itself: a copy of its files, renewed as writers change them, so that post,
+        # ingest and serve still open the store while the archive runs.
+        with contextlib.closing(Followed(args.store)) as followed:
+            asyncio.run(run_web(followed, host, port, ready=ready))
     finally:
         for path in wrote:
             with contextlib.suppress(OSError):

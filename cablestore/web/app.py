@@ -5,7 +5,8 @@ rendered by Jinja2 with autoescaping on, so every string from a post is
 escaped; the one script is a static file, and the Content-Security-Policy
 forbids inline script and any other origin.  A bad path or query is a 4xx
 page, a failure a 500 page that says so: never a traceback.  The store is read
-in a small thread pool, so a slow page never holds up the live streams.
+in a small thread pool, so a slow page never holds up the live streams; each
+page reads one state of it (:mod:`cablestore.web.follow`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from cablestore.errors import ArgumentError, CableError, NotFoundError, QueryError, StoreClosedError
 from cablestore.web import pages, search, status
+from cablestore.web.follow import Followed, Held
 from cablestore.web.live import LiveFeed
-from cablestore.web.names import Labels
 
 if TYPE_CHECKING:
     from cablestore.peer.node import Node
     from cablestore.store.store import Store
+    from cablestore.web.names import Labels
 
 log = logging.getLogger("cablestore.web")
 
@@ -42,12 +44,11 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
 KEEPALIVE = 15.0  # seconds between comments on an idle live stream (a gone browser is noticed then)
 READERS = 4  # threads reading the store for pages
 
-STORE = web.AppKey("store", object)
+STORE = web.AppKey("store", object)  # a follow.Held or follow.Followed: lease() gives a page its store and labels
 NODE = web.AppKey("node", object)
 FEED = web.AppKey("feed", object)
 POOL = web.AppKey("pool", ThreadPoolExecutor)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
-LABELS = web.AppKey("labels", Labels)
 
 
 def templates() -> jinja2.Environment:
@@ -70,25 +71,24 @@ class _OneLineBadRequests(logging.Filter):
 _BAD_REQUESTS = _OneLineBadRequests()
 
 
-def make_app(store: Store, *, node: Node | None = None) -> web.Application:
-    """The web archive of ``store``; ``node``: the serving peer (its peers on the status page, live channel pages)."""
+def make_app(store: Store | Followed, *, node: Node | None = None) -> web.Application:
+    """The web archive of ``store`` (one this process holds, or a :class:`Followed` one); ``node``: the serving peer (its peers on the status page, live channel pages)."""
     logging.getLogger("aiohttp.server").addFilter(_BAD_REQUESTS)  # (the same filter twice is kept once)
     app = web.Application(middlewares=[_pages_and_headers], client_max_size=64 * 1024)
-    app[STORE], app[NODE], app[TEMPLATES] = store, node, templates()
+    app[STORE], app[NODE], app[TEMPLATES] = store if isinstance(store, Followed) else Held(store), node, templates()
     app[POOL] = ThreadPoolExecutor(READERS, thread_name_prefix="cablestore-web")
     app[FEED] = None
-    app[LABELS] = Labels(store)
     app.on_startup.append(_start_feed)
     app.on_shutdown.append(_stop_feed)
     app.on_cleanup.append(_stop_pool)
     get = app.router.add_get
-    get("/", _page("channels.html", lambda store, request: pages.channels(store)))
+    get("/", _page("channels.html", lambda store, labels, request: pages.channels(store)))
     get("/channel/{name:.+}", _page("channel.html", _channel))
-    get("/post/{hash}", _page("post.html", lambda store, request: pages.post(store, request.match_info["hash"], request.app[LABELS])))
-    get("/users", _page("users.html", lambda store, request: pages.users(store)))
-    get("/moderation", _page("moderation.html", lambda store, request: pages.moderation(store)))
+    get("/post/{hash}", _page("post.html", lambda store, labels, request: pages.post(store, request.match_info["hash"], labels)))
+    get("/users", _page("users.html", lambda store, labels, request: pages.users(store)))
+    get("/moderation", _page("moderation.html", lambda store, labels, request: pages.moderation(store)))
     get("/status", _page("status.html", _status))
-    get("/search", _page("search.html", lambda store, request: search.results(store, request, request.app[LABELS])))
+    get("/search", _page("search.html", lambda store, labels, request: search.results(store, request, labels)))
     get("/live/{name:.+}", _live)
     app.router.add_static("/static/", _static_dir(), append_version=False)
     return app
@@ -102,7 +102,7 @@ def _static_dir() -> str:
 
 async def _start_feed(app: web.Application) -> None:
     if app[NODE] is not None:  # only a served store gets new posts while the archive runs
-        app[FEED] = LiveFeed(app[STORE], asyncio.get_running_loop())
+        app[FEED] = LiveFeed(app[STORE].store, asyncio.get_running_loop())
 
 
 async def _stop_feed(app: web.Application) -> None:
@@ -112,7 +112,7 @@ async def _stop_feed(app: web.Application) -> None:
 
 async def _stop_pool(app: web.Application) -> None:
     app[POOL].shutdown(wait=False, cancel_futures=True)
-    app[LABELS].close()
+    app[STORE].close()
 
 
 def _one(request: web.Request, name: str) -> str | None:
@@ -123,26 +123,32 @@ def _one(request: web.Request, name: str) -> str | None:
     return values[0] if values else None
 
 
-def _channel(store, request: web.Request) -> dict[str, Any]:
+def _channel(store, labels, request: web.Request) -> dict[str, Any]:
     name = pages.channel_name(request.match_info["name"])  # /channel/%23general too, as the CLI takes #general
-    data = pages.channel(store, name, pages.parse_cursor(_one(request, "before")), pages.parse_count(_one(request, "n")), request.app[LABELS])
+    data = pages.channel(store, name, pages.parse_cursor(_one(request, "before")), pages.parse_count(_one(request, "n")), labels)
     data["live"] = "/live/" + quote(name, safe="") if request.app[NODE] is not None and data["first"] else None
     return data
 
 
-def _status(store, request: web.Request) -> dict[str, Any]:
-    return status.status(store, request.app[NODE])
+def _status(store, labels, request: web.Request) -> dict[str, Any]:
+    source = request.app[STORE]
+    return status.status(store, request.app[NODE], str(source.path) if isinstance(source, Followed) else None)
 
 
 def _page(template: str, read):
-    """A route rendering ``template`` with ``read(store, request)``, run in the reader pool."""
+    """A route rendering ``template`` with ``read(store, labels, request)``, run in the reader pool on one state of the store."""
 
     async def handler(request: web.Request) -> web.Response:
         app = request.app
-        data = await asyncio.get_running_loop().run_in_executor(app[POOL], partial(read, app[STORE], request))
+        data = await asyncio.get_running_loop().run_in_executor(app[POOL], partial(_leased, app[STORE], read, request))
         return _html(request, template, data)
 
     return handler
+
+
+def _leased(source: Held | Followed, read, request: web.Request) -> dict[str, Any]:
+    with source.lease() as (store, labels):
+        return read(store, labels, request)
 
 
 def _html(request: web.Request, template: str, data: dict, status_code: int = 200) -> web.Response:
@@ -153,7 +159,7 @@ def _html(request: web.Request, template: str, data: dict, status_code: int = 20
 
 async def _live(request: web.Request) -> web.StreamResponse:
     """``text/event-stream`` of a channel's new post/texts, as JSON (``live.js`` adds them to the page with textContent)."""
-    feed, store = request.app[FEED], request.app[STORE]
+    feed, held = request.app[FEED], request.app[STORE]
     if feed is None:
         raise NotFoundError("live updates come from a served store (cablestore web on a store cablestore serve holds)")
     name = request.match_info["name"]
@@ -170,7 +176,7 @@ async def _live(request: web.Request) -> web.StreamResponse:
                 continue
             if h is None:  # the feed closed, or this page fell behind
                 break
-            shown = await loop.run_in_executor(request.app[POOL], _live_post, store, request.app[LABELS], h)
+            shown = await loop.run_in_executor(request.app[POOL], _live_post, held.store, held.labels, h)
             if shown is not None:
                 await response.write(b"data: " + json.dumps(shown).encode() + b"\n\n")
     except (ConnectionResetError, asyncio.CancelledError):

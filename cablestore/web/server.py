@@ -27,11 +27,12 @@ from cablestore.web.app import make_app
 if TYPE_CHECKING:
     from cablestore.peer.node import Node
     from cablestore.store.store import Store
+    from cablestore.web.follow import Followed
 
 SHUTDOWN_SECONDS = 2.0  # open live streams are cut after this at stop
 
 
-async def start_site(store: Store, host: str, port: int, node: Node | None = None) -> tuple[web.AppRunner, int]:
+async def start_site(store: Store | Followed, host: str, port: int, node: Node | None = None) -> tuple[web.AppRunner, int]:
     """Start the archive of ``store`` on ``host:port`` (0: any free port); return its runner and the port bound."""
     runner = web.AppRunner(make_app(store, node=node), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
@@ -46,9 +47,12 @@ async def start_site(store: Store, host: str, port: int, node: Node | None = Non
 
 
 async def run_web(
-    store: Store, host: str, port: int, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None, node: Node | None = None
+    store: Store | Followed, host: str, port: int, *, ready: Callable[[str, int], None] | None = None, stop: asyncio.Event | None = None, node: Node | None = None
 ) -> None:
-    """Serve the archive of ``store`` until ``stop`` is set or SIGINT/SIGTERM; ``ready(host, port)`` once listening."""
+    """Serve the archive of ``store`` until ``stop`` is set or SIGINT/SIGTERM; ``ready(host, port)`` once listening.
+
+    ``store``: one this process holds, or a :class:`cablestore.web.follow.Followed` one.
+    """
     runner, bound = await start_site(store, host, port, node)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

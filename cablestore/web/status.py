@@ -8,7 +8,7 @@ says "never recorded" instead of inventing a date.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +34,18 @@ TYPE_WORDS = {
 }
 
 
-def status(store: Store, node: Node | None = None) -> dict[str, Any]:
-    """Counts of the store, its size on disk, the last check, and the peers of ``node`` (a served store's, else None)."""
+def status(store: Store, node: Node | None = None, followed: str | None = None) -> dict[str, Any]:
+    """Counts of the store, its size on disk, the last check, and the peers of ``node`` (a served store's, else None).
+
+    ``followed``: the path of the store when ``store`` is a copy of its files
+    (:class:`cablestore.web.follow.Followed`), named instead of the copy.
+    """
     stats = store.stats()
-    out: dict[str, Any] = {"stats": stats, "last_check": describe_check(last_check(store)), "readonly": store.readonly, "type_words": TYPE_WORDS}
+    if followed is not None:
+        stats = replace(stats, path=followed)
+    out: dict[str, Any] = {
+        "stats": stats, "last_check": describe_check(last_check(store)), "readonly": store.readonly, "followed": followed is not None, "type_words": TYPE_WORDS,
+    }
     if node is not None:
         out.update(peers(node))
     return out

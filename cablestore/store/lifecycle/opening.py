@@ -316,10 +316,26 @@ def _plyvel_open(path: Path, create: bool, cache_mb: int, write_buffer_mb: int) 
         # denied", a read-only directory) is an I/O error, not a lock: the path may say "lock" too.
         text = message(exc)
         if "IO error: lock " in text and ("already held" in text or "temporarily unavailable" in text):
-            raise StoreLockedError(f"{path} is open in another process or Store") from exc
+            raise locked(path) from exc
+        for reason in _UNWRITABLE:  # refused before anything was written: no write was in flight
+            if reason in text:
+                raise unwritable(path, reason) from exc
         raise translate(exc, path) from exc
     except plyvel.Error as exc:
         raise translate(exc, path) from exc
+
+
+_UNWRITABLE = (os.strerror(errno.EROFS), os.strerror(errno.EACCES), os.strerror(errno.EPERM))
+
+
+def locked(path: str | os.PathLike) -> StoreLockedError:
+    """The error of every command and open that finds ``path`` held by another process or Store (the same words each)."""
+    return StoreLockedError(f"{path} is open in another process or Store")
+
+
+def unwritable(path: str | os.PathLike, reason: str) -> StoreIOError:
+    """The error of every writing open refused by the file system (read-only, no permission): nothing was written, so nothing to retry."""
+    return StoreIOError(f"{path} cannot be written ({reason}); nothing was changed")
 
 
 def migrate_hint(path: Path) -> str:

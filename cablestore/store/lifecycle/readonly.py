@@ -31,6 +31,12 @@ what a link points to); so does the end of a process that never closed the
 store, unless it was killed (``cablestore-readonly-*`` in ``TMPDIR`` is
 then left: links and bookkeeping, safe to delete).  The cost is measured in docs/operations.md
 ("Opening a store read-only").
+
+A reader that must not keep a writer out (the web archive of a store that
+``post``, ``ingest`` or ``serve`` may write meanwhile) takes no lock at all:
+:func:`copy_state` puts a consistent state of the store's files in a
+directory of its own, which is then opened read-only as above, and
+:func:`state` says when the store has changed since.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ import re
 import shutil
 import struct
 import tempfile
+import time
 import weakref
 from pathlib import Path
 
 from cablestore.errors import StoreError, StoreIOError, StoreLockedError
+from cablestore.recovery.leveldb.manifest import manifest_tables
 
 # What LevelDB reads: the pointer to the MANIFEST, the MANIFESTs, tables and logs.
 # (LOCK, LOG, LOG.old, *.dbtmp and anything else stay out.)
@@ -103,7 +111,7 @@ def _lock_shared(path: Path) -> int | None:
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EAGAIN, errno.EACCES):
-            raise StoreLockedError(f"{path} is open in another process or Store") from exc
+            raise StoreLockedError(f"{path} is open in another process or Store") from exc  # (as opening.locked words it)
         raise StoreIOError(f"cannot lock {path / 'LOCK'}: {exc.strerror or exc}") from exc
     return fd
 
@@ -133,3 +141,105 @@ def _link_files(path: Path, into: Path) -> None:
                 os.symlink(source / name, into / name)
     except OSError as exc:
         raise StoreIOError(f"cannot link {path}'s files into {into}: {exc.strerror or exc}") from exc
+
+
+# --- a consistent state of a store another process writes, without its lock ---
+_TABLE = re.compile(r"^(\d+)\.(ldb|sst)$")
+_LOG = re.compile(r"^(\d+)\.log$")
+COPY_ATTEMPTS = 50  # states begun again when a writer changed the MANIFEST meanwhile
+
+
+def state(path: Path) -> tuple | None:
+    """What changes whenever a writer changes the store: the MANIFEST CURRENT names, its size, and each log's size.
+
+    LevelDB appends every write to a log and every change of its files (a
+    flush, a compaction) to the MANIFEST, so an equal state means the same
+    data.  None when the store cannot be read (a writer replacing CURRENT at
+    that moment reads as a change).
+    """
+    try:
+        manifest = (path / "CURRENT").read_text().strip()
+        logs = sorted((name, os.stat(path / name).st_size) for name in os.listdir(path) if _LOG.match(name))
+        return manifest, os.stat(path / manifest).st_size, tuple(logs)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def copy_state(path: Path, into: Path, *, reuse: Path | None = None, link: bool = True) -> tuple | None:
+    """Put in the empty directory ``into`` the files of one consistent state of the store at ``path``; return its :func:`state`.
+
+    Nothing in ``path`` is locked, created or written: a writer may work on
+    meanwhile.  The MANIFEST and ``CURRENT`` are copied, the tables the
+    MANIFEST lists and the logs it still needs are hard links (a writer that
+    deletes one after a compaction then deletes its name, not the data
+    here), or copies where a hard link cannot be made (``TMPDIR`` on another
+    file system; ``link=False``).  A copied table is taken from ``reuse`` (a
+    previous state's directory) when it is there with the same size: tables
+    never change once written.  The state holds if the MANIFEST is the same
+    after the files were taken as before (a writer appends an edit before it
+    deletes any file); else it is begun again.  A log taken while a writer
+    appends to it ends with a write cut short, which LevelDB reads as the
+    end of the log.  A MANIFEST that does not read (a damaged store) is
+    copied with every table, for LevelDB to judge.
+    """
+    for attempt in range(COPY_ATTEMPTS):
+        try:
+            before = _manifest(path)
+            data = (path / before[0]).read_bytes()[: before[1]]
+            parsed = manifest_tables(data)
+            if parsed is None and attempt < 2:  # a record being appended: read again
+                raise _Changed
+            live, log_number = parsed if parsed is not None else (None, 0)
+            for name in os.listdir(path):
+                table, log = _TABLE.match(name), _LOG.match(name)
+                if (table and (live is None or int(table[1]) in live)) or (log and int(log[1]) >= log_number):
+                    _take(path / name, into / name, reuse, link)
+            (into / before[0]).write_bytes(data)
+            (into / "CURRENT").write_text(before[0] + "\n")
+            if _manifest(path) == before:
+                return state(into)
+        except (_Changed, FileNotFoundError):
+            pass
+        except OSError as exc:
+            raise StoreIOError(f"cannot copy {path}'s files into {into}: {exc.strerror or exc}") from exc
+        _empty(into)
+        time.sleep(min(0.01 * (attempt + 1), 0.2))
+    raise StoreIOError(f"cannot read a steady state of {path}: a writer changed its files during each of {COPY_ATTEMPTS} attempts")
+
+
+class _Changed(Exception):
+    """The store changed while its state was being read: begin again."""
+
+
+def _manifest(path: Path) -> tuple[str, int]:
+    try:
+        name = (path / "CURRENT").read_text().strip()
+    except UnicodeDecodeError:
+        raise _Changed from None
+    if not re.fullmatch(r"MANIFEST-\d+", name):
+        raise _Changed
+    return name, os.stat(path / name).st_size
+
+
+def _take(source: Path, target: Path, reuse: Path | None, link: bool) -> None:
+    if link:
+        try:
+            os.link(source, target)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+    if reuse is not None and _TABLE.match(source.name):
+        kept = reuse / source.name
+        try:
+            if os.stat(kept).st_size == os.stat(source).st_size:
+                os.link(kept, target)
+                return
+        except FileNotFoundError:
+            pass
+    shutil.copyfile(source, target)
+
+
+def _empty(directory: Path) -> None:
+    for name in os.listdir(directory):
+        os.unlink(directory / name)
