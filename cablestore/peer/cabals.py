@@ -10,27 +10,33 @@ MAC; no Diffie-Hellman), and the one that authenticates picks the cabal.
 The connection then joins that cabal's own :class:`cablestore.peer.node.Node`
 (made on its first connection), so a cabal's posts, requests, forwards and
 live pushes never reach another cabal's connections: nodes share nothing
-but this listener.  A message 1 no key authenticates, a plain Cable client,
+but this listener and its budgets (below).  A message 1 no key authenticates, a plain Cable client,
 or a handshake not through in time is closed with nothing sent, counted
 and logged per cause and address (:class:`cablestore.peer.secure.HandshakeFailures`).
 
-Connections are shared and fair across cabals: ``policy.max_connections``
-in all (handshakes not through yet included), and each cabal keeps a
-reserved share (``max_connections // cabals``, at least one) that others
-cannot take: a cabal at its share gets another connection only from the
-slots nobody has reserved.  Each cabal's node has the policy's memory
-budget for its own buffers.
+Limits are one budget for the listener, shared fairly by the cabals
+(:class:`cablestore.peer.limits.FairShares`): ``policy.max_connections``
+connections in all (handshakes not through yet included) and one buffer pool
+(``policy.pool_bytes()``, read and write buffers of every cabal's
+connections).  Half of each is reserved in equal parts, one per cabal
+(``max_connections // (2 * cabals)`` connections, at least one, and
+``pool_bytes() // (2 * cabals)`` bytes), and the rest is taken first come:
+a busy cabal may use its reserve and the unreserved half, never another
+cabal's reserve, so a flood of one cabal's connections or buffers leaves
+every other cabal its share.  Each cabal's node waits on at most its part of
+the hashes the pool allows (``pending_hashes``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cablestore.errors import ArgumentError, TooManyConnectionsError, TransportError
-from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, PeerLimits
+from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, FairShares, PeerLimits
 from cablestore.peer.node import Node
 from cablestore.peer.pulling import Puller
 from cablestore.peer.secure import HandshakeFailures, PrivateCabal, SecureChannel, failure_cause, identify, log
@@ -54,7 +60,6 @@ class _Cabal:
         self.node: Node | None = None
         self.wire: Wire | None = None
         self.puller: Puller | None = None
-        self.count = 0  # its connections through the handshake
 
 
 class CabalListener:
@@ -69,8 +74,11 @@ class CabalListener:
         self.keypair, self.policy, self.pull = keypair, policy, pull
         self.failures = HandshakeFailures()
         self.open = 0  # sockets holding a slot: handshakes under way and connections of every cabal
-        self.share = max(1, policy.max_connections // len(self.cabals))
-        self.unused_reserved = self.share * len(self.cabals)  # reserved slots no cabal uses now
+        self.slots = FairShares(policy.max_connections, len(self.cabals), least=1)
+        self.pool = FairShares(policy.pool_bytes(), len(self.cabals))
+        # Each cabal's node waits on its part of the hashes the one pool allows (PeerLimits.max_pending_hashes).
+        pending = policy.pending_hashes or max(4096, policy.pool_bytes() // 2 // 512 // len(self.cabals))
+        self.node_policy = dataclasses.replace(policy, pending_hashes=pending)
         self.pending: set[_CabalLink] = set()
 
     def admit(self) -> bool:
@@ -79,33 +87,33 @@ class CabalListener:
             self.failures.stats["connections_refused"] += 1
             return False
         self.open += 1
+        self.slots.outside += 1
         return True
 
     def place(self, index: int) -> bool:
-        """Its message 1 names cabal ``index``: within that cabal's share, or in a slot nobody reserved?"""
-        cabal = self.cabals[index]
-        if cabal.count < self.share:
-            self.unused_reserved -= 1
-        elif self.open + self.unused_reserved > self.policy.max_connections:
+        """Its message 1 names cabal ``index``: within that cabal's reserve, or in a slot neither another cabal nor its reserve holds?"""
+        slots = self.slots
+        slots.outside -= 1
+        if slots.left(index) < 1:
+            slots.outside += 1  # still held, for no cabal, until the socket is gone
             self.failures.stats["connections_refused"] += 1
             return False
-        cabal.count += 1
+        slots.add(index, 1)
         return True
 
     def release(self, index: int | None) -> None:
         """A socket that held a slot is gone (``index``: the cabal it was placed in, or None)."""
         self.open -= 1
-        if index is not None:
-            cabal = self.cabals[index]
-            cabal.count -= 1
-            if cabal.count < self.share:
-                self.unused_reserved += 1
+        if index is None:
+            self.slots.outside -= 1
+        else:
+            self.slots.add(index, -1)
 
     def wire_of(self, index: int) -> Wire:
         """Cabal ``index``'s node and sockets, made on its first connection."""
         cabal = self.cabals[index]
         if cabal.wire is None:
-            cabal.node = Node(cabal.store, policy=self.policy)
+            cabal.node = Node(cabal.store, policy=self.node_policy, pool=self.pool.share(index))
             cabal.wire = Wire(cabal.node)
             cabal.wire.on_open = identify
             cabal.wire.failures = self.failures
@@ -119,6 +127,7 @@ class CabalListener:
         """Counts: failed handshakes by cause, refusals, and each cabal's node counts (None: no connection came)."""
         out = dict(sorted(self.failures.stats.items()))
         out["cabals"] = [None if c.node is None else c.node.snapshot() for c in self.cabals]
+        out["reserved_connections"], out["reserved_buffer_bytes"] = self.slots.reserve, self.pool.reserve
         return out
 
     async def close(self) -> None:
