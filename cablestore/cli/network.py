@@ -127,13 +127,15 @@ def _serve_cabals(args, policy) -> int:
         elif not args.quiet:
             print(f"listening on {host}:{port} (private, {plural(len(pairs), 'cabal')})", flush=True)
 
-    # The stores share the block cache one served store has (the memory budget counts one), at least 1 MB each.
-    cache_mb = max(1, STORE_CACHE_MB // len(pairs))
+    # The stores share what one served store has in the memory budget (BASE_BYTES counts one): its block cache,
+    # at least 1 MB each, and its LevelDB write buffer (64 MB), at least 4 MB each.
+    cache_mb, write_buffer_mb = max(1, STORE_CACHE_MB // len(pairs)), max(4, 64 // len(pairs))
     try:
         with contextlib.ExitStack() as stack:
             stores, webs = [], {}
             for path, key in pairs:  # each store's commands run through serve, on its own control socket, as with one store
-                store = stack.enter_context(open_existing(path, local_user=args.local_user, cache_mb=cache_mb, verify_workers=VERIFY_WORKERS))
+                store = stack.enter_context(open_existing(path, local_user=args.local_user, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb,
+                                                          verify_workers=VERIFY_WORKERS))
                 webs[id(store)] = stack.enter_context(ServedWeb(store))
                 stack.enter_context(ControlServer(path, args.run_served(store)))
                 stores.append((store, key))
