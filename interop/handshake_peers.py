@@ -1,4 +1,4 @@
-"""run.py's ``handshake`` step, its two cases through real cablestore processes (issue 39, item 7).
+"""run.py's ``handshake`` step, its cases through real cablestore processes.
 
 * cable-handshake.ts initiates to ``cablestore serve --cabal-key`` (the same
   key) and sends draft8 requests, a channel list and a channel time range,
@@ -9,6 +9,11 @@
   store (a :class:`cablestore.peer.PeerServer` whose node speaks draft8's
   framing); the sync must complete (every request answered) with posts
   ingested, messages flowing both ways through cable-handshake.ts's transport.
+* Three cabals on one port (``cablestore serve --cabal STORE=KEYFILE`` three
+  times): cable-handshake.ts initiators with each cabal's key, both
+  prologues, each see their own cabal's channels and posts only (a channel
+  of the same name in every cabal included); one with a key no cabal holds
+  gets nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import threading
 import time
 from pathlib import Path
 
-from cablestore import Store
+from cablestore import Keypair, Store
+from cablestore.authoring.author import Author
 from cablestore.authoring.keyfile import write_cabal_key, write_keyfile
 from cablestore.authoring.workload import generate
 from cablestore.keyspace.keys import canonical_channel
@@ -145,6 +151,62 @@ def sync_to_ts(tmp: Path, cabal: bytes, theirs, prologue: bytes) -> dict:
     }
 
 
+def _ask(port: str, cabal: bytes, theirs, prologue: bytes, requests) -> tuple[subprocess.CompletedProcess, list]:
+    """cable-handshake.ts initiates to ``port`` with ``cabal`` and sends ``requests``: the process and the answers, decoded."""
+    ask = subprocess.run(["node", str(HERE / "handshake_peer.mjs"), "ask", port, cabal.hex(), x25519_private_of(theirs).hex(), prologue.decode(),
+                          *(M.encode(r, M.DRAFT8).hex() for r in requests)], capture_output=True, text=True, timeout=60)
+    return ask, [decode(bytes.fromhex(x["hex"]), M.DRAFT8) for x in _lines(ask.stdout) if x["event"] == "message" and x.get("hex")]
+
+
+def ts_to_cabals(tmp: Path, theirs) -> list[dict]:
+    """Three cabals on one ``cablestore serve`` port; cable-handshake.ts initiators with each key (both prologues) and with none of them."""
+    keys, stores, own = [os.urandom(32) for _ in range(3)], [], []
+    for i, key in enumerate(keys):
+        path, key_file = tmp / f"cabal{i}", tmp / f"cabal{i}.key"
+        with Store(path) as store:
+            author = Author(store, Keypair())
+            own.append(author.text("lobby", f"the lobby of cabal {i}"))  # a channel of that name in every cabal: its own post only
+            author.text(f"room-{i}", f"cabal {i}'s own room")
+        write_cabal_key(key_file, key)
+        stores.append(f"{path}={key_file}")
+    port_file = tmp / "cabals.port"
+    serve = subprocess.Popen([sys.executable, "-m", "cablestore", "serve", "--listen", "127.0.0.1:0", *(a for s in stores for a in ("--cabal", s)),
+                              "--no-pull", "--quiet", "--port-file", str(port_file), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    asked = []
+    try:
+        port = _wait_file(port_file, serve)
+        for i, key in enumerate([*keys, os.urandom(32)]):
+            for prologue in (b"CABLE1.0", b"CABLE/1.0") if i < 3 else (b"CABLE1.0",):
+                list_id, range_id = os.urandom(8), os.urandom(8)
+                requests = [M.ChannelListRequest(list_id, 0, 0), M.TimeRangeRequest(range_id, "lobby", 0, int(time.time() * 1000) + WEEK, 0)]
+                ask, answers = _ask(port, key, theirs, prologue, requests)
+                listed = next((a for a in answers if isinstance(a, M.ChannelListResponse) and a.req_id == list_id), None)
+                hashes = {h for a in answers if isinstance(a, M.HashResponse) and a.req_id == range_id for h in a.hashes}
+                asked.append((i, prologue, ask, listed, hashes))
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        out, _ = serve.communicate(timeout=30)
+    summary = _lines(out)[-1] if _lines(out) else {}
+    rows = []
+    for i, prologue, ask, listed, hashes in asked:
+        errors = [x["message"] for x in _lines(ask.stdout) if x["event"] == "error"]
+        if i < 3:
+            channels = sorted(listed.channels) if listed else None
+            ok = ask.returncode == 0 and channels == sorted(["lobby", f"room-{i}"]) and hashes == {own[i]}
+            rows.append({"case": f"3 cabals on one serve port: TS initiator ({prologue.decode()}) with cabal {i}'s key sees its own cabal only", "expect": "ok",
+                         "as_expected": bool(ok), "result": {"channels": channels, "lobby_hashes_of_its_cabal": len(hashes & {own[i]}),
+                                                             "lobby_hashes_of_others": len(hashes - {own[i]}), "ts_exit": ask.returncode, "ts_errors": errors}})
+        else:
+            ok = ask.returncode != 0 and listed is None and not hashes
+            rows.append({"case": "3 cabals on one serve port: TS initiator with a key no cabal holds gets nothing", "expect": "fail",
+                         "as_expected": bool(ok), "result": {"answers": len(hashes) + (listed is not None), "ts_exit": ask.returncode, "ts_errors": errors}})
+    handshakes = [c.get("handshakes") for c in summary.get("cabals", [])]
+    ok = handshakes == [2, 2, 2] and summary.get("handshakes_failed_key") == 1 and serve.returncode == 0
+    rows.append({"case": "3 cabals on one serve port: serve's counts (2 handshakes a cabal, 1 failed on the key)", "expect": "ok", "as_expected": bool(ok),
+                 "result": {"handshakes": handshakes, "handshakes_failed_key": summary.get("handshakes_failed_key"), "serve_exit": serve.returncode}})
+    return rows
+
+
 def peer_cases(tmp: Path, cabal: bytes, theirs) -> list[dict]:
     """Both cases, each with the prologue cable-handshake.ts uses by default and the spec's; rows for :func:`handshake_step`."""
     rows = []
@@ -160,4 +222,6 @@ def peer_cases(tmp: Path, cabal: bytes, theirs) -> list[dict]:
             and (synced["messages_to_backend"] or 0) > 0 and (synced["messages_from_backend"] or 0) > 0
         rows.append({"case": f"cablestore sync --cabal-key ({prologue.decode()}) -> TS responder serving posts", "expect": "ok",
                      "as_expected": bool(ok), "result": synced})
-    return rows
+    many = tmp / "peers-cabals"
+    many.mkdir()
+    return rows + ts_to_cabals(many, theirs)

@@ -7,6 +7,7 @@
 # DIR/cable.js         cabal-club/cable.js       tag v0.2.1  (the codec)
 # DIR/cable-core.js    cabal-club/cable-core.js  tag v0.2.1  (the peer; run.py's CABLE_CORE_JS)
 # DIR/cable-client.js  cabal-club/cable-client.js tag v0.1.1 (the client on top of it)
+# DIR/cable-handshake.ts cabal-club/cable-handshake.ts tag v1.0.0 (the Cable Handshake; run.py's CABLE_HANDSHAKE_TS)
 #
 # Sources: cloned from GitHub at those tags, or, when CABLE_GIT_MIRROR names a
 # directory holding their git directories as cabal-club+<name>/repo, exported
@@ -15,7 +16,10 @@
 # cable.js and cable-core are not published there, so the two that depend on
 # them get the checkouts linked into node_modules instead.
 #
+# cable-handshake.ts is built with its own TypeScript compiler (its dev dependencies).
+#
 # Then:  CABLE_CORE_JS=DIR/cable-core.js python interop/run.py
+#        CABLE_HANDSHAKE_TS=DIR/cable-handshake.ts python interop/run.py handshake
 set -eu
 
 dir=${1:-/tmp/interop}
@@ -44,6 +48,7 @@ drop_deps() { # drop dependencies the registry lacks from ./package.json (they a
 checkout cable.js v0.2.1
 checkout cable-core.js v0.2.1
 checkout cable-client.js v0.1.1
+checkout cable-handshake.ts v1.0.0
 
 (cd "$dir/cable.js" && npm install --omit=dev --no-audit --no-fund)
 
@@ -59,8 +64,13 @@ checkout cable-client.js v0.1.1
     && ln -s "$dir/cable.js" node_modules/cable.js \
     && ln -s "$dir/cable-core.js" node_modules/cable-core)
 
+# cable-handshake.ts: built into dist/ with its own tsc.
+(cd "$dir/cable-handshake.ts" && npm install --no-audit --no-fund && npx tsc)
+
 # Each one loads.
 (cd "$dir/cable.js" && node -e 'require("./index.js")')
 (cd "$dir/cable-core.js" && node -e 'require("./index.js"); require("varint")')
 (cd "$dir/cable-client.js" && node -e 'require("./cable-client.js")')
+(cd "$dir/cable-handshake.ts" && node --input-type=module -e 'await import("./dist/src/handshake.js"); await import("./dist/src/noise.js")')
 echo "set up in $dir; now: CABLE_CORE_JS=$dir/cable-core.js python interop/run.py"
+echo "and: CABLE_HANDSHAKE_TS=$dir/cable-handshake.ts python interop/run.py handshake"

@@ -107,6 +107,8 @@ def _serve_cabals(args, policy) -> int:
 
     from cablestore.authoring.keyfile import read_cabal_key, read_keyfile
     from cablestore.peer import run_server
+    from cablestore.peer.control import ControlServer
+    from cablestore.web import ServedWeb
 
     if args.store is not None or args.cabal_key or args.plain_listen:
         raise ArgumentError("--cabal serves each STORE=KEYFILE on --listen: give no STORE, --cabal-key or --plain-listen with it")
@@ -125,11 +127,20 @@ def _serve_cabals(args, policy) -> int:
         elif not args.quiet:
             print(f"listening on {host}:{port} (private, {plural(len(pairs), 'cabal')})", flush=True)
 
+    # The stores share what one served store has in the memory budget (BASE_BYTES counts one): its block cache,
+    # at least 1 MB each, and its LevelDB write buffer (64 MB), at least 4 MB each.
+    cache_mb, write_buffer_mb = max(1, STORE_CACHE_MB // len(pairs)), max(4, 64 // len(pairs))
     try:
         with contextlib.ExitStack() as stack:
-            stores = [(stack.enter_context(open_existing(path, local_user=args.local_user, cache_mb=STORE_CACHE_MB)), key) for path, key in pairs]
+            stores, webs = [], {}
+            for path, key in pairs:  # each store's commands run through serve, on its own control socket, as with one store
+                store = stack.enter_context(open_existing(path, local_user=args.local_user, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb,
+                                                          verify_workers=VERIFY_WORKERS))
+                webs[id(store)] = stack.enter_context(ServedWeb(store))
+                stack.enter_context(ControlServer(path, args.run_served(store)))
+                stores.append((store, key))
             summary = asyncio.run(run_server(None, args.listen, ready=ready, policy=policy, pull=not args.no_pull, cabals=stores,
-                                             keypair=read_keyfile(args.key) if args.key else None))
+                                             keypair=read_keyfile(args.key) if args.key else None, on_node=lambda node: webs[id(node.store)].attach(node)))
     finally:
         if args.port_file and os.path.exists(args.port_file):
             os.unlink(args.port_file)

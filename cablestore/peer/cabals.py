@@ -8,29 +8,35 @@ socket is first read for the Cable Handshake's message 1 only (48 bytes):
 from a state computed once per cabal (a try is a hash, three HMACs and a
 MAC; no Diffie-Hellman), and the one that authenticates picks the cabal.
 The connection then joins that cabal's own :class:`cablestore.peer.node.Node`
-(made on its first connection), so a cabal's posts, requests, forwards and
+(its sockets' timers made on its first connection), so a cabal's posts, requests, forwards and
 live pushes never reach another cabal's connections: nodes share nothing
-but this listener.  A message 1 no key authenticates, a plain Cable client,
+but this listener and its budgets (below).  A message 1 no key authenticates, a plain Cable client,
 or a handshake not through in time is closed with nothing sent, counted
 and logged per cause and address (:class:`cablestore.peer.secure.HandshakeFailures`).
 
-Connections are shared and fair across cabals: ``policy.max_connections``
-in all (handshakes not through yet included), and each cabal keeps a
-reserved share (``max_connections // cabals``, at least one) that others
-cannot take: a cabal at its share gets another connection only from the
-slots nobody has reserved.  Each cabal's node has the policy's memory
-budget for its own buffers.
+Limits are one budget for the listener, shared fairly by the cabals
+(:class:`cablestore.peer.limits.FairShares`): ``policy.max_connections``
+connections in all (handshakes not through yet included) and one buffer pool
+(``policy.pool_bytes()``, read and write buffers of every cabal's
+connections).  Half of each is reserved in equal parts, one per cabal
+(``max_connections // (2 * cabals)`` connections, at least one, and
+``pool_bytes() // (2 * cabals)`` bytes), and the rest is taken first come:
+a busy cabal may use its reserve and the unreserved half, never another
+cabal's reserve, so a flood of one cabal's connections or buffers leaves
+every other cabal its share.  Each cabal's node waits on at most its part of
+the hashes the pool allows (``pending_hashes``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cablestore.errors import ArgumentError, TooManyConnectionsError, TransportError
-from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, PeerLimits
+from cablestore.peer.limits import BACKLOG, DEFAULT_POLICY, FairShares, PeerLimits
 from cablestore.peer.node import Node
 from cablestore.peer.pulling import Puller
 from cablestore.peer.secure import HandshakeFailures, PrivateCabal, SecureChannel, failure_cause, identify, log
@@ -47,14 +53,12 @@ MESSAGE1 = DHLEN + TAGLEN  # 48 bytes: all a socket is read for until its cabal 
 
 
 class _Cabal:
-    """One store behind the shared listener: its key, and its node once a connection came."""
+    """One store behind the shared listener: its key, its node, and its sockets once a connection came."""
 
-    def __init__(self, store: Store, private: PrivateCabal) -> None:
-        self.store, self.private = store, private
-        self.node: Node | None = None
+    def __init__(self, store: Store, private: PrivateCabal, node: Node) -> None:
+        self.store, self.private, self.node = store, private, node
         self.wire: Wire | None = None
         self.puller: Puller | None = None
-        self.count = 0  # its connections through the handshake
 
 
 class CabalListener:
@@ -64,13 +68,19 @@ class CabalListener:
         if not cabals:
             raise ArgumentError("cabals: at least one (store, cabal key)")
         keypair = keypair or Keypair()
-        self.cabals = [_Cabal(store, PrivateCabal(bytes(key), keypair)) for store, key in cabals]
-        self.keys = ResponderKeys([c.private.cabal_key for c in self.cabals])
+        parties = len(cabals)
+        self.keys = ResponderKeys([bytes(key) for _, key in cabals])  # checked before any node subscribes to a store
         self.keypair, self.policy, self.pull = keypair, policy, pull
         self.failures = HandshakeFailures()
         self.open = 0  # sockets holding a slot: handshakes under way and connections of every cabal
-        self.share = max(1, policy.max_connections // len(self.cabals))
-        self.unused_reserved = self.share * len(self.cabals)  # reserved slots no cabal uses now
+        self.slots = FairShares(policy.max_connections, parties, least=1)
+        self.pool = FairShares(policy.pool_bytes(), parties)
+        # Each cabal's node waits on its part of the hashes the one pool allows (PeerLimits.max_pending_hashes).
+        pending = policy.pending_hashes or max(4096, policy.pool_bytes() // 2 // 512 // parties)
+        node_policy = dataclasses.replace(policy, pending_hashes=pending)
+        self.cabals = [
+            _Cabal(store, PrivateCabal(bytes(key), keypair), Node(store, policy=node_policy, pool=self.pool.share(i))) for i, (store, key) in enumerate(cabals)
+        ]
         self.pending: set[_CabalLink] = set()
 
     def admit(self) -> bool:
@@ -79,33 +89,32 @@ class CabalListener:
             self.failures.stats["connections_refused"] += 1
             return False
         self.open += 1
+        self.slots.outside += 1
         return True
 
     def place(self, index: int) -> bool:
-        """Its message 1 names cabal ``index``: within that cabal's share, or in a slot nobody reserved?"""
-        cabal = self.cabals[index]
-        if cabal.count < self.share:
-            self.unused_reserved -= 1
-        elif self.open + self.unused_reserved > self.policy.max_connections:
+        """Its message 1 names cabal ``index``: within that cabal's reserve, or in a slot neither another cabal nor its reserve holds?"""
+        slots = self.slots
+        slots.outside -= 1
+        if slots.left(index) < 1:
+            slots.outside += 1  # still held, for no cabal, until the socket is gone
             self.failures.stats["connections_refused"] += 1
             return False
-        cabal.count += 1
+        slots.add(index, 1)
         return True
 
     def release(self, index: int | None) -> None:
         """A socket that held a slot is gone (``index``: the cabal it was placed in, or None)."""
         self.open -= 1
-        if index is not None:
-            cabal = self.cabals[index]
-            cabal.count -= 1
-            if cabal.count < self.share:
-                self.unused_reserved += 1
+        if index is None:
+            self.slots.outside -= 1
+        else:
+            self.slots.add(index, -1)
 
     def wire_of(self, index: int) -> Wire:
-        """Cabal ``index``'s node and sockets, made on its first connection."""
+        """Cabal ``index``'s sockets, made on its first connection (so a cabal nobody connects to costs no timer)."""
         cabal = self.cabals[index]
         if cabal.wire is None:
-            cabal.node = Node(cabal.store, policy=self.policy)
             cabal.wire = Wire(cabal.node)
             cabal.wire.on_open = identify
             cabal.wire.failures = self.failures
@@ -116,9 +125,10 @@ class CabalListener:
         return cabal.wire
 
     def snapshot(self) -> dict:
-        """Counts: failed handshakes by cause, refusals, and each cabal's node counts (None: no connection came)."""
+        """Counts: failed handshakes by cause, refusals, the reserves, and each cabal's node counts."""
         out = dict(sorted(self.failures.stats.items()))
-        out["cabals"] = [None if c.node is None else c.node.snapshot() for c in self.cabals]
+        out["cabals"] = [c.node.snapshot() for c in self.cabals]
+        out["reserved_connections"], out["reserved_buffer_bytes"] = self.slots.reserve, self.pool.reserve
         return out
 
     async def close(self) -> None:
@@ -132,7 +142,7 @@ class CabalListener:
                     cabal.puller.close()
                     cabal.wire.flush()
                 await cabal.wire.close()
-                cabal.node.close()
+            cabal.node.close()
 
 
 class _CabalLink(_Link):
@@ -244,12 +254,14 @@ async def run_cabals(
     pull: bool = True,
     keypair: Keypair | None = None,
     signals: bool = True,
+    on_node: Callable[[Node], None] | None = None,
 ) -> dict:
     """Serve every (store, cabal key) of ``cabals`` on the one private listener ``address`` until ``stop`` (see the module); the counts.
 
     Each store is tied to its cabal first (``Store.join_cabal``: another
     cabal's store raises :class:`cablestore.errors.CabalMismatchError` before
-    any socket opens).
+    any socket opens).  ``on_node(node)`` is called with each cabal's
+    :class:`Node` (``node.store`` is its store) before the listener opens.
     """
     pairs = [(store, bytes(key)) for store, key in cabals]
     if len({id(store) for store, _ in pairs}) != len(pairs):
@@ -258,10 +270,14 @@ async def run_cabals(
         store.join_cabal(key)
     host, port = parse_address(address, listening=True)
     listener = CabalListener(pairs, policy=policy, keypair=keypair, pull=pull)
+    if on_node is not None:
+        for cabal in listener.cabals:
+            on_node(cabal.node)
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(lambda: _CabalLink(listener), host, port, backlog=BACKLOG)
     except (OSError, OverflowError, ValueError) as exc:
+        await listener.close()
         raise TransportError(f"cannot listen on {host}:{port}: {exc}") from exc
     bound = server.sockets[0].getsockname()[1]
     stop = stop or asyncio.Event()

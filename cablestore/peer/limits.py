@@ -43,6 +43,7 @@ reached:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, fields
 
 from cablestore.errors import PolicyError
@@ -125,6 +126,71 @@ class PeerLimits:
 
 
 DEFAULT_POLICY = PeerLimits()
+
+
+class FairShares:
+    """One budget split among ``parties`` so that none can starve another (a listener's cabals).
+
+    Half of ``total`` is reserved, in equal parts (``reserve`` each, at
+    least ``least``), and the other half is taken first come: a party may
+    always use up to its reserve, and beyond it only what neither the others
+    nor their unused reserves hold (:meth:`left`).  So one busy party gets up
+    to ``total - (parties - 1) * reserve``, and every other keeps its
+    reserve.  ``outside``: units held for no party yet (a socket whose
+    handshake has not named its cabal).  Used for a many-cabal listener's
+    connections (``max_connections``) and its buffer pool
+    (:meth:`PeerLimits.pool_bytes`).
+    """
+
+    def __init__(self, total: int, parties: int, *, least: int = 0) -> None:
+        if parties < 1:
+            raise PolicyError("a budget is shared by at least one party")
+        self.total = total
+        self.reserve = max(least, total // (2 * parties))
+        self.used = [0] * parties
+        self.held = self.reserve * parties  # the sum of max(used, reserve) over the parties
+        self.outside = 0
+        self._lock = threading.Lock()  # buffers are accounted from the ingest thread too
+
+    def left(self, party: int) -> int:
+        """How much more ``party`` may use now (negative: over what it may hold).
+
+        Its reserve not in use, whatever the others hold (one over its
+        own limit takes nothing of it), and what nobody holds.
+        """
+        free = self.total - self.outside - self.held
+        used = self.used[party]
+        return self.reserve - used + max(free, 0) if used < self.reserve else free
+
+    def add(self, party: int, delta: int) -> None:
+        """``party`` uses ``delta`` more (or fewer, when negative)."""
+        with self._lock:
+            used = self.used[party]
+            now = used + delta
+            self.used[party] = now
+            self.held += max(now, self.reserve) - max(used, self.reserve)
+
+    def share(self, party: int) -> PoolShare:
+        """``party``'s view of the budget, for a :class:`cablestore.peer.state.PeerState`'s buffer pool."""
+        return PoolShare(self, party)
+
+
+class PoolShare:
+    """One party's share of a :class:`FairShares` budget: what a node's buffer pool is when its listener serves many cabals."""
+
+    __slots__ = ("party", "shares")
+
+    def __init__(self, shares: FairShares, party: int) -> None:
+        self.shares, self.party = shares, party
+
+    @property
+    def left(self) -> int:
+        """Bytes this party may still buffer beyond every connection's reserved share."""
+        return self.shares.left(self.party)
+
+    def add(self, delta: int) -> None:
+        """This party buffers ``delta`` bytes more (or fewer)."""
+        self.shares.add(self.party, delta)
 
 
 # --- fixed limits: sizes the protocol and the machine dictate, not an operator -------------

@@ -39,7 +39,7 @@ class Node:
     """
 
     def __init__(self, store: Store, **options: Any) -> None:
-        """``options``: :class:`cablestore.peer.state.PeerState`'s (``framing``, ``limits``, ``policy``, ``timeout``, ``seen``, ``random``)."""
+        """``options``: :class:`cablestore.peer.state.PeerState`'s (``framing``, ``limits``, ``policy``, ``timeout``, ``seen``, ``random``, ``pool``)."""
         self.state = PeerState(store, **options)
         self._serial = 0
         self._live = LivePushes(self.state)

@@ -16,7 +16,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from cablestore.peer.limits import DEFAULT_POLICY, SEEN_REQ_IDS, PeerLimits
+from cablestore.peer.limits import DEFAULT_POLICY, SEEN_REQ_IDS, PeerLimits, PoolShare
 from cablestore.peer.table import Inbound, Outbound
 from cablestore.wire.messages import DEFAULT_LIMITS, DEPLOYED, Framing, Limits
 
@@ -30,7 +30,10 @@ class PeerState:
     ``policy``: the limits (:class:`cablestore.peer.limits.PeerLimits`);
     ``timeout``: ms before a finite request (ours, or a forwarded one we
     wait on) is given up (default ``policy.request_timeout``); ``seen``: how
-    many recent ``req_id`` s are remembered to discard echoes and loops.
+    many recent ``req_id`` s are remembered to discard echoes and loops;
+    ``pool``: this peer's share of a buffer pool it shares with others (the
+    cabals of one listener, :class:`cablestore.peer.limits.FairShares`;
+    default: the whole of ``policy.pool_bytes()`` its own).
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class PeerState:
         timeout: int | None = None,
         seen: int = SEEN_REQ_IDS,
         random: Callable[[int], bytes] = os.urandom,
+        pool: PoolShare | None = None,
     ) -> None:
         self.store = store
         self.framing = framing
@@ -79,6 +83,7 @@ class PeerState:
         # response is still on its way and must not count as unknown.
         self._quiet: OrderedDict[bytes, Any] = OrderedDict()
         self._pool = policy.pool_bytes()
+        self._share = pool
         self._ready: deque = deque()
         self._dirty: dict[Any, None] = {}
         self._touched: dict[Any, None] = {}
@@ -87,12 +92,16 @@ class PeerState:
     # --- buffer accounting ----------------------------------------------------------
     @property
     def pool_left(self) -> int:
-        """Bytes of the shared buffer pool not in use (negative: over it)."""
+        """Bytes of the shared buffer pool not in use (negative: over it); with a ``pool`` share, what the share leaves this peer."""
+        if self._share is not None:
+            return self._share.left
         return self._pool - self.buffered
 
     def account(self, delta: int) -> None:
         """``delta`` bytes more (or fewer) are buffered by some connection."""
         self.buffered += delta
+        if self._share is not None:
+            self._share.add(delta)
         if self.buffered > self.peak_buffered:
             self.peak_buffered = self.buffered
 

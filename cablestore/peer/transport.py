@@ -194,12 +194,13 @@ async def run_server(
     :class:`cablestore.errors.CabalKeyRequiredError` before any socket.
     ``cabals``: (store, cabal key) pairs served on the one private listener
     ``address`` (``store`` is then None): each connection gets the store of
-    the key its message 1 authenticates under (:mod:`cablestore.peer.cabals`).
+    the key its message 1 authenticates under (:mod:`cablestore.peer.cabals`);
+    ``on_node`` is then called with each cabal's node.
     """
     if cabals is not None:
         if store is not None or cabal_key is not None or plain_listen is not None or peers:
             raise ArgumentError("cabals= serves several stores on one private listener: give no store, cabal_key, plain_listen or peers with it")
-        return await run_cabals(cabals, address, ready=ready, stop=stop, policy=policy, pull=pull, keypair=keypair, signals=signals)
+        return await run_cabals(cabals, address, ready=ready, stop=stop, policy=policy, pull=pull, keypair=keypair, signals=signals, on_node=on_node)
     peers = [str(p) for p in peers]
     for p in peers:
         parse_address(p)  # a bad address is the caller's error, before anything opens
