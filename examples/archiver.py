@@ -4,8 +4,10 @@
 
 Every post the peer has, and every post it gets later, is stored in the
 archiver's own store (archive.ldb, created if missing); with --jsonl each is
-also appended to a file as one line of JSON (StoredPost.to_dict()).  It runs
-until Ctrl-C or SIGTERM.
+also appended to a file as one line of JSON (StoredPost.to_dict()), oldest
+first: a peer sends its history newest first, so the posts that arrive
+together (the history, what a reconnect catches up) are sorted by time
+before they are written.  It runs until Ctrl-C or SIGTERM.
 """
 
 import argparse
@@ -17,6 +19,25 @@ import sys
 from cablestore import CableError, Peer, Store
 from cablestore.peer import parse_address
 
+BURST_GAP = 0.25     # seconds: posts arriving closer together than this are written as one burst
+BURST_MAX = 10_000   # posts sorted at most at once (a longer history is written in runs of this many)
+
+
+async def bursts(posts):
+    """The feed's posts in bursts of those arriving together, each burst oldest first."""
+    while True:
+        try:
+            burst = [await anext(posts)]
+        except StopAsyncIteration:
+            return
+        while len(burst) < BURST_MAX:
+            try:
+                burst.append(await asyncio.wait_for(anext(posts), BURST_GAP))
+            except (TimeoutError, StopAsyncIteration):
+                break
+        burst.sort(key=lambda post: (post.timestamp, post.hash))
+        yield burst
+
 
 async def archive(store, host, port, jsonl=None):
     async with Peer(store) as peer:                # no key: this peer only reads
@@ -25,10 +46,10 @@ async def archive(store, host, port, jsonl=None):
             print(f"archiver: following {host}:{port}", flush=True)
             out = open(jsonl, "a", encoding="utf-8") if jsonl else None
             try:
-                async for post in posts:           # the sync already stored it; we only report it
+                async for burst in bursts(posts):  # the sync already stored them; we only report them
                     if out is not None:
-                        out.write(json.dumps(post.to_dict()) + "\n")
-                        out.flush()                # a line at a time, so the file can be read live
+                        out.writelines(json.dumps(post.to_dict()) + "\n" for post in burst)
+                        out.flush()                # a burst at a time, so the file can be read live
             finally:
                 if out is not None:
                     out.close()

@@ -94,8 +94,8 @@ def test_a_post_info_without_accept_role_has_none_and_name_is_text():
 
 def test_the_cli_writes_an_opt_out_keeping_the_name(tmp_path, capsys):
     store, keyfile = str(tmp_path / "s.ldb"), str(tmp_path / "me.key")
-    assert main(["keygen", keyfile]) == 0
-    me = bytes.fromhex(capsys.readouterr().out.strip())
+    assert main(["keygen", keyfile, "--json"]) == 0
+    me = bytes.fromhex(json.loads(capsys.readouterr().out)["public_key"])
     assert main(["post", store, "--key", keyfile, "name", "ripple"]) == 0
     assert main(["post", store, "--key", keyfile, "--json", "accept-role", "0"]) == 0
     printed = json.loads(capsys.readouterr().out.split("\n", 1)[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def test_posts_options_come_before_or_after_its_kind(home, capsys):  # noqa: F81
     code, out, err = run_cli(capsys, ["post", store, "--key", key, "--json", "text", "general", "there"])  # before it, as always
     assert code == 0 and json.loads(out)["text"] == "there", err
     code, out, err = run_cli(capsys, ["post", store, "text", "general", "--key", key, "x"])  # between its arguments too
-    assert code == 0 and len(out.strip()) == 64, err
+    assert code == 0 and re.fullmatch(r"posted post/text [0-9a-f]{64} in #general\n", out), (out, err)
     code, out, err = run_cli(capsys, ["post", store, "text", "general", "no key"])
     assert code == 2 and out == ""
     assert err == "cablestore post: ArgumentError: post needs --key KEYFILE: the key file of the post's author (see `cablestore keygen`)\n"

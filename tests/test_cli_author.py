@@ -24,8 +24,8 @@ def _out(capsys) -> str:
 def key(tmp_path, capsys):
     path = str(tmp_path / "me.key")
     assert main(["keygen", path]) == 0
-    public = _out(capsys)
-    assert read_keyfile(path).public_key.hex() == public
+    public, written = _out(capsys).splitlines()
+    assert public == f"public key: {read_keyfile(path).public_key.hex()}" and written.startswith(f"secret key written to {path} (mode 0600)")
     return path
 
 
@@ -43,8 +43,8 @@ def test_every_post_kind_from_the_cli(tmp_path, key, capsys):
     store = str(tmp_path / "s")
     hashes = {}
     for argv in (["join", "dev"], ["text", "dev", "hello"], ["topic", "dev", "our topic"], ["name", "alice"], ["leave", "dev"]):
-        assert main(["post", store, "--key", key, *argv]) == 0
-        hashes[argv[0]] = _out(capsys)
+        assert main(["post", store, "--key", key, "--json", *argv]) == 0
+        hashes[argv[0]] = json.loads(_out(capsys))["hash"]
     assert main(["heads", store, "dev"]) == 0
     assert _out(capsys) == hashes["leave"]
     assert main(["post", store, "--key", key, "--json", "delete", hashes["text"]]) == 0

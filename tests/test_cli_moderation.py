@@ -22,8 +22,8 @@ def keys(tmp_path, capsys):
     out = {}
     for name in ("me", "aleph", "eve"):
         path = str(tmp_path / f"{name}.key")
-        assert main(["keygen", path]) == 0
-        out[name] = (path, _out(capsys))
+        assert main(["keygen", path, "--json"]) == 0
+        out[name] = (path, json.loads(_out(capsys))["public_key"])
     return out
 
 

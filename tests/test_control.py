@@ -49,7 +49,7 @@ def test_read_and_post_commands_run_through_serve_with_the_same_output(served, t
     sock = store / "cablestore.sock"
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600 and stat.S_ISSOCK(os.stat(sock).st_mode)
     posted = cli("post", store.name, "--key", key.name, "text", "general", "through serve", cwd=tmp_path)  # relative paths: the client's
-    assert posted.returncode == 0 and len(posted.stdout.strip()) == 64, posted.stderr
+    assert posted.returncode == 0 and posted.stdout.startswith("posted post/text ") and posted.stdout.endswith(" in #general\n"), posted.stderr
     commands = [
         ("show", store, "general", "--json"), ("show", store, "general"), ("channels", store), ("stats", store, "--json"),
         ("heads", store, "general"), ("dump", store, "--limit", "2"), ("roles", store), ("moderation", store, "--json"),
@@ -77,9 +77,9 @@ def test_a_post_through_serve_reaches_a_connected_peers_live_request_at_once(ser
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         rid = b"\x00\x00\x00\x2a"
         s.sendall(M.encode(M.TimeRangeRequest(rid, "general", 0, 0, 0)))
-        posted = cli("post", store, "--key", key, "text", "general", "live")
+        posted = cli("post", store, "--key", key, "--json", "text", "general", "live")
         assert posted.returncode == 0, posted.stderr
-        want = bytes.fromhex(posted.stdout.strip())
+        want = bytes.fromhex(json.loads(posted.stdout)["hash"])
         decoder, got = Decoder(), set()
         deadline = time.monotonic() + 10
         while want not in got and time.monotonic() < deadline:
@@ -127,7 +127,7 @@ def test_a_served_store_without_a_local_user_takes_the_first_moderators_key_once
     """`serve` without --local-user: the first moderation command run through it sets the local user, as the CLI
     does on a store it opens; another key is then refused in one line, and the served store keeps the first."""
     store, key, port, proc = served
-    me = cli("keygen", tmp_path / "mod.key").stdout.strip()
+    me = json.loads(cli("keygen", tmp_path / "mod.key", "--json").stdout)["public_key"]
     other = tmp_path / "other.key"
     assert cli("keygen", other).returncode == 0
     troll = "ab" * 32

@@ -59,9 +59,9 @@ class Line:
         self.procs[i] = proc
 
     def post(self, i: int, text: str) -> str:
-        done = cli("post", self.stores[i], "--key", self.key, "text", "general", text)
+        done = cli("post", self.stores[i], "--key", self.key, "--json", "text", "general", text)
         assert done.returncode == 0, done.stderr
-        return done.stdout.split()[-1]
+        return json.loads(done.stdout)["hash"]
 
     def texts(self, i: int) -> set[str]:
         shown = cli("show", self.stores[i], "general", "--json")

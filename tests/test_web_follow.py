@@ -33,8 +33,8 @@ def cli(*args):
     return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
-def start(argv, port_file, proc_list):
-    proc = subprocess.Popen([*CLI, *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start(argv, port_file, proc_list, env=None):
+    proc = subprocess.Popen([*CLI, *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     proc_list.append(proc)
     deadline = time.monotonic() + 30
     while not port_file.exists() or not port_file.read_text().strip():
@@ -54,8 +54,11 @@ def test_post_and_serve_work_beside_web_and_the_page_shows_the_post(tmp_path):
     assert cli("keygen", key).returncode == 0
     assert cli("post", store, "--key", key, "text", "general", "before the archive").returncode == 0
     procs: list[subprocess.Popen] = []
+    tmp = tmp_path / "tmp"  # the archive's TMPDIR: where its copies of the store go
+    tmp.mkdir()
     try:
-        port = start(["web", store, "--listen", "127.0.0.1:0", "--port-file", tmp_path / "web.port"], tmp_path / "web.port", procs)
+        port = start(["web", store, "--listen", "127.0.0.1:0", "--port-file", tmp_path / "web.port"], tmp_path / "web.port", procs,
+                     env={**os.environ, "TMPDIR": str(tmp)})
         assert "before the archive" in page(port, "/channel/%23general")
         posted = cli("post", store, "--key", key, "text", "general", "written beside the archive")
         assert posted.returncode == 0, posted.stderr  # the archive holds no lock
@@ -71,10 +74,12 @@ def test_post_and_serve_work_beside_web_and_the_page_shows_the_post(tmp_path):
         while "through serve" not in page(port, "/channel/general"):
             assert time.monotonic() - began < SHOWN_WITHIN, "the served post never appeared"
             time.sleep(0.2)
+        assert any(name.startswith("cablestore-web-") for name in os.listdir(tmp))
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
                 assert stop(proc) == 0, proc.stderr.read()
+    assert os.listdir(tmp) == []  # every copy removed at the end
 
 
 def test_each_state_copied_beside_a_writer_is_consistent_and_none_goes_back(tmp_path):

@@ -7,7 +7,7 @@ import contextlib
 import os
 
 from cablestore.cli.args import client_path, served_store, write_port_file
-from cablestore.errors import TransportError
+from cablestore.errors import StoreLockedError, TransportError
 
 
 def _cmd_web(args) -> int:
@@ -27,6 +27,10 @@ def _cmd_web(args) -> int:
             write_port_file(port_file, bound)
         print(f"web archive of {args.store} at http://{_url_host(host)}:{bound}/ (in the serving process; stops with serve)")
         return 0
+    from cablestore.peer.control import is_served
+
+    if is_served(args.store):  # the archive takes no lock, so say the store is held: main() runs the command in serve
+        raise StoreLockedError(f"{args.store} is held by a running `cablestore serve`")
     wrote = []
 
     def ready(host: str, bound: int) -> None:
@@ -67,7 +71,7 @@ def register(sub) -> None:
             "peers, and channel pages show new posts as they arrive."
         ),
     )
-    p.add_argument("store", help="the store directory (must exist; opened read-only)")
+    p.add_argument("store", help="the store directory (must exist; read without locking it: post, ingest and serve work beside the archive)")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"address to listen on (default: {DEFAULT_LISTEN}; port 0: any free port)")
     p.add_argument("--port-file", metavar="PATH", help="write the port listened on to PATH once listening (removed on exit)")
     p.set_defaults(func=_cmd_web)

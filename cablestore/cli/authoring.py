@@ -11,19 +11,25 @@ from cablestore.cli.args import (
     joined,
     open_existing,
     print_json,
+    printable,
     require_channel,
     require_store,
     served_store,
     store_or_path,
 )
 from cablestore.errors import ArgumentError
+from cablestore.progress import plural
 
 
 def _cmd_keygen(args) -> int:
     from cablestore.authoring.keyfile import write_keyfile
 
     keypair = write_keyfile(args.keyfile)
-    print_json({"public_key": keypair.public_key.hex(), "keyfile": args.keyfile}) if args.json else print(keypair.public_key.hex())
+    if args.json:
+        print_json({"public_key": keypair.public_key.hex(), "keyfile": args.keyfile})
+    else:
+        print(f"public key: {keypair.public_key.hex()}")
+        print(f"secret key written to {args.keyfile} (mode 0600): keep it private; give it to post, serve and the moderation commands with --key")
     return 0
 
 
@@ -37,7 +43,7 @@ def _cmd_cabal_new(args) -> int:
 
 def _cmd_post(args) -> int:
     from cablestore.authoring.author import post_with_keyfile
-    from cablestore.wire.codec import post_hash
+    from cablestore.wire.codec import decode_post, post_hash
 
     if args.key is None:
         raise ArgumentError("post needs --key KEYFILE: the key file of the post's author (see `cablestore keygen`)")
@@ -48,12 +54,24 @@ def _cmd_post(args) -> int:
         store_or_path(args.store), client_path(args.key), args.kind, values, local_user=args.local_user, exact_channel=args.exact_channel
     )
     if not args.json:
-        print(post_hash(buf).hex())
+        print(posted(decode_post(buf), post_hash(buf)))
         return 0
     with open_existing(args.store) as store:  # the post as `dump` and `show --json` spell it
         post = store.post(post_hash(buf))
     print_json({**post.to_dict(), "raw": post.raw.hex()})
     return 0
+
+
+def posted(post, h: bytes) -> str:
+    """What ``post`` prints: the post's type and hash, and its channel or what it sets (``--json``: the post itself)."""
+    from cablestore.wire.codec import POST_TYPE_NAMES
+
+    said = f"posted {POST_TYPE_NAMES[post.post_type]} {h.hex()}"
+    if post.channel is not None:
+        return f"{said} in #{printable(post.channel)}"
+    if post.hashes:
+        return f"{said}, deleting {plural(len(post.hashes), 'post')}"
+    return said
 
 
 def _cmd_heads(args) -> int:
@@ -99,7 +117,7 @@ def _post_options(p) -> None:
 
 def register(sub) -> None:
     """Add ``keygen``, ``post`` and ``heads`` to the ``cablestore`` subcommands."""
-    p = sub.add_parser("keygen", help="create a key file (mode 0600) and print its public key")
+    p = sub.add_parser("keygen", help="create a key file (mode 0600) and print its public key (`public key: HEX`; --json: {\"public_key\": HEX})")
     p.add_argument("keyfile", help="where to write the key (never overwritten)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_keygen)
@@ -114,7 +132,9 @@ def register(sub) -> None:
     k.add_argument("--json", action="store_true", help="print the result as JSON")
     k.set_defaults(func=_cmd_cabal_new)
 
-    p = sub.add_parser("post", help="write a post as the key file's owner, linked to the channel's heads")
+    p = sub.add_parser(
+        "post", help="write a post as the key file's owner, linked to the channel's heads (prints `posted TYPE HASH in #CHANNEL`; --json: the post)"
+    )
     p.add_argument("store", help="the store directory (created if missing, except for delete)")
     _post_options(p)
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)

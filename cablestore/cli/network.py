@@ -288,7 +288,9 @@ def register(sub) -> None:
             "resumes where the last complete sync ended. A `cablestore serve` on the other side also pulls from the connecting "
             "side (unless it runs --no-pull): syncing to it sends it this store's posts too. A peer that keeps sending is never "
             "cut off however slow; one that sends no byte of a begun message for 20 s, or trickles it below 256 bytes a second, is "
-            "closed, and the summary names the limit."
+            "closed, and the summary names the limit. Exit status: 0 complete; 1 incomplete (it began, then a request failed or "
+            "timed out, or a limit closed the connection: the summary says which, and a rerun resumes); 2 it could not sync at all: "
+            "no connection (refused, unreachable, a bad address), a failed handshake (a wrong or missing cabal key), or a usage or store error."
         ),
     )
     p.add_argument("store", help="the store directory to fill (created if missing)")

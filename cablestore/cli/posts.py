@@ -1,4 +1,4 @@
-"""Commands that make posts and put them in a store: ``demo``, ``generate``, ``ingest``."""
+"""Commands that make stores and posts and put posts in a store: ``demo``, ``init``, ``generate``, ``ingest``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,27 @@ def _cmd_demo(args) -> int:
     if args.json:
         print_json(report)
     return 0 if report["ok"] else 1
+
+
+def _cmd_init(args) -> int:
+    from pathlib import Path
+
+    from cablestore.errors import StoreExistsError
+    from cablestore.store.lifecycle.opening import Kind, classify
+    from cablestore.store.store import Store
+
+    kind = classify(Path(args.store))
+    if kind not in (Kind.MISSING, Kind.EMPTY):  # only a new store: never one that holds data, nor anything else
+        what = {Kind.STORE: "already a store", Kind.FILE: "a file", Kind.SNAPSHOT: "an exported snapshot"}.get(kind, "a directory that is not empty")
+        raise StoreExistsError(f"{args.store} is {what}; nothing was changed (init makes a store at a missing path or in an empty directory)")
+    with Store(args.store, local_user=args.local_user) as store:
+        local_user = store.local_user
+    if args.json:
+        print_json({"store": args.store, "created": True, "local_user": local_user.hex() if local_user else None})
+    else:
+        print(f"created an empty store at {args.store}")
+        print(f"next: cablestore post {args.store} --key KEYFILE text general hello  (or cablestore serve {args.store}, cablestore sync {args.store} --connect HOST:PORT)")
+    return 0
 
 
 def _cmd_generate(args) -> int:
@@ -79,7 +100,7 @@ def format_ingest(summary: dict, args) -> str:
 
 
 def register(sub) -> None:
-    """Add ``demo``, ``generate`` and ``ingest`` to the ``cablestore`` parser's subparsers."""
+    """Add ``demo``, ``init``, ``generate`` and ``ingest`` to the ``cablestore`` parser's subparsers."""
     p = sub.add_parser("demo", help="build a sample store, show its answers, verify it (on Spark where Java 17+ is found)")
     p.add_argument("--dir", default=None, help="where to build the store (default: a temporary directory)")
     p.add_argument("--posts", type=int_at_least(1, MAX_POSTS), default=2000, help=f"posts to generate, 1 to {MAX_POSTS:,} (default: 2000)")
@@ -88,6 +109,16 @@ def register(sub) -> None:
                    help="rebuild engine (default: auto: spark where Java 17+ is found, else local, said in one line)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser(
+        "init", help="create a new, empty store (a path that exists and is not an empty directory is refused)",
+        description="Create a new, empty store at STORE: a missing path or an empty directory. Anything else is refused with exit 2 and left "
+                    "unchanged (a store, a file, a directory holding files). post, ingest and sync also create a missing store; serve needs one.",
+    )
+    p.add_argument("store", help="where to create the store (missing, or an empty directory)")
+    add_local_user_flag(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_init)
 
     p = sub.add_parser("generate", help="write a deterministic workload of signed posts to a file")
     p.add_argument("--seed", type=int, default=1, help="workload seed: the same seed gives the same bytes (default: 1)")

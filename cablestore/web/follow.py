@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,6 +67,9 @@ class _State:
             self.store = Store(directory, readonly=True)
         except CableError as exc:
             raise self.in_words(exc) from exc
+        # The copy is removed on close, or at the interpreter's exit without one (a killed process leaves
+        # cablestore-web-* in TMPDIR: links and copies, safe to delete).
+        self._removal = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
         self.labels = Labels(self.store)
         self.readers = 0
         self.retired = False  # a newer state replaced it: closed once no page reads it
@@ -81,7 +85,7 @@ class _State:
             self.labels.close()
             self.store.close()
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self._removal()
 
 
 class Followed:
