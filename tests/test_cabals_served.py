@@ -33,13 +33,13 @@ def test_each_cabals_store_runs_commands_through_the_many_cabal_serve(tmp_path):
             time.sleep(0.05)
         port = int(port_file.read_text())
         assert all((s / "cablestore.sock").exists() for s in stores)
-        posted = cli("post", stores[0].name, "--key", me.name, "text", "general", "alpha through serve", cwd=tmp_path)  # the store is locked: run in serve
+        posted = cli("post", stores[0].name, "--key", me.name, "--json", "text", "general", "alpha through serve", cwd=tmp_path)  # the store is locked: run in serve
         shown = [json.loads(cli("show", s, "general", "--json").stdout) for s in stores]
         synced = cli("sync", tmp_path / "member.ldb", "--connect", f"127.0.0.1:{port}", "--cabal-key", keys[0], "--json")
         stats = cli("stats", stores[1], "--json")
     finally:
         status = stop(proc)
-    assert posted.returncode == 0 and len(posted.stdout.strip()) == 64, posted.stderr
+    assert posted.returncode == 0 and len(json.loads(posted.stdout)["hash"]) == 64, posted.stderr
     texts = [sorted(p["text"] for p in page["messages"]) for page in shown]
     assert texts == [["alpha before", "alpha through serve"], ["beta before"]]  # each command ran on its own store
     assert synced.returncode == 0 and json.loads(synced.stdout)["complete"], synced.stderr
