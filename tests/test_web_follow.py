@@ -82,7 +82,8 @@ def test_post_and_serve_work_beside_web_and_the_page_shows_the_post(tmp_path):
     assert os.listdir(tmp) == []  # every copy removed at the end
 
 
-def test_each_state_copied_beside_a_writer_is_consistent_and_none_goes_back(tmp_path):
+@pytest.mark.parametrize("link", [True, False], ids=["hard links", "copies"])
+def test_each_state_copied_beside_a_writer_is_consistent_and_none_goes_back(tmp_path, link):
     """A writer ingests, flushes and compacts (a 1 MB memtable) while states are copied and opened: each is a prefix of its writes."""
     posts = [p for p in generate(seed=11, posts=6000) if post_type_of(p) not in (DELETE, BLOCK)]  # each batch adds, none takes away
     path = tmp_path / "w.ldb"
@@ -105,7 +106,7 @@ def test_each_state_copied_beside_a_writer_is_consistent_and_none_goes_back(tmp_
         def look(check: bool) -> None:
             into = tmp_path / f"state{len(counts)}"
             into.mkdir()
-            copy_state(path, into)
+            copy_state(path, into, link=link)
             with Store(into, readonly=True) as seen:
                 counts.append(seen.stats().posts)
                 assert not check or seen.check().consistent
