@@ -116,6 +116,10 @@ class UnknownMessageTypeError(MessageError):
     """The message type is not one this peer can parse (the spec says: discard it)."""
 
 
+class ReconcileError(MessageError):
+    """A set reconciliation message is malformed, over its limits, or the exchange did not end within its rounds."""
+
+
 class TtlError(MessageError):
     """A request's ``ttl`` is above 16."""
 
