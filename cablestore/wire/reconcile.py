@@ -157,6 +157,7 @@ class Items:
         return len(self.items) if bound == INFINITY else bisect.bisect_left(self.items, _key(bound))
 
     def fingerprint(self, lo: int, hi: int) -> bytes:
+        """The fingerprint of items ``[lo, hi)``."""
         return fingerprint(self._sums[hi] - self._sums[lo], hi - lo)
 
     def between(self, i: int) -> tuple[int, bytes]:
@@ -242,6 +243,7 @@ class Initiator:
     received: int = 0
 
     def start(self) -> bytes:
+        """The first message: the whole set as one id list if small, else as fingerprints of equal parts."""
         return self._send(self.items.split(0, len(self.items), INFINITY) if len(self.items) else [Range(INFINITY, ID_LIST)])
 
     def receive(self, message: bytes) -> bytes | None:
