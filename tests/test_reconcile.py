@@ -78,6 +78,7 @@ def test_the_codec_round_trips_every_mode():
         R.Range((T0, b""), R.SKIP),
         R.Range((T0, b"\x01\x02"), R.FINGERPRINT, bytes(range(16))),
         R.Range((T0 + 5_000, b"\xff"), R.ID_LIST, ids=(bytes(32), bytes([1]) * 32)),
+        R.Range((T0 + 6_000, b""), R.HAVE_BITS, ids=(bytes([2]) * 32,), held=(True, False, False, True, True, False, True, False, True)),
         R.Range(R.INFINITY, R.FINGERPRINT, bytes(16)),
     ]
     assert R.decode(R.encode(ranges)) == ranges
@@ -109,6 +110,7 @@ def _infinite_skip() -> bytes:
         (bytes([R.VERSION]) + encode_varint(0) + encode_varint(0) + encode_varint(R.FINGERPRINT) + bytes(5), "cut short"),
         (bytes([R.VERSION]) + encode_varint(0) + encode_varint(0) + encode_varint(R.ID_LIST) + encode_varint(R.MAX_IDS + 1), "id list"),
         (bytes([R.VERSION]) + encode_varint(0) + encode_varint(0) + encode_varint(R.ID_LIST) + encode_varint(2) + bytes(40), "id list"),
+        (bytes([R.VERSION]) + encode_varint(0) + encode_varint(0) + encode_varint(R.HAVE_BITS) + encode_varint(R.MAX_IDS + 1), "bitfield"),
         (bytes([R.VERSION]) + b"\xff" * 11, "malformed"),  # a varint that never ends within 64 bits
         (bytes([R.VERSION]) + (encode_varint(1) + encode_varint(0) + encode_varint(R.SKIP)) * (R.MAX_RANGES + 1), "ranges"),
     ],
@@ -139,3 +141,12 @@ def test_an_answer_too_large_for_one_message_is_continued_next_round():
     many = _base(R.MAX_IDS * 3, seed=5)
     ini = reconcile([], many)
     assert ini.need == {h for _, h in many} and ini.rounds > 1
+
+
+def test_a_bitfield_for_a_range_the_initiator_did_not_list_so_is_refused():
+    items = _base(10)
+    ini = R.Initiator(R.Items(items))
+    ini.start()  # ten items: listed whole
+    wrong = R.encode([R.Range(R.INFINITY, R.HAVE_BITS, held=(True,) * 9)])
+    with pytest.raises(ReconcileError, match="bitfield of 9 bits"):
+        ini.receive(wrong)

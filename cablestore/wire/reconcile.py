@@ -32,7 +32,7 @@ from cablestore.errors import ReconcileError
 from cablestore.wire.fields import HASH_SIZE, encode_varint, read_varint
 
 VERSION = 0x01  # first byte of every reconciliation message
-SKIP, FINGERPRINT, ID_LIST = 0, 1, 2
+SKIP, FINGERPRINT, ID_LIST, HAVE_BITS = 0, 1, 2, 3
 FINGERPRINT_SIZE = 16
 BUCKETS = 16  # ranges a differing range is split into
 ID_LIST_THRESHOLD = 16  # a range of at most this many items is listed, not split
@@ -52,6 +52,7 @@ class Range:
     mode: int
     fingerprint: bytes = b""
     ids: tuple[bytes, ...] = ()
+    held: tuple[bool, ...] = ()  # HAVE_BITS: which of the ids the other side listed this side holds, in their order
 
 
 def fingerprint(total: int, count: int) -> bytes:
@@ -76,6 +77,12 @@ def encode(ranges: Sequence[Range]) -> bytes:
             out += r.fingerprint
         elif r.mode == ID_LIST:
             out += encode_varint(len(r.ids)) + b"".join(r.ids)
+        elif r.mode == HAVE_BITS:
+            bits = bytearray((len(r.held) + 7) // 8)
+            for i, held in enumerate(r.held):
+                if held:
+                    bits[i // 8] |= 1 << (i % 8)
+            out += encode_varint(len(r.held)) + bits + encode_varint(len(r.ids)) + b"".join(r.ids)
     return bytes(out)
 
 
@@ -106,12 +113,20 @@ def decode(buf: bytes) -> list[Range]:
                     raise ReconcileError("a fingerprint cut short")
                 ranges.append(Range(upper, mode, bytes(buf[pos : pos + FINGERPRINT_SIZE])))
                 pos += FINGERPRINT_SIZE
-            elif mode == ID_LIST:
+            elif mode in (ID_LIST, HAVE_BITS):
+                held: tuple[bool, ...] = ()
+                if mode == HAVE_BITS:
+                    n, pos = read_varint(buf, pos)
+                    if n > MAX_IDS or pos + (n + 7) // 8 > len(buf):
+                        raise ReconcileError(f"a bitfield of {n} bits (at most {MAX_IDS}, within the message's bytes)")
+                    held = tuple(bool(buf[pos + i // 8] >> (i % 8) & 1) for i in range(n))
+                    pos += (n + 7) // 8
                 count, pos = read_varint(buf, pos)
                 ids += count
                 if ids > MAX_IDS or pos + count * HASH_SIZE > len(buf):
                     raise ReconcileError(f"an id list of {count} hashes (at most {MAX_IDS} a message, within its bytes)")
-                ranges.append(Range(upper, mode, ids=tuple(bytes(buf[p : p + HASH_SIZE]) for p in range(pos, pos + count * HASH_SIZE, HASH_SIZE))))
+                listed = tuple(bytes(buf[p : p + HASH_SIZE]) for p in range(pos, pos + count * HASH_SIZE, HASH_SIZE))
+                ranges.append(Range(upper, mode, ids=listed, held=held))
                 pos += count * HASH_SIZE
             elif mode == SKIP:
                 ranges.append(Range(upper, mode))
@@ -200,9 +215,19 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
             need.update(theirs - mine)
             add = [Range(r.upper, SKIP)]
         elif r.mode == ID_LIST:
-            add = [Range(r.upper, ID_LIST, ids=tuple(h for _, h in items.items[lo:hi]))]
-            if ids + hi - lo > MAX_IDS:
+            # A bit for each id listed (do we hold it?) and only the ids it did not list: about half the bytes of our list.
+            mine = {h for _, h in items.items[lo:hi]}
+            listed = set(r.ids)
+            add = [Range(r.upper, HAVE_BITS, ids=tuple(h for _, h in items.items[lo:hi] if h not in listed), held=tuple(h in mine for h in r.ids))]
+            if ids + len(add[0].ids) > MAX_IDS:
                 add = items.split(lo, hi, r.upper)  # too many to list at once: narrow it down first
+        elif r.mode == HAVE_BITS and initiator:
+            listed = [h for _, h in items.items[lo:hi]]  # what this side listed for the range
+            if len(r.held) != len(listed):
+                raise ReconcileError(f"a bitfield of {len(r.held)} bits for a range this side listed {len(listed)} ids of")
+            have.update(h for h, held in zip(listed, r.held, strict=True) if not held)
+            need.update(set(r.ids) - set(listed))
+            add = [Range(r.upper, SKIP)]
         else:
             add = [Range(r.upper, SKIP)]
         more = sum(len(a.ids) for a in add)
@@ -243,8 +268,16 @@ class Initiator:
     received: int = 0
 
     def start(self) -> bytes:
-        """The first message: the whole set as one id list if small, else as fingerprints of equal parts."""
-        return self._send(self.items.split(0, len(self.items), INFINITY) if len(self.items) else [Range(INFINITY, ID_LIST)])
+        """The first message: the whole set as one id list if small, else as one fingerprint.
+
+        One fingerprint (about 20 bytes) settles a scope both sides hold
+        alike in one round trip; a scope that differs costs one round trip
+        more than starting with its parts would.
+        """
+        n = len(self.items)
+        if n <= ID_LIST_THRESHOLD:
+            return self._send([Range(INFINITY, ID_LIST, ids=tuple(h for _, h in self.items.items))])
+        return self._send([Range(INFINITY, FINGERPRINT, self.items.fingerprint(0, n))])
 
     def receive(self, message: bytes) -> bytes | None:
         """The next message to send, or None once every range agrees or was listed."""
