@@ -233,3 +233,27 @@ def test_a_delete_the_client_held_and_the_server_lists_is_not_pushed_back_to_the
     # The listing taught the delete its channel: the client lists it there now, as the server does.
     assert any(key.endswith(post_hash(delete)) for key in client_store.time_range_page("general", 0, WALL + 1, None, 100))
     assert pushed == 0, f"{pushed} hashes the server listed were pushed back to it"
+
+
+def test_a_channel_longer_than_the_pending_hash_bound_syncs_whole_a_page_at_a_time(stores):
+    """A peer lists a channel's history faster than its posts arrive: asked whole, a channel of more posts than
+    the syncing side may wait on failed ("overflow": every 1M-post sync); history is now asked a page at a time."""
+    from cablestore.peer import PeerLimits, run_sync
+
+    served, client_store = stores("served"), stores("client")
+    people = [keypair(f"writer{i}") for i in range(4)]
+    history = [post(people[i % 4], TEXT, T0 + i * 1000, channel="general", text=f"post {i}") for i in range(3000)]
+    served.ingest_many(history)
+
+    async def scenario():
+        port, stop, task = await _serving(served, pull=False)
+        try:
+            return await run_sync(client_store, f"127.0.0.1:{port}", policy=PeerLimits(pending_hashes=1500), timeout=60, signals=False)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    summary = asyncio.run(scenario())
+    assert summary["complete"], summary
+    assert all(client_store.get(post_hash(p)) == p for p in history)
+    assert summary["requests_sent"] >= 3 + 3  # three pages of history (1,024 hashes each at most), and their posts
