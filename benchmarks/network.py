@@ -379,7 +379,7 @@ def draw(reports: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, panels = plt.subplots(1, 2, figsize=(9, 3.4), dpi=80, sharey=True)
+    fig, panels = plt.subplots(1, 2, figsize=(9, 3.4), dpi=80)
     for panel, key, title in zip(panels, ("converge_after_last_write_s", "converge_after_heal_s"), ("from the last write (churn)", "from the heal"),
                                  strict=True):
         for topology in TOPOLOGIES:
