@@ -29,7 +29,7 @@ def _serving_benchmark_stores() -> list[str]:
 def test_four_peers_in_a_line_converge_through_churn_and_a_partition(capsys):
     before = set(_serving_benchmark_stores())
     assert main(["--peers", "4", "--topologies", "line", "--posts", str(POSTS), "--churn", "1", "--down", "1", "--apart", "1",
-                 "--timeout", "40", "--seed", "2", "--json", "--quiet"]) == 0
+                 "--timeout", "40", "--seed", "1", "--json", "--quiet"]) == 0  # seed 1: a refused post once ended a live pull
     out = capsys.readouterr()
     assert out.err == ""  # --quiet: no progress
     (report,) = json.loads(out.out)["reports"]

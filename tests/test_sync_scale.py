@@ -257,3 +257,37 @@ def test_a_channel_longer_than_the_pending_hash_bound_syncs_whole_a_page_at_a_ti
     assert summary["complete"], summary
     assert all(client_store.get(post_hash(p)) == p for p in history)
     assert summary["requests_sent"] >= 3 + 3  # three pages of history (1,024 hashes each at most), and their posts
+
+
+def test_a_post_the_pulling_side_refuses_does_not_end_its_live_pull(stores):
+    """A serve that dropped a blocked user's posts pulls from a peer still holding one: the refusal of that post
+    ended the whole pull (live requests included), so nothing the peer wrote later reached the serve."""
+    from cablestore import Keypair
+    from cablestore.authoring.author import Author
+
+    admin, spammer, bob = Keypair(), keypair("spammer"), keypair("bob")
+    served, client_store = stores("served"), stores("client")
+    served.set_local_user(admin.public_key)
+    Author(served, admin).block([spammer.public_key], drop=True, notify=True)
+    served.ingest(post(bob, JOIN, WALL - 10_000, channel="general"))
+    client_store.ingest(post(bob, JOIN, WALL - 10_000, channel="general"))
+    client_store.ingest(post(spammer, TEXT, WALL - 5_000, channel="general", text="buy now"))  # recent: a live request lists it
+    later = post(bob, TEXT, WALL + 1, channel="general", text="written after the refusal")
+
+    async def scenario():
+        port, stop, task = await _serving(served)
+        node = Node(client_store)
+        wire = Wire(node)
+        try:
+            attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
+            assert await _until(lambda: "general" in node.state.live_channels())  # the serve's pull went live
+            await asyncio.sleep(1.0)  # it fetched (and refused) the spammer's post
+            client_store.ingest(later)
+            return await _until(lambda: served.get(post_hash(later)) == later, 10)
+        finally:
+            await wire.close()
+            node.close()
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    assert asyncio.run(scenario()), "a post written after the refusal never reached the serve"

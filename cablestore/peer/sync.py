@@ -313,9 +313,11 @@ class Sync:
             holders.pop(name, None)
 
     def _live_failure(self) -> str | None:
+        """Why the live requests are no use any more, or None.  A post the store refused (a blocked author's, a
+        forgery) was counted and dropped: the peer's later posts still come, so it ends nothing."""
         for ch in self.channels.values():
             for job in ch.live:
-                if job.failed and job.reason and not job.reason.startswith(("timeout", "missing")):
+                if job.failed and job.reason and not job.reason.startswith(("timeout", "missing", "refused")):
                     return f"live {ch.name}: {job.reason}"
         return None
 
