@@ -94,3 +94,18 @@ def run_cli(capsys, argv) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture
+def cabals(tmp_path):
+    """Three stores, one per private cabal, each with one post in a channel of its own (``secret-<i>``)."""
+    from cablestore.authoring.author import Author
+
+    stores = []
+    for i in range(3):
+        store = Store(tmp_path / f"cabal{i}")
+        Author(store, Keypair()).text(f"secret-{i}", f"hello from cabal {i}")
+        stores.append(store)
+    yield stores
+    for store in stores:
+        store.close()

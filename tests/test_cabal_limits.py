@@ -2,48 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import pytest
 
-from cablestore import Keypair, Store
-from cablestore.authoring.author import Author
+from cablestore import Store
 from cablestore.errors import PolicyError
 from cablestore.peer import PeerLimits, run_sync
 from cablestore.peer.cabals import CabalListener
 from cablestore.peer.limits import MIB, FairShares
 
+from .test_cabals import _serving, run
 from .test_private import Initiator, closed_with_nothing
 
 KEYS = [os.urandom(32) for _ in range(3)]
 SMALL = PeerLimits(max_connections=8, memory_mb=110)  # 3 cabals: one connection reserved for each, 8 in all
-
-
-def run(coro, timeout=90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-@pytest.fixture
-def cabals(tmp_path):
-    stores = []
-    for i in range(3):
-        store = Store(tmp_path / f"cabal{i}")
-        Author(store, Keypair()).text(f"secret-{i}", f"hello from cabal {i}")
-        stores.append(store)
-    yield stores
-    for store in stores:
-        store.close()
-
-
-async def _serving(pairs, **kw):
-    from cablestore.peer import run_server
-
-    bound = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_server(None, "127.0.0.1:0", cabals=pairs, stop=stop, signals=False, ready=lambda h, p: bound.set_result(p), **kw))
-    await asyncio.wait([task, bound], return_when=asyncio.FIRST_COMPLETED)
-    return task, stop, bound.result()
 
 
 def test_fair_shares_keep_each_partys_reserve_and_lend_the_rest():

@@ -25,19 +25,6 @@ def channels_of(store):
     return sorted(store.channel_list(0, 100))
 
 
-@pytest.fixture
-def cabals(tmp_path):
-    stores = []
-    for i in range(3):
-        store = Store(tmp_path / f"cabal{i}")
-        author = Author(store, Keypair())
-        author.text(f"secret-{i}", f"hello from cabal {i}")
-        stores.append(store)
-    yield stores
-    for store in stores:
-        store.close()
-
-
 async def _serving(pairs, **kw):
     bound = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()

@@ -137,6 +137,26 @@ async def _until(check, timeout=10.0):
     return True
 
 
+async def _history_requests_of_one_visit(served, posts, arrived=lambda: True) -> list:
+    """An answer-only peer holding ``posts`` visits a pulling serve until the pull went live: the history requests it got."""
+    import asyncio
+
+    from cablestore.wire import messages as M
+
+    from .exact_peer import ExactPeerClient
+
+    port, stop, task = await _serving(served)
+    try:
+        client = await ExactPeerClient(ExactPeer(posts)).connect("127.0.0.1", port)
+        await _until(arrived)
+        await _until(lambda: any(isinstance(m, M.TimeRangeRequest) and m.time_end == 0 for m in client.peer.asked))
+        await client.close()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+    return [m for m in client.peer.asked if isinstance(m, M.TimeRangeRequest) and m.time_end != 0]
+
+
 def test_serve_pulls_from_an_answer_only_peer_and_pushes_what_it_writes_to_a_third_peer(stores):
     import asyncio
 
@@ -209,27 +229,12 @@ def test_serve_no_pull_only_answers(stores):
 def test_a_reconnecting_peer_is_asked_only_from_the_cursor(stores):
     import asyncio
 
-    from cablestore.wire import messages as M
-
-    from .exact_peer import ExactPeerClient
 
     served = stores("served")
     posts = mixed_case_posts()
 
-    async def once():
-        port, stop, task = await _serving(served)
-        try:
-            client = await ExactPeerClient(ExactPeer(posts)).connect("127.0.0.1", port)
-            await _until(lambda: all(served.get(post_hash(p)) for p in posts))
-            await _until(lambda: any(isinstance(m, M.TimeRangeRequest) and m.time_end == 0 for m in client.peer.asked))
-            await client.close()
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 20)
-        return [m for m in client.peer.asked if isinstance(m, M.TimeRangeRequest) and m.time_end != 0]
-
-    first = asyncio.run(once())
-    second = asyncio.run(once())
+    first = asyncio.run(_history_requests_of_one_visit(served, posts, lambda: all(served.get(post_hash(p)) for p in posts)))
+    second = asyncio.run(_history_requests_of_one_visit(served, posts))
     assert first and all(m.time_start == 0 for m in first)
     newest = max(decode_post(p).timestamp for p in posts if decode_post(p).post_type == TEXT and decode_post(p).channel == "dev-talk")
     assert second and all(m.time_start > 0 for m in second)  # from the cursor, not the whole history
@@ -321,28 +326,14 @@ def test_a_peer_that_held_nothing_when_pulled_is_asked_only_from_then_on_its_nex
     """A syncing peer is empty when the serving side pulls from it: its next contact must not re-list what it got."""
     import asyncio
 
-    from cablestore.wire import messages as M
-
-    from .exact_peer import ExactPeerClient
 
     served = stores("served")
     for p in mixed_case_posts():
         served.ingest(p)
 
-    async def once():
-        port, stop, task = await _serving(served)
-        try:
-            client = await ExactPeerClient(ExactPeer([])).connect("127.0.0.1", port)
-            await _until(lambda: any(isinstance(m, M.TimeRangeRequest) and m.time_end == 0 for m in client.peer.asked))
-            await client.close()
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 20)
-        return [m for m in client.peer.asked if isinstance(m, M.TimeRangeRequest) and m.time_end != 0]
-
     before = WALL
-    first = asyncio.run(once())
-    second = asyncio.run(once())
+    first = asyncio.run(_history_requests_of_one_visit(served, []))
+    second = asyncio.run(_history_requests_of_one_visit(served, []))
     assert first and all(m.time_start == 0 for m in first)
     # Asked from the moment of the first contact, less the margin: not the whole history again.
     assert second and all(m.time_start >= before - 3_600_000 for m in second)
