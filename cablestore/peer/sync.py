@@ -40,7 +40,7 @@ class _Channel:
         self.name = name
         self.spellings: list[str] = list(dict.fromkeys(spellings)) or [name]
         self.jobs: dict[str, tuple[Job, Job]] | None = None  # spelling -> (time range, state), once asked
-        self.pages: dict[str, tuple[Job, int]] = {}  # spelling -> (its latest page of history, that page's end), while paging
+        self.pages: dict[str, list[tuple[Job, int]]] = {}  # spelling -> its further pages of history (job, end), in order
         self.live: list[Job] = []
         self.finished = False
         self.waiting_since: int | None = None  # when it found another sync holding the channel
@@ -59,7 +59,7 @@ class _Channel:
         return self.jobs is not None and all(j.complete for j in self.finite_jobs())
 
     def finite_jobs(self) -> list[Job]:
-        return [j for pair in (self.jobs or {}).values() for j in pair] + [j for j, _ in self.pages.values()]
+        return [j for pair in (self.jobs or {}).values() for j in pair] + [j for pages in self.pages.values() for j, _ in pages]
 
 
 class Sync:
@@ -278,7 +278,7 @@ class Sync:
         """Ask for the next page of each spelling whose last page came full (older than its oldest post); True if any was asked."""
         asked = False
         for spelling, (first, _) in (ch.jobs or {}).items():
-            job, end = ch.pages.get(spelling, (first, self.window[1] if self.window else None))
+            job, end = (ch.pages.get(spelling) or [(first, self.window[1] if self.window else None)])[-1]
             if not job.complete or job.hashes_seen < self.page:
                 continue
             # The oldest post of the page this store holds (one deleted here is listed but not fetched).
@@ -290,7 +290,8 @@ class Sync:
             oldest = decode_post(buf).timestamp
             if end is not None and oldest + 1 >= end:
                 continue  # a page of one timestamp: asked again it would list the same (the serving side pages by key)
-            ch.pages[spelling] = (self.conn.request_time_range(spelling, start, oldest + 1, self.page, now=now, job=Job(tag=self)), oldest + 1)
+            page = self.conn.request_time_range(spelling, start, oldest + 1, self.page, now=now, job=Job(tag=self))
+            ch.pages.setdefault(spelling, []).append((page, oldest + 1))
             asked = True
         return asked
 
