@@ -26,11 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from cablestore.keyspace.keys import WEEK_MS, canonical_channel
-from cablestore.peer import cursors, limits
+from cablestore.peer import cursors, history, limits
 from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
 from cablestore.peer.protocol import Connection
 from cablestore.peer.table import Job
-from cablestore.wire.codec import decode_post
 
 
 class _Channel:
@@ -266,34 +265,11 @@ class Sync:
 
     @property
     def page(self) -> int:
-        """Hashes a history request asks for at most: the node's pending-hash bound shared by the channels synced at once.
-
-        A peer lists a channel's history faster than its posts arrive; asked
-        whole, a channel of more posts than the bound failed the sync
-        ("overflow") where a page at a time completes it.
-        """
-        return max(limits.MIN_HISTORY_PAGE, self.state.policy.max_pending_hashes() // (2 * max(1, self.parallel)))
+        """Hashes a history request asks for at most (:func:`cablestore.peer.history.page_size`)."""
+        return history.page_size(self.state.policy, self.parallel)
 
     def _next_pages(self, ch: _Channel, now: int) -> bool:
-        """Ask for the next page of each spelling whose last page came full (older than its oldest post); True if any was asked."""
-        asked = False
-        for spelling, (first, _) in (ch.jobs or {}).items():
-            job, end = (ch.pages.get(spelling) or [(first, self.window[1] if self.window else None)])[-1]
-            if not job.complete or job.hashes_seen < self.page:
-                continue
-            # The oldest post of the page this store holds (one deleted here is listed but not fetched).
-            buf = next((b for b in map(self.state.store.get, reversed(job.oldest)) if b is not None), None)
-            if buf is None:
-                job.fail("history: none of the oldest posts of a full page is held, so the next page cannot be asked for")
-                continue
-            start = self.window[0] if self.window else self._stored_cursor(ch.name)
-            oldest = decode_post(buf).timestamp
-            if end is not None and oldest + 1 >= end:
-                continue  # a page of one timestamp: asked again it would list the same (the serving side pages by key)
-            page = self.conn.request_time_range(spelling, start, oldest + 1, self.page, now=now, job=Job(tag=self))
-            ch.pages.setdefault(spelling, []).append((page, oldest + 1))
-            asked = True
-        return asked
+        return history.next_pages(self, ch, now)
 
     @property
     def cursor_key(self) -> str:
