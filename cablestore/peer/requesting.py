@@ -128,11 +128,8 @@ class Requesting:
         if channel is not None:
             # A delete of posts this store never held is listed where the peer listed it.
             if held:
-                before, peer.ingesting = peer.ingesting, self  # it listed them: it holds them, nothing goes back to it
-                try:
+                with peer.ingesting_from(self):  # it listed them: it holds them, nothing goes back to it
                     store.learn_listing(channel, held)
-                finally:
-                    peer.ingesting = before
             for h in missing:
                 peer.note_listed(h, channel, also=False)  # (asked again, ``force``: it keeps the channels it was listed in)
         per = limits.HASHES_PER_POST_REQUEST
@@ -282,11 +279,8 @@ class Requesting:
         entry.job.posts_received += len(solicited)
         if not solicited:
             return
-        before, peer.ingesting = peer.ingesting, self  # the live pushes its commits make skip this connection
-        try:
+        with peer.ingesting_from(self):  # the live pushes its commits make skip this connection
             results = peer.store.ingest_many(solicited)
-        finally:
-            peer.ingesting = before
         for result in results:
             if result.ok:
                 self.stats["ingested"] += 1
@@ -294,9 +288,6 @@ class Requesting:
                 self.stats["refused"] += 1
                 entry.job.fail(f"refused: a post did not pass the store's checks: {type(result.error).__name__}: {result.error}")
                 self._refuse(result.error)
-        peer.ingesting = self
-        try:
+        with peer.ingesting_from(self):
             for channel, hashes in listed.items():
                 peer.store.learn_listing(channel, hashes)
-        finally:
-            peer.ingesting = before

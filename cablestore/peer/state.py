@@ -10,10 +10,11 @@ but never calls them, except the ``on_close`` callback its owner sets.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from cablestore.peer.limits import DEFAULT_POLICY, SEEN_REQ_IDS, PeerLimits, PoolShare
@@ -155,6 +156,16 @@ class PeerState:
     def add_in_flight(self, hashes: Iterable[bytes]) -> None:
         """These hashes are now asked for (or queued to be)."""
         self._inflight.update(hashes)
+
+    @contextlib.contextmanager
+    def ingesting_from(self, conn: Any) -> Iterator[None]:
+        """While inside, the store's commits are of what ``conn`` sent or listed: it holds those posts, so live
+        pushes skip it (``ingesting``; restored after, as such a commit may run inside another)."""
+        before, self.ingesting = self.ingesting, conn
+        try:
+            yield
+        finally:
+            self.ingesting = before
 
     def forget(self, hashes: Iterable[bytes]) -> None:
         """These hashes are no longer in flight."""
