@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cablestore.peer import limits
+from cablestore.peer import cursors, limits
 from cablestore.peer.table import Job
 from cablestore.wire.codec import decode_post
 
@@ -47,7 +47,7 @@ def next_pages(sync: Any, ch: Any, now: int) -> bool:
         if end is not None and oldest + 1 >= end:
             job.fail(f"history: more than a page ({sync.page}) of posts share the timestamp {oldest}")
             continue
-        start = sync.window[0] if sync.window else sync._stored_cursor(ch.name)
+        start = sync.window[0] if sync.window else cursors.stored_cursor(sync.state.store, sync.cursor_key, sync.peer, ch.name)
         page = sync.conn.request_time_range(spelling, start, oldest + 1, sync.page, now=now, job=Job(tag=sync))
         ch.pages.setdefault(spelling, []).append((page, oldest + 1))
         asked = True
