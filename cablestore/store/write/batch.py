@@ -21,7 +21,7 @@ from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store.read.hashes import channel_names
 from cablestore.store.write.txn import Txn
-from cablestore.views import rank
+from cablestore.views import rank, recon
 from cablestore.wire.codec import decode_post
 
 _MISSING = object()
@@ -74,6 +74,7 @@ class IndexState:
         self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
         self._latest_keys: dict[tuple, set[bytes]] = {}
         self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
+        self.sums: dict[bytes, list] = {}  # !recon row -> [sum, count] this batch adds (views/recon.py), written at commit
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
@@ -252,12 +253,21 @@ class IndexState:
         return Committed(added, removed)
 
     # --- commit ---------------------------------------------------------
+    def _write_sums(self) -> None:
+        """The range sums (``views/recon.py``) the batch's posts changed: each row read once and rewritten (or removed, when empty)."""
+        sums, self.sums = self.sums, {}
+        get, writes = self.get, self.writes
+        for key, delta in sums.items():
+            if delta[1] or delta[0]:
+                writes[key] = recon.merged(get(key), delta)  # None: a delete
+
     def commit(self, sync: bool = False) -> None:
         """Write the Txn (the groups settled, the moderation resolved: :func:`cablestore.store.write.indexer.commit`), then remember the winners."""
         if self._link_filter is not None:  # before the linker entries are written
             for post in self.added.values():
                 for target in post.links:
                     self._link_filter.add(target)
+        self._write_sums()
         self.txn.commit(sync)
         if self._winners is not None:  # only once the batch is written
             if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
