@@ -60,7 +60,7 @@ class Fold:
         self.moderation: list = []
         # The resolved rows that keep posts out (recompute.enforcement_rows), or None: set before folding.
         self.rows: dict | None = None
-        # !recon row -> [sum, count]: the range sums of the posts folded (views/recon.py), rendered once merged (add_sums).
+        # The finest !recon buckets' [sum, count] of the posts folded (views/recon.py), rendered once merged (add_sums).
         self.sums: dict = {}
 
     def add_entries(self, pairs) -> None:
@@ -101,7 +101,7 @@ class Fold:
         if self.search and post.post_type in SEARCHED:
             entries += search_view.entries(Indexed.of(blob, post, h))
         self.add_entries(entries)
-        recon_view.add(self.sums, entries)
+        recon_view.add(self.sums, post.post_type, entries)
         if post.post_type in RELEVANT_TYPES:
             self.moderation.append((h, blob))
         best = self.best
@@ -132,13 +132,7 @@ class Fold:
                 d[0] += s
                 d[1] += n
         self.entries.update(other.entries)
-        for key, (total, count) in other.sums.items():
-            held = self.sums.get(key)
-            if held is None:
-                self.sums[key] = [total, count]
-            else:
-                held[0] += total
-                held[1] += count
+        recon_view.merge(self.sums, other.sums)
         self.faults.extend(other.faults)
         for group, cand in other.best.items():
             old = self.best.get(group)

@@ -123,6 +123,9 @@ def test_sums_follow_deletes_removals_purges_and_relisting(tmp_path):
         assert s.learn_listing("dev", [post_hash(unseen)]) == 1
         assert s.range_sum("dev")[1] == before + 1 and _rows(s) == _expected_rows(s)
         assert s.check().consistent
+        for i in range(30):  # a post a batch, as from a live peer: the writer's remembered rows stay true
+            s.ingest(post(alice, TEXT, 1_700_300_000_000 + i * 100_000, channel=CHANNELS[i % 2], text=f"live {i}"))
+        assert _rows(s) == _expected_rows(s)
         for h in [h for ch in CHANNELS for _, h in _chat_items(s, ch)]:  # everything gone: no row left
             s.delete(h)
         assert _rows(s) == {} and s.range_sum("general") == (0, 0)

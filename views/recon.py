@@ -15,11 +15,12 @@ milliseconds (:data:`SHIFTS`: about 17 minutes, 19 hours, 50 days);
 exactly the channel's ``!chat`` rows (post/texts, and the post/deletes listed
 under the channel), so the rows are a function of that view: a post adds
 its hash to the buckets of each of its ``!chat`` rows and its removal
-subtracts it, in the same WriteBatch (:func:`add`); a bucket left empty has
-no row.  Unlike every other view the rows are sums over many posts: the
-rebuild folds each post's :func:`add` into a dict and renders it once
-(:func:`rows`), and the bulk reindex reads them off the ``!chat`` rows it
-wrote (:func:`rows_from_chat`).
+subtracts it, in the same WriteBatch (:func:`add` per post into the finest
+buckets, :func:`expand` once a batch); a bucket left empty has no row.
+Unlike every other view the rows are sums over many posts: the rebuild
+folds each post's :func:`add` into a dict and renders it once (:func:`rows`),
+and the bulk reindex reads them off the ``!chat`` rows it wrote
+(:func:`rows_from_chat`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Iterator
 
 from cablestore.errors import CorruptRecordError
 from cablestore.keyspace import keys
+from cablestore.wire.codec import DELETE, TEXT
 
 from .base import View
 
@@ -62,31 +64,58 @@ def decode(value: bytes) -> tuple[int, int]:
     return int.from_bytes(value[8:], "little"), int.from_bytes(value[:8], "big")
 
 
-def _chat_rows(entries) -> Iterator[tuple[bytes, int, int]]:
-    """``(channel escaped, timestamp, hash as int)`` of the ``!chat`` keys among a post's entries (keys or pairs)."""
-    start = len(_CHAT)
+def add(fine: dict, post_type: int, entries, sign: int = 1) -> None:
+    """Add (``sign`` 1) or take away (-1) the hashes of a post's ``!chat`` rows to ``fine``, the finest buckets' sums.
+
+    ``post_type``: the post's type; ``entries``: its derived entries
+    (``views.entries``), as pairs or bare keys: only its ``!chat`` rows
+    count.  ``fine``: ``(!chat prefix of the channel, timestamp >> SHIFTS[0])``
+    -> ``[sum, count]``; :func:`expand` makes every granularity's rows of it.
+    Only the finest bucket is touched per post (the hot path of ingest).
+    """
+    if post_type != TEXT and post_type != DELETE:
+        return
+    shift, from_bytes = SHIFTS[0], int.from_bytes
     for entry in entries:
         key = entry if type(entry) is bytes else entry[0]
         if key.startswith(_CHAT):
-            mono = key[-_MONO:]
-            yield key[start:-_MONO], int.from_bytes(mono[:8], "big"), int.from_bytes(mono[8:], "little")
-
-
-def add(sums: dict, entries, sign: int = 1) -> None:
-    """Add (``sign`` 1) or take away (-1) a post's hashes to ``sums`` (row key -> ``[sum, count]``), from its view entries.
-
-    ``entries``: the post's derived entries (``views.entries``), as pairs or
-    bare keys; only its ``!chat`` rows count.
-    """
-    for ch, ts, h in _chat_rows(entries):
-        for shift in SHIFTS:
-            key = PREFIX + ch + bytes((shift,)) + (ts >> shift).to_bytes(8, "big")
-            held = sums.get(key)
+            group = (key[:-_MONO], from_bytes(key[-_MONO:-32], "big") >> shift)
+            held = fine.get(group)
             if held is None:
-                sums[key] = [sign * h, sign]
+                fine[group] = [sign * from_bytes(key[-32:], "little"), sign]
             else:
-                held[0] += sign * h
+                held[0] += sign * from_bytes(key[-32:], "little")
                 held[1] += sign
+
+
+def merge(fine: dict, other: dict) -> None:
+    """Add the finest buckets' sums ``other`` into ``fine``."""
+    for group, (total, count) in other.items():
+        held = fine.get(group)
+        if held is None:
+            fine[group] = [total, count]
+        else:
+            held[0] += total
+            held[1] += count
+
+
+def expand(fine: dict) -> dict:
+    """Every granularity's rows (row key -> ``[sum, count]``) of the finest buckets' sums ``fine``."""
+    out: dict = {}
+    start, base = len(_CHAT), SHIFTS[0]
+    for (chat_prefix, bucket), (total, count) in fine.items():
+        if not total and not count:
+            continue
+        channel = chat_prefix[start:]
+        for shift in SHIFTS:
+            key = PREFIX + channel + bytes((shift,)) + (bucket >> (shift - base)).to_bytes(8, "big")
+            held = out.get(key)
+            if held is None:
+                out[key] = [total, count]
+            else:
+                held[0] += total
+                held[1] += count
+    return out
 
 
 def merged(value: bytes | None, delta: list) -> bytes | None:
@@ -104,15 +133,17 @@ def merged(value: bytes | None, delta: list) -> bytes | None:
     return encode(total, count) if count > 0 else None
 
 
-def rows(sums: dict) -> list[tuple[bytes, bytes]]:
-    """The rows of ``sums`` (row key -> ``[sum, count]``), sorted; empty buckets have none."""
-    return [(key, encode(total, count)) for key, (total, count) in sorted(sums.items()) if count > 0]
+def rows(fine: dict) -> list[tuple[bytes, bytes]]:
+    """The rows of the finest buckets' sums ``fine`` (see :func:`add`), at every granularity, sorted; empty buckets have none."""
+    return [(key, encode(total, count)) for key, (total, count) in sorted(expand(fine).items()) if count > 0]
 
 
 def rows_from_chat(chat_keys: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
     """Every row, from every ``!chat`` key of a store in key order (the bulk reindex): one pass, one open bucket per level."""
     open_rows: dict[int, list] = {}  # shift -> [row key, sum, count]
-    for ch, ts, h in _chat_rows(chat_keys):
+    start = len(_CHAT)
+    for key in chat_keys:
+        ch, ts, h = key[start:-_MONO], int.from_bytes(key[-_MONO:-32], "big"), int.from_bytes(key[-32:], "little")
         for shift in SHIFTS:
             key = PREFIX + ch + bytes((shift,)) + (ts >> shift).to_bytes(8, "big")
             held = open_rows.get(shift)

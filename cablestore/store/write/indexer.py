@@ -231,7 +231,7 @@ def index(state: IndexState, ip: Indexed, buf: bytes) -> None:
     state.put(POSTS + ip.hash, buf)
     entries = views.entries(ip)
     state.put_many(entries)
-    recon_view.add(state.sums, entries)  # the channel's range sums, written at commit
+    recon_view.add(state.sums, ip.post.post_type, entries)  # the channel's range sums, written at commit
     if state.search:
         state.put_many(search_view.entries(ip))
     state.deleted.discard(ip.hash)
@@ -258,7 +258,7 @@ def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool
     keys = {k for k, _ in views.entries(ip)}  # a post/delete's channels: from the tombstones it made
     if state.search:  # the search entries come from the text, which only the post holds
         keys.update(k for k, _ in search_view.entries(ip))
-    recon_view.add(state.sums, keys, -1)  # the range sums the post's !chat rows were counted in
+    recon_view.add(state.sums, post.post_type, keys, -1)  # the range sums the post's !chat rows were counted in
     for key in keys:
         state.delete(key)
     state.delete(POSTS + h)
