@@ -24,6 +24,8 @@ from cablestore.wire.fields import read_varint
 from cablestore.wire.messages import POST_RESPONSE
 
 TOPOLOGIES = ("line", "ring", "random")
+MESSAGE_NAMES = ("hash response", "post response", "post request", "cancel request", "time range request", "channel state request",
+                 "channel list request", "channel list response", "moderation state request")
 
 
 def edges_of(topology: str, n: int, seed: int = 1) -> list[tuple[int, int]]:
@@ -107,6 +109,8 @@ class _Flow:
             payload = bytes(self.buf[start:start + size])
             del self.buf[:start + size]
             relay.messages += 1
+            kind = MESSAGE_NAMES[payload[0]] if payload and payload[0] < len(MESSAGE_NAMES) else "other"
+            relay.by_type[kind] += start + size
             if payload and payload[0] == POST_RESPONSE:
                 for post in decode_payload(payload).posts:
                     relay.post_bytes += len(post)
@@ -121,6 +125,7 @@ class Relay:
         self.target_ports: dict[int, int] = {}  # peer -> the port it listens on now (set by the benchmark)
         self.ports: dict[tuple[int, int], int] = {}  # edge -> the relay's port its dialler is given
         self.bytes = self.messages = self.post_bytes = self.connections = 0
+        self.by_type: Counter = Counter()  # message kind -> bytes, length prefix included
         self.arrivals: dict[int, Counter] = defaultdict(Counter)  # peer -> post hash -> times it arrived there
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="relay", daemon=True)
@@ -158,6 +163,7 @@ class Relay:
         """The counts so far (read in the relay's thread, so they are consistent)."""
         async def read() -> dict:
             return {"bytes": self.bytes, "messages": self.messages, "post_bytes": self.post_bytes, "connections": self.connections,
+                    "by_type": dict(self.by_type.most_common()),
                     "arrivals": {peer: Counter(c) for peer, c in self.arrivals.items()}}
         return asyncio.run_coroutine_threadsafe(read(), self._loop).result(30)
 

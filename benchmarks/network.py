@@ -54,9 +54,9 @@ from cablestore.peer.control import call
 CLI = [sys.executable, "-m", "cablestore"]
 FIELDS = (
     "peers", "topology", "edges", "cut", "posts_written", "moderation_written", "kills", "start_converge_s", "converge_after_last_write_s",
-    "converge_after_heal_s", "poll_round_s", "posts_held", "digest", "delivered_posts", "wire_bytes", "wire_messages", "mean_post_bytes",
-    "bytes_per_delivered_post", "bytes_per_post_size", "messages_per_delivered_post", "duplicate_deliveries", "duplicates_per_delivered_post",
-    "peak_rss_mb_max", "peak_rss_mb_mean", "peak_rss_mb",
+    "converge_after_heal_s", "poll_round_s", "posts_held", "moderation_held", "digest", "delivered_posts", "wire_bytes", "wire_messages", "mean_post_bytes",
+    "bytes_per_delivered_post", "bytes_per_post_size", "wire_bytes_by_type", "messages_per_delivered_post", "duplicate_deliveries", "duplicates_per_delivered_post",
+    "peak_rss_mb_max", "peak_rss_mb_mean", "peak_rss_mb", "not_converged",
 )
 
 
@@ -181,6 +181,21 @@ class Network:
         canon = json.dumps(json.loads(moderation), sort_keys=True)
         return hashlib.sha256("\n".join(hashes).encode() + b"\0" + canon.encode()).hexdigest(), len(hashes)
 
+    def _differences(self) -> str:
+        """What each peer holds that another lacks (type, author, text), for a failure's message."""
+        held = {i: {p["hash"]: p for p in json.loads(self.command(i, ["dump", str(self.stores[i]), "--json"]))["posts"]} for i in range(self.n)}
+        every = set().union(*held.values())
+        lines = []
+        for h in sorted(every):
+            where = [i for i in range(self.n) if h in held[i]]
+            if len(where) < self.n:
+                p = next(held[i][h] for i in where)
+                lines.append(f"{h[:12]} {p['type']} by {p['author'][:8]} {p.get('text', '')!r}: held by {where}")
+        moderation = {i: self.command(i, ["moderation", str(self.stores[i]), "--json"]) for i in range(self.n)}
+        if len(set(moderation.values())) > 1:
+            lines.append("resolved moderation differs: " + "; ".join(f"peer {i}: {' '.join(m.split())}" for i, m in moderation.items()))
+        return "\n".join(lines)
+
     def converge(self, since: float, timeout: float) -> tuple[float, str, int, float]:
         """Poll every peer until all digests are equal: (seconds from ``since``, the digest, posts held, the last round's length)."""
         while True:
@@ -196,7 +211,7 @@ class Network:
                 digest, held = seen.pop()
                 return ended - since, digest, held, ended - began
             if ended - since > timeout:
-                raise NotConverged(f"digests still differ {ended - since:.1f} s after the reference point")
+                raise NotConverged(f"digests still differ {ended - since:.1f} s after the reference point: {self._differences()}")
             time.sleep(0.1)
 
 
@@ -239,8 +254,14 @@ def run_one(n: int, topology: str, *, posts: int, churn: int, apart: float, down
                 net.start([i])
                 last_event = time.monotonic()
             written = len(plan)
-            after_write, *_ = net.converge(last_event, timeout)
-            say(f"  {written} writes, {kills} kills: every digest equal {after_write:.1f} s after the last write or restart")
+            failures = []
+            try:
+                after_write, *_ = net.converge(last_event, timeout)
+            except NotConverged as exc:  # reported (and the partition still run): what differs is the finding
+                after_write = None
+                failures.append(f"after the last write: {exc}")
+            converged = "NOT converged" if after_write is None else f"every digest equal {after_write:.1f} s after the last write or restart"
+            say(f"  {written} writes, {kills} kills: {converged}")
 
             for i in cut:
                 net.stop(i)
@@ -255,13 +276,21 @@ def run_one(n: int, topology: str, *, posts: int, churn: int, apart: float, down
             time.sleep(apart)
             net.start(cut)
             healed = time.monotonic()
-            after_heal, digest, held, poll = net.converge(healed, timeout)
-            say(f"  healed: every digest equal {after_heal:.1f} s after the heal")
+            try:
+                after_heal, digest, held, poll = net.converge(healed, timeout)
+            except NotConverged as exc:
+                after_heal, digest, held, poll = None, None, None, None
+                failures.append(f"after the heal: {exc}")
+            say(f"  healed: every digest equal {after_heal:.1f} s after the heal" if after_heal is not None else "  healed: NOT converged")
             for i in range(n):
                 net._sample(i)
+            state = json.loads(net.command(0, ["moderation", str(net.stores[0]), "--json"]))
+            mod = {"roles": sum(len(r) for r in state["roles"].values()), "hidden_users": sum(len(h) for h in state["hidden_users"].values()),
+                   "blocks": len(state["blocks"]), "dropped_posts": len(state["dropped_posts"])}
             return _report(net, relay.snapshot(), topology=topology, edges=len(edges), cut=len(cut), posts_written=written - moderation,
                            moderation_written=moderation, kills=kills, start_converge_s=start_s, converge_after_last_write_s=after_write,
-                           converge_after_heal_s=after_heal, poll_round_s=poll, posts_held=held, digest=digest)
+                           converge_after_heal_s=after_heal, poll_round_s=poll, posts_held=held, moderation_held=mod,
+                           digest=digest, not_converged=failures)
         finally:
             net.close()
 
@@ -289,13 +318,13 @@ def _report(net: Network, wire: dict, **fields) -> dict:
     out = {
         "peers": net.n, **fields, "delivered_posts": delivered, "wire_bytes": wire["bytes"], "wire_messages": wire["messages"],
         "mean_post_bytes": round(mean_post, 1), "bytes_per_delivered_post": round(per_post, 1),
-        "bytes_per_post_size": round(per_post / mean_post, 2) if mean_post else 0.0,
+        "bytes_per_post_size": round(per_post / mean_post, 2) if mean_post else 0.0, "wire_bytes_by_type": wire["by_type"],
         "messages_per_delivered_post": round(wire["messages"] / delivered, 2) if delivered else 0.0,
         "duplicate_deliveries": received - delivered, "duplicates_per_delivered_post": round((received - delivered) / delivered, 3) if delivered else 0.0,
         "peak_rss_mb_max": max(rss), "peak_rss_mb_mean": round(sum(rss) / len(rss), 1), "peak_rss_mb": rss,
     }
     for k in ("start_converge_s", "converge_after_last_write_s", "converge_after_heal_s", "poll_round_s"):
-        out[k] = round(out[k], 2)
+        out[k] = None if out[k] is None else round(out[k], 2)
     return {k: out[k] for k in FIELDS}
 
 
@@ -334,8 +363,11 @@ def main(argv=None) -> int:
 
 
 def _row(r: dict) -> str:
-    return (f"{r['topology']:>6} N={r['peers']:<3} cut {r['cut']:<2} after last write {r['converge_after_last_write_s']:5.1f} s, "
-            f"after heal {r['converge_after_heal_s']:5.1f} s; {r['bytes_per_delivered_post']:7.0f} B/post "
+    def sec(v):
+        return "  not" if v is None else f"{v:5.1f}"
+
+    return (f"{r['topology']:>6} N={r['peers']:<3} cut {r['cut']:<2} after last write {sec(r['converge_after_last_write_s'])} s, "
+            f"after heal {sec(r['converge_after_heal_s'])} s; {r['bytes_per_delivered_post']:7.0f} B/post "
             f"({r['bytes_per_post_size']:.2f}x its size), {r['messages_per_delivered_post']:.1f} msgs/post, "
             f"{r['duplicate_deliveries']} duplicates, peak RSS {r['peak_rss_mb_max']:.0f} MB")
 
@@ -347,11 +379,11 @@ def draw(reports: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, panels = plt.subplots(1, 2, figsize=(9, 3.4), dpi=80, sharey=True)
+    fig, panels = plt.subplots(1, 2, figsize=(9, 3.4), dpi=80)
     for panel, key, title in zip(panels, ("converge_after_last_write_s", "converge_after_heal_s"), ("from the last write (churn)", "from the heal"),
                                  strict=True):
         for topology in TOPOLOGIES:
-            rows = sorted((r["peers"], r[key]) for r in reports if r["topology"] == topology)
+            rows = sorted((r["peers"], r[key]) for r in reports if r["topology"] == topology and r[key] is not None)
             if rows:
                 panel.plot([x for x, _ in rows], [y for _, y in rows], marker="o", label=topology)
         panel.set(title=f"every digest equal, {title}", xlabel="peers (N)", ylabel="seconds")

@@ -193,7 +193,7 @@ def handshakes_per_second(address: str, key: bytes, seconds: float = 3.0) -> dic
     return {"tcp_with_serve_per_s": round(tcp), "in_process_pairs_per_s": round(done / (time.perf_counter() - start))}
 
 
-def sync_rate(work: Path, posts_file: Path) -> dict:
+def sync_rate(work: Path, posts_file: Path, with_matrix: bool = True, runs: int = 2) -> dict:
     bufs = read_posts(posts_file)
     full = work / "full"
     _ingest(full, bufs, verify=False)
@@ -201,12 +201,12 @@ def sync_rate(work: Path, posts_file: Path) -> dict:
     one_worker_s = _ingest_one_worker(work / "verified-1", bufs)
     key_file = work / "cabal.key"
     key = write_cabal_key(key_file)
-    rows = matrix(work, full, bufs, key_file, key, ingest_s, one_worker_s)
+    rows = matrix(work, full, bufs, key_file, key, ingest_s, one_worker_s) if with_matrix else []
     proc, private_address, address = _serve(full, key_file)
     try:
         # plain, private, plain, private: the best of two each (a shared machine's noise falls on both)
-        runs: dict[str, list[tuple[dict, float]]] = {"plain": [], "private": []}
-        for i in range(2):
+        runs_each, runs = runs, {"plain": [], "private": []}
+        for i in range(runs_each):
             runs["plain"].append(_timed_sync(work / f"synced-plain-{i}", address))
             runs["private"].append(_timed_sync(work / f"synced-private-{i}", private_address, cabal_key=key))
         caught_up = catch_up(work / "caught-up", address, proc.pid, len(bufs), ingest_s)
@@ -275,6 +275,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--posts", default="100000", help="a comma list of sizes, e.g. 10000,100000,1000000")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-matrix", action="store_true", help="skip the matrix (serve modes x plain/private x first/re-sync): the sync rates and the catch-up only")
+    p.add_argument("--runs", type=int, default=2, help="plain and private syncs of each size, the best kept (default 2)")
     p.add_argument("--out", default="bench-results", help="where generated posts are cached and results written")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -283,7 +285,7 @@ def main(argv=None) -> int:
         posts_file = _posts(out, size, args.seed)
         work = Path(tempfile.mkdtemp(prefix="cablestore-sync-"))
         try:
-            result = {"sync": sync_rate(work, posts_file), "time_range_limit_50": time_range_latency(work)}
+            result = {"sync": sync_rate(work, posts_file, not args.no_matrix, args.runs), "time_range_limit_50": time_range_latency(work)}
         finally:
             shutil.rmtree(work, ignore_errors=True)
         (out / f"sync-{size}.json").write_text(json.dumps(result, indent=2))

@@ -4,6 +4,7 @@ can reach (real TCP on 127.0.0.1 where sockets matter; everything stopped and bo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from cablestore import INFO, JOIN, LEAVE, TEXT, TOPIC, post_hash
 from cablestore.peer import Node, Sync
@@ -14,6 +15,35 @@ from .peer_helpers import WALL, link, pump
 from .test_two_way import _serving, _until
 
 T0 = WALL - 3 * 3_600_000
+
+
+@contextlib.asynccontextmanager
+async def _client_of(served, client_store, live_channels: int = 1):
+    """A client node dialled to a pulling ``serve`` of ``served``, once the serve's pull holds live requests on it:
+    (node, wire, conn, address); everything stopped after."""
+    port, stop, task = await _serving(served)
+    node = Node(client_store)
+    wire = Wire(node)
+    try:
+        conn = attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
+        assert await _until(lambda: len(node.state.live_channels()) >= live_channels)  # the serve's pull went live
+        yield node, wire, conn, f"127.0.0.1:{port}"
+    finally:
+        await wire.close()
+        node.close()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+async def _sync(wire, conn, address: str, timeout: float = 20) -> dict:
+    """Sync the client from the serve it is connected to; the summary, once complete."""
+    sync = Sync(conn, address)
+    wire.on_event = lambda: sync.poll(now_ms())
+    sync.poll(now_ms())
+    wire.flush()
+    assert await _until(lambda: sync.done, timeout)
+    assert sync.summary()["complete"], sync.summary()
+    return sync.summary()
 
 
 def _history(n: int = 200) -> list[bytes]:
@@ -37,29 +67,14 @@ def test_posts_a_client_syncs_from_a_pulling_serve_are_not_pushed_back_to_it(sto
     written = post(keypair("dave"), TEXT, WALL, channel="general", text="written on the client")
 
     async def scenario():
-        port, stop, task = await _serving(served)
-        node = Node(client_store)
-        wire = Wire(node)
-        try:
-            conn = attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
-            # The server's pull asks the client (empty) for `general`, then holds its live requests open.
-            assert await _until(lambda: "general" in node.state.live_channels())
-            sync = Sync(conn, f"127.0.0.1:{port}")
-            wire.on_event = lambda: sync.poll(now_ms())
-            sync.poll(now_ms())
-            wire.flush()
-            assert await _until(lambda: sync.done, 20)
-            assert sync.summary()["complete"] and sync.summary()["posts_ingested"] == len(history)
+        # The server's pull asks the client (empty) for `general`, then holds its live requests open.
+        async with _client_of(served, client_store) as (node, wire, conn, address):
+            assert (await _sync(wire, conn, address))["posts_ingested"] == len(history)
             await asyncio.sleep(1.5)  # the clock's tick settles the stale live state requests
             echoed = node.stats["live_pushed_hashes"]
             client_store.ingest(written)
             assert await _until(lambda: served.get(post_hash(written)) == written), "a post written on the client was not pulled"
             return echoed, node.stats["live_pushed_hashes"]
-        finally:
-            await wire.close()
-            node.close()
-            stop.set()
-            await asyncio.wait_for(task, 20)
 
     echoed, after = asyncio.run(scenario())
     assert echoed == 0, f"{echoed} hashes the client got from the server were pushed back to it"
@@ -166,26 +181,10 @@ def test_live_state_reads_while_a_client_syncs_many_post_infos_are_bounded_by_ti
         served.ingest(buf)
 
     async def scenario():
-        port, stop, task = await _serving(served)
-        node = Node(client_store)
-        wire = Wire(node)
-        try:
-            conn = attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
-            assert await _until(lambda: len(node.state.live_channels()) >= len(channels))  # the server's pull went live
-            sync = Sync(conn, f"127.0.0.1:{port}")
-            wire.on_event = lambda: sync.poll(now_ms())
+        async with _client_of(served, client_store, live_channels=len(channels)) as (node, wire, conn, address):
             started = asyncio.get_running_loop().time()
-            sync.poll(now_ms())
-            wire.flush()
-            assert await _until(lambda: sync.done, 30)
-            elapsed = asyncio.get_running_loop().time() - started
-            assert sync.summary()["complete"], sync.summary()
-            return node.stats["live_state_reads"], elapsed, wire.tick_seconds
-        finally:
-            await wire.close()
-            node.close()
-            stop.set()
-            await asyncio.wait_for(task, 20)
+            await _sync(wire, conn, address, 30)
+            return node.stats["live_state_reads"], asyncio.get_running_loop().time() - started, wire.tick_seconds
 
     reads, elapsed, tick = asyncio.run(scenario())
     # Once a tick per channel, and once more per channel each time the connection's held post/infos reach the limit.
@@ -210,26 +209,59 @@ def test_a_delete_the_client_held_and_the_server_lists_is_not_pushed_back_to_the
     client_store.ingest(delete)  # held, but the client knows no channel for it yet
 
     async def scenario():
-        port, stop, task = await _serving(served)
-        node = Node(client_store)
-        wire = Wire(node)
-        try:
-            conn = attach_dialled(wire, await dial("127.0.0.1", port), f"127.0.0.1:{port}", None)
-            assert await _until(lambda: "general" in node.state.live_channels())
-            sync = Sync(conn, f"127.0.0.1:{port}")
-            wire.on_event = lambda: sync.poll(now_ms())
-            sync.poll(now_ms())
-            wire.flush()
-            assert await _until(lambda: sync.done, 20)
-            assert sync.summary()["complete"], sync.summary()
+        async with _client_of(served, client_store) as (node, wire, conn, address):
+            await _sync(wire, conn, address)
             return node.stats["live_pushed_hashes"]
-        finally:
-            await wire.close()
-            node.close()
-            stop.set()
-            await asyncio.wait_for(task, 20)
 
     pushed = asyncio.run(scenario())
     # The listing taught the delete its channel: the client lists it there now, as the server does.
     assert any(key.endswith(post_hash(delete)) for key in client_store.time_range_page("general", 0, WALL + 1, None, 100))
     assert pushed == 0, f"{pushed} hashes the server listed were pushed back to it"
+
+
+def test_a_channel_longer_than_the_pending_hash_bound_syncs_whole_a_page_at_a_time(stores):
+    """A peer lists a channel's history faster than its posts arrive: asked whole, a channel of more posts than
+    the syncing side may wait on failed ("overflow": every 1M-post sync); history is now asked a page at a time."""
+    from cablestore.peer import PeerLimits, run_sync
+
+    served, client_store = stores("served"), stores("client")
+    people = [keypair(f"writer{i}") for i in range(4)]
+    history = [post(people[i % 4], TEXT, T0 + i * 1000, channel="general", text=f"post {i}") for i in range(3000)]
+    served.ingest_many(history)
+
+    async def scenario():
+        port, stop, task = await _serving(served, pull=False)
+        try:
+            return await run_sync(client_store, f"127.0.0.1:{port}", policy=PeerLimits(pending_hashes=1500), timeout=60, signals=False)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 20)
+
+    summary = asyncio.run(scenario())
+    assert summary["complete"], summary
+    assert all(client_store.get(post_hash(p)) == p for p in history)
+    assert summary["requests_sent"] >= 3 + 3  # three pages of history (1,024 hashes each at most), and their posts
+
+
+def test_a_post_the_pulling_side_refuses_does_not_end_its_live_pull(stores):
+    """A serve that dropped a blocked user's posts pulls from a peer still holding one: the refusal of that post
+    ended the whole pull (live requests included), so nothing the peer wrote later reached the serve."""
+    from cablestore import Keypair
+    from cablestore.authoring.author import Author
+
+    admin, spammer, bob = Keypair(), keypair("spammer"), keypair("bob")
+    served, client_store = stores("served"), stores("client")
+    served.set_local_user(admin.public_key)
+    Author(served, admin).block([spammer.public_key], drop=True, notify=True)
+    served.ingest(post(bob, JOIN, WALL - 10_000, channel="general"))
+    client_store.ingest(post(bob, JOIN, WALL - 10_000, channel="general"))
+    client_store.ingest(post(spammer, TEXT, WALL - 5_000, channel="general", text="buy now"))  # recent: a live request lists it
+    later = post(bob, TEXT, WALL + 1, channel="general", text="written after the refusal")
+
+    async def scenario():
+        async with _client_of(served, client_store):
+            await asyncio.sleep(1.0)  # the serve's pull fetched (and refused) the spammer's post
+            client_store.ingest(later)
+            return await _until(lambda: served.get(post_hash(later)) == later, 10)
+
+    assert asyncio.run(scenario()), "a post written after the refusal never reached the serve"

@@ -234,6 +234,7 @@ MAX_LIVE_CHANNELS = CHANNELS_PER_RESPONSE
 DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
 DEFAULT_PROGRESS_TIMEOUT = 30_000  # the default of ``sync --progress-timeout``
 PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
+MIN_HISTORY_PAGE = 1024  # hashes a history request asks for at least (the bound shared by the channels synced at once)
 CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
 # Sockets (cablestore.peer.sockets)
 WRITE_CHUNK = 64 << 10  # handed to a socket at once; also its write buffer's high-water mark
@@ -340,6 +341,7 @@ _FIXED = (
     ("DEFAULT_MARGIN", "ms the sync cursor is set back from the newest synced post"),
     ("DEFAULT_PROGRESS_TIMEOUT", "ms a sync waits for an answer or a post"),
     ("PARALLEL_CHANNELS", "channels a sync asks for at once"),
+    ("MIN_HISTORY_PAGE", "hashes a page of history asks for at least (a page: the pending-hash bound / 2 / PARALLEL_CHANNELS)"),
     ("CHANNEL_WAIT", "ms a sync waits for another sync of the same channel"),
     ("WRITE_CHUNK", "bytes handed to a socket at once"),
     ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),

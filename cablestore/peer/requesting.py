@@ -231,8 +231,9 @@ class Requesting:
         if isinstance(m, HashResponse) and isinstance(request, (TimeRangeRequest, ChannelStateRequest, ModerationStateRequest)):
             if m.hashes:
                 entry.started = now
-                if job.newest is None and isinstance(request, TimeRangeRequest):
-                    job.newest = m.hashes[0]
+                if isinstance(request, TimeRangeRequest):
+                    job.newest = job.newest or m.hashes[0]
+                    job.oldest = tuple(m.hashes[-16:])  # newest first: the last hashes are the oldest so far
                 job.hashes_seen += len(m.hashes)
                 channel = request.channel if isinstance(request, TimeRangeRequest) else None
                 if not self._request_missing(list(m.hashes), job, now, request.ttl, channel):  # fetch along the same route

@@ -30,6 +30,7 @@ from cablestore.peer import cursors, limits
 from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
 from cablestore.peer.protocol import Connection
 from cablestore.peer.table import Job
+from cablestore.wire.codec import decode_post
 
 
 class _Channel:
@@ -39,6 +40,7 @@ class _Channel:
         self.name = name
         self.spellings: list[str] = list(dict.fromkeys(spellings)) or [name]
         self.jobs: dict[str, tuple[Job, Job]] | None = None  # spelling -> (time range, state), once asked
+        self.pages: dict[str, tuple[Job, int]] = {}  # spelling -> (its latest page of history, that page's end), while paging
         self.live: list[Job] = []
         self.finished = False
         self.waiting_since: int | None = None  # when it found another sync holding the channel
@@ -50,14 +52,14 @@ class _Channel:
 
     @property
     def answered(self) -> bool:
-        return self.jobs is not None and all(h.done and s.done for h, s in self.jobs.values())
+        return self.jobs is not None and all(j.done for j in self.finite_jobs())
 
     @property
     def complete(self) -> bool:
-        return self.jobs is not None and all(h.complete and s.complete for h, s in self.jobs.values())
+        return self.jobs is not None and all(j.complete for j in self.finite_jobs())
 
     def finite_jobs(self) -> list[Job]:
-        return [j for pair in (self.jobs or {}).values() for j in pair]
+        return [j for pair in (self.jobs or {}).values() for j in pair] + [j for j, _ in self.pages.values()]
 
 
 class Sync:
@@ -237,13 +239,15 @@ class Sync:
             ch.asked_at = now
             ch.jobs = {
                 spelling: (
-                    self.conn.request_time_range(spelling, start, end, 0, now=now, job=Job(tag=self)),
+                    self.conn.request_time_range(spelling, start, end, self.page, now=now, job=Job(tag=self)),
                     self.conn.request_state(spelling, 0, now=now, job=Job(tag=self)),
                 )
                 for spelling in ch.spellings
             }
             return
         if not ch.answered:
+            return
+        if self._next_pages(ch, now):
             return
         ch.finished = True
         self._release(ch.name)
@@ -259,6 +263,36 @@ class Sync:
             for spelling in ch.spellings:
                 ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
                 ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
+
+    @property
+    def page(self) -> int:
+        """Hashes a history request asks for at most: the node's pending-hash bound shared by the channels synced at once.
+
+        A peer lists a channel's history faster than its posts arrive; asked
+        whole, a channel of more posts than the bound failed the sync
+        ("overflow") where a page at a time completes it.
+        """
+        return max(limits.MIN_HISTORY_PAGE, self.state.policy.max_pending_hashes() // (2 * max(1, self.parallel)))
+
+    def _next_pages(self, ch: _Channel, now: int) -> bool:
+        """Ask for the next page of each spelling whose last page came full (older than its oldest post); True if any was asked."""
+        asked = False
+        for spelling, (first, _) in (ch.jobs or {}).items():
+            job, end = ch.pages.get(spelling, (first, self.window[1] if self.window else None))
+            if not job.complete or job.hashes_seen < self.page:
+                continue
+            # The oldest post of the page this store holds (one deleted here is listed but not fetched).
+            buf = next((b for b in map(self.state.store.get, reversed(job.oldest)) if b is not None), None)
+            if buf is None:
+                job.fail("history: none of the oldest posts of a full page is held, so the next page cannot be asked for")
+                continue
+            start = self.window[0] if self.window else self._stored_cursor(ch.name)
+            oldest = decode_post(buf).timestamp
+            if end is not None and oldest + 1 >= end:
+                continue  # a page of one timestamp: asked again it would list the same (the serving side pages by key)
+            ch.pages[spelling] = (self.conn.request_time_range(spelling, start, oldest + 1, self.page, now=now, job=Job(tag=self)), oldest + 1)
+            asked = True
+        return asked
 
     @property
     def cursor_key(self) -> str:
@@ -279,9 +313,11 @@ class Sync:
             holders.pop(name, None)
 
     def _live_failure(self) -> str | None:
+        """Why the live requests are no use any more, or None.  A post the store refused (a blocked author's, a
+        forgery) was counted and dropped: the peer's later posts still come, so it ends nothing."""
         for ch in self.channels.values():
             for job in ch.live:
-                if job.failed and job.reason and not job.reason.startswith(("timeout", "missing")):
+                if job.failed and job.reason and not job.reason.startswith(("timeout", "missing", "refused")):
                     return f"live {ch.name}: {job.reason}"
         return None
 

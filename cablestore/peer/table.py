@@ -45,6 +45,7 @@ class Job:
     failed: bool = False
     reason: str | None = None
     newest: bytes | None = None  # the first hash of a time range answer: the newest post
+    oldest: tuple[bytes, ...] = ()  # the last hashes of a time range answer so far, oldest last (where its next page starts)
     hashes_seen: int = 0
     requests: int = 0  # messages sent for it (the request and its post requests)
     answered: int = 0  # of those, answered whole
