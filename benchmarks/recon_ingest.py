@@ -88,6 +88,8 @@ def main() -> int:
                 "ratio_posts_per_s": med[True]["posts_per_s"] / med[False]["posts_per_s"],
                 "all_with": [r["posts_per_s"] for r in runs[True]],
                 "all_without": [r["posts_per_s"] for r in runs[False]],
+                "cpu_with": [r["cpu_us"] for r in runs[True]],
+                "cpu_without": [r["cpu_us"] for r in runs[False]],
             }
             r = results[label]
             print(
