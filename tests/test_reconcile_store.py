@@ -18,7 +18,7 @@ from cablestore.keyspace.keys import CHAT, RECON, channel_key
 from cablestore.rebuild.reindex import reindex
 from cablestore.rebuild.verify import check
 from cablestore.views import recon
-from cablestore.wire.reconcile import Items, fingerprint
+from cablestore.wire.reconcile import Initiator, Items, fingerprint, respond
 
 from .conftest import keypair, post
 
@@ -170,3 +170,50 @@ def _channel_of(store: Store, key: bytes) -> str:
 def test_bad_bounds_are_refused_with_query_error(tmp_path, lo, hi):
     with Store(tmp_path / "s") as s, pytest.raises(QueryError):
         s.range_sum("general", lo, hi)
+
+
+def _reconcile(initiator_items, responder_items) -> tuple[set, set, int, int]:
+    """One reconciliation between two item sources: (have, need, rounds, bytes both ways)."""
+    side = Initiator(initiator_items)
+    message = side.start()
+    while message is not None:
+        message = side.receive(respond(responder_items, message))
+    return side.have, side.need, side.rounds, side.sent + side.received
+
+
+@pytest.mark.parametrize("k", [0, 1, 100])
+def test_a_store_reconciles_from_its_sums_as_memory_does_reading_few_rows(tmp_path, k):
+    rng = random.Random(k)
+    posts = _posts(rng, 2000)
+    gone = set(rng.sample(range(len(posts)), k))
+    extra = [post(keypair("recon-extra"), TEXT, rng.randrange(FAR), channel="dev", text=f"x{i}") for i in range(k // 2)]
+    with _store(tmp_path / "a", posts + extra) as a, _store(tmp_path / "b", [p for i, p in enumerate(posts) if i not in gone]) as b:
+        theirs = _chat_items(b, "dev")
+        ours = _chat_items(a, "dev")
+        want_have = {h for _, h in ours} - {h for _, h in theirs}
+        want_need = {h for _, h in theirs} - {h for _, h in ours}
+        with a.range_items("dev") as store_items:  # the store answers
+            assert len(store_items) == len(ours) and list(store_items.items) == ours
+            have, need, rounds, _ = _reconcile(Items(theirs), store_items)
+            assert (have, need) == (want_need, want_have)
+            if k <= 1:
+                assert store_items.reads < 2000 and rounds <= 3  # a few rows a round, not the channel's ~700 items
+        with a.range_items("dev") as store_items:  # the store asks
+            have, need, _, _ = _reconcile(store_items, Items(theirs))
+            assert (have, need) == (want_have, want_need)
+        with a.range_items("dev") as mine, b.range_items("dev") as other:  # both from their sums
+            assert _reconcile(mine, other)[:2] == (want_have, want_need)
+
+
+def test_store_items_select_every_position_and_map_bounds_back(tmp_path):
+    rng = random.Random(2)
+    with _store(tmp_path / "s", _posts(rng, 600)) as s, s.range_items("general") as items:
+        mine = _chat_items(s, "general")
+        assert [items.items[i] for i in range(len(mine))] == mine
+        for _ in range(50):
+            lo, hi = sorted(rng.sample(range(len(mine) + 1), 2))
+            assert items.items[lo:hi] == mine[lo:hi]
+            assert items.fingerprint(lo, hi) == Items(mine).fingerprint(lo, hi)
+            assert items.index((mine[lo][0], mine[lo][1][:3])) <= lo
+        with pytest.raises(IndexError):
+            items.select(len(mine))

@@ -270,6 +270,7 @@ class Store:
     reverse_links = _to("_queries", Queries.reverse_links)
     heads = _to("_queries", Queries.heads)
     range_sum = _to("_queries", Queries.range_sum)
+    range_items = _to("_queries", Queries.range_items)
     __contains__ = _to("_queries", Queries.__contains__)
 
     # --- decoded reads (cablestore.store.read.decoded, cablestore.store.read.users) ----

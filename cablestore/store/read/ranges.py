@@ -5,16 +5,30 @@ items ``(timestamp, hash)``: the ``!chat`` rows.  A range is summed from the
 whole time buckets inside it (``views/recon.py``: at most two short runs of
 rows per granularity) and the items at its two edges, read from ``!chat``,
 all from one snapshot: O(log n) rows whatever the range holds.
+
+:class:`StoreItems` answers what the reconciliation algorithm asks of one
+side (:class:`cablestore.wire.reconcile.Items` holds a side's items in
+memory, by position) from one snapshot: a position is known by a bound with
+that many items below it, counted from the sums; a range's fingerprint is
+its sum; the item at a position is found by descending the buckets' counts,
+coarsest first, and reading the one fine bucket that holds it.  Only the
+ranges that differ are read item by item: a scope held alike costs a few
+rows whatever its size.  The channel state answer's few hashes are not
+among the items.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from cablestore.errors import QueryError
+from cablestore.errors import CorruptRecordError, QueryError, ReconcileError
 from cablestore.keyspace.keys import HASH_SIZE, channel_key, next_prefix
 from cablestore.store.handle import Component
 from cablestore.views import chat, recon
+from cablestore.wire import reconcile as algorithm
+from cablestore.wire.reconcile import FINGERPRINT, ID_LIST, INFINITY, Range
 
 NO_END = 1 << 64  # a bound's timestamp above every item: the range has no end
 _MOD = 1 << 256
@@ -78,6 +92,168 @@ def _chat_sum(reader: Any, start: bytes, stop: bytes) -> tuple[int, int]:
     return total % _MOD, count
 
 
+_START = (0, b"")
+
+
+class _Listing:
+    """``items[lo:hi]``, ``items[i]`` and ``iter(items)`` of a :class:`StoreItems`, read from ``!chat``."""
+
+    def __init__(self, owner: StoreItems) -> None:
+        self._owner = owner
+
+    def __getitem__(self, where: Any) -> Any:
+        owner = self._owner
+        if isinstance(where, slice):
+            lo, hi = where.start or 0, len(owner) if where.stop is None else where.stop
+            return owner.scan(owner.bound(lo), owner.bound(hi)) if lo < hi else []
+        return owner.select(where)
+
+    def __iter__(self) -> Any:
+        return iter(self[0 : len(self._owner)])
+
+
+class StoreItems:
+    """One channel's items in a snapshot of a store, for :func:`cablestore.wire.reconcile.respond` and ``Initiator``.
+
+    ``reader``: a plyvel snapshot (or DB) that stays open while this is used;
+    ``channel_escaped``: ``<ch>`` as keys spell it.  ``reads`` counts the
+    LevelDB rows read, to show what a reconciliation cost.
+    """
+
+    def __init__(self, reader: Any, channel_escaped: bytes) -> None:
+        self._reader = reader
+        self._channel = channel_escaped
+        self._chat = chat.escaped_prefix(channel_escaped)
+        self.reads = 0
+        total, self._n = self._sum(_START, INFINITY)
+        if self._n > algorithm.MAX_ITEMS:
+            raise ReconcileError(f"more than {algorithm.MAX_ITEMS} items to reconcile at once")
+        self._bounds: dict[int, tuple[int, bytes]] = {0: _START, self._n: INFINITY}  # position -> a bound with that many items below
+        self.items = _Listing(self)
+        # What select read, kept for the reconciliation (a split asks for many positions in the same buckets):
+        self._levels: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (shift, window start) -> (bucket, count) rows
+        self._fine: dict[int, list[tuple[int, bytes]]] = {}  # fine bucket's start -> its items
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _sum(self, lo: tuple[int, bytes], hi: tuple[int, bytes]) -> tuple[int, int]:
+        return range_sum(_Counting(self._reader, self), self._channel, lo, hi)
+
+    def index(self, bound: tuple[int, bytes]) -> int:
+        """How many items lie below ``bound`` (remembered, so positions map back to bounds)."""
+        if bound == INFINITY:
+            return self._n
+        at = self._sum(_START, bound)[1]
+        self._bounds.setdefault(at, bound)
+        return at
+
+    def bound(self, at: int) -> tuple[int, bytes]:
+        """A bound with ``at`` items below it: one :meth:`index` answered, or the item at ``at`` itself."""
+        found = self._bounds.get(at)
+        if found is None:
+            found = self._bounds[at] = self.select(at)
+        return found
+
+    def fingerprint(self, lo: int, hi: int) -> bytes:
+        """The fingerprint of the items at positions ``[lo, hi)``."""
+        total, count = self._sum(self.bound(lo), self.bound(hi))
+        if count != hi - lo:
+            raise CorruptRecordError(f"the !recon rows of a channel count {count} items where {hi - lo} are")
+        return algorithm.fingerprint(total, count)
+
+    def scan(self, lo: tuple[int, bytes], hi: tuple[int, bytes]) -> list[tuple[int, bytes]]:
+        """The items from bound ``lo`` up to bound ``hi``, read from ``!chat``."""
+        out = []
+        with self._reader.iterator(start=_chat_key(self._chat, lo), stop=_chat_key(self._chat, hi), include_value=False) as keys:
+            for key in keys:
+                out.append((int.from_bytes(key[-40:-32], "big"), key[-HASH_SIZE:]))
+        self.reads += len(out) + 1
+        return out
+
+    def select(self, at: int) -> tuple[int, bytes]:
+        """The item at position ``at``: the buckets' counts descended coarsest first, then its fine bucket read from ``!chat``."""
+        if not 0 <= at < self._n:
+            raise IndexError(at)
+        left, window = at, (0, NO_END)
+        for shift in reversed(recon.SHIFTS):
+            for bucket, count in self._rows(shift, window):
+                if left < count:
+                    window = (bucket << shift, (bucket + 1) << shift)
+                    break
+                left -= count
+            else:
+                raise CorruptRecordError(f"the !recon rows of a channel hold fewer than {at + 1} items")
+        found = self._fine.get(window[0])
+        if found is None:
+            found = self._fine[window[0]] = self.scan((window[0], b""), (window[1], b""))
+        if left >= len(found):
+            raise CorruptRecordError("a !recon row counts more items than its bucket holds")
+        return found[left]
+
+    def _rows(self, shift: int, window: tuple[int, int]) -> list[tuple[int, int]]:
+        """``(bucket, count)`` of the rows of granularity ``shift`` within ``window``, read once a reconciliation."""
+        found = self._levels.get((shift, window[0]))
+        if found is None:
+            start = recon.row_key(self._channel, shift, window[0] >> shift)
+            stop = next_prefix(recon.level_prefix(self._channel, shift)) if window[1] >= NO_END else recon.row_key(self._channel, shift, window[1] >> shift)
+            with self._reader.iterator(start=start, stop=stop) as rows:
+                found = [(int.from_bytes(key[-8:], "big"), recon.decode(value)[1]) for key, value in rows]
+            self.reads += len(found) + 1
+            self._levels[(shift, window[0])] = found
+        return found
+
+    def between(self, at: int) -> tuple[int, bytes]:
+        """The shortest bound above item ``at - 1`` and at or below item ``at``."""
+        (ts_a, a), (ts_b, b) = self.select(at - 1), self.select(at)
+        if ts_a != ts_b:
+            return (ts_b, b"")
+        shared = next((i for i in range(HASH_SIZE) if a[i] != b[i]), HASH_SIZE - 1)
+        return (ts_b, b[: shared + 1])
+
+    def split(self, lo: int, hi: int, upper: tuple[int, bytes]) -> list[Range]:
+        """Items ``[lo, hi)`` (the range ending at ``upper``) as an id list if few, else as :data:`~cablestore.wire.reconcile.BUCKETS` fingerprints."""
+        n = hi - lo
+        if n <= algorithm.ID_LIST_THRESHOLD:
+            return [Range(upper, ID_LIST, ids=tuple(h for _, h in self.items[lo:hi]))]
+        out, parts = [], min(algorithm.BUCKETS, n)
+        for i in range(parts):
+            a, b = lo + n * i // parts, lo + n * (i + 1) // parts
+            if i < parts - 1 and b not in self._bounds:
+                self._bounds[b] = self.between(b)
+            out.append(Range(upper if i == parts - 1 else self._bounds[b], FINGERPRINT, self.fingerprint(a, b)))
+        return out
+
+
+class _Counting:
+    """A reader whose iterators count the rows they give (``StoreItems.reads``)."""
+
+    def __init__(self, reader: Any, owner: StoreItems) -> None:
+        self._reader, self._owner = reader, owner
+
+    def iterator(self, **kw: Any) -> Any:
+        return _CountedIterator(self._reader.iterator(**kw), self._owner)
+
+
+class _CountedIterator:
+    def __init__(self, it: Any, owner: StoreItems) -> None:
+        self._it, self._owner = it, owner
+
+    def __enter__(self) -> _CountedIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._it.close()
+
+    def __iter__(self) -> _CountedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._it)
+        self._owner.reads += 1
+        return item
+
+
 class RangeQueries(Component):
     """Range sums of a channel's items, for set reconciliation."""
 
@@ -96,3 +272,14 @@ class RangeQueries(Component):
         lo, hi = _bound(lo, "lo"), _bound(hi, "hi")
         with self.db.snapshot() as snap:
             return range_sum(snap, channel_key(channel), lo, hi)
+
+    @contextmanager
+    def range_items(self, channel: str) -> Iterator[StoreItems]:
+        """The channel's items as set reconciliation reads them (:class:`StoreItems`), over one snapshot held while the block runs.
+
+        The block is a call in flight: ``close()`` waits for it.
+        """
+        if not isinstance(channel, str):
+            raise QueryError(f"channel must be a str, got {type(channel).__name__}")
+        with self._handle.gate.call(self.path), self.db.snapshot() as snap:
+            yield StoreItems(snap, channel_key(channel))
