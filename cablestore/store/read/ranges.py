@@ -55,6 +55,11 @@ def _chat_key(chat_prefix: bytes, bound: tuple[int, bytes]) -> bytes:
     return chat_prefix + ts.to_bytes(8, "big") + prefix + bytes(HASH_SIZE - len(prefix))
 
 
+def _padded(bound: tuple[int, bytes]) -> tuple[int, bytes]:
+    """A bound compared with items: its prefix padded with zero bytes."""
+    return bound[0], bound[1] + bytes(HASH_SIZE - len(bound[1]))
+
+
 def range_sum(reader: Any, channel_escaped: bytes, lo: tuple[int, bytes], hi: tuple[int, bytes]) -> tuple[int, int]:
     """``(sum of hashes mod 2**256, count)`` of a channel's items from ``lo`` up to, not including, ``hi``.
 
@@ -132,13 +137,42 @@ class StoreItems:
         self.items = _Listing(self)
         # What select read, kept for the reconciliation (a split asks for many positions in the same buckets):
         self._levels: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (shift, window start) -> (bucket, count) rows
-        self._fine: dict[int, list[tuple[int, bytes]]] = {}  # fine bucket's start -> its items
+        self._fine: dict[int, list[tuple[int, bytes]]] = {}  # fine bucket (timestamp >> SHIFTS[0]) -> its items
 
     def __len__(self) -> int:
         return self._n
 
     def _sum(self, lo: tuple[int, bytes], hi: tuple[int, bytes]) -> tuple[int, int]:
-        return range_sum(_Counting(self._reader, self), self._channel, lo, hi)
+        """:func:`range_sum`, its edges taken from the fine buckets read once a reconciliation (:meth:`_bucket`)."""
+        low, high = _padded(lo), _padded(hi)
+        if low >= high:
+            return 0, 0
+        runs, edge_lo, edge_hi = recon.plan(lo[0], not lo[1], hi[0])
+        edges = [(low, high)] if edge_lo is None else [(low, (edge_lo, bytes(HASH_SIZE))), ((edge_hi, bytes(HASH_SIZE)), high)]
+        total = count = 0
+        fine = recon.SHIFTS[0]
+        for a, b in edges:
+            last = (min(b[0], NO_END) - (0 if any(b[1]) else 1)) >> fine  # the fine bucket of the last item below b
+            for bucket in range(a[0] >> fine, last + 1):
+                for item in self._bucket(bucket):
+                    if a <= item < b:
+                        total += int.from_bytes(item[1], "little")
+                        count += 1
+        for shift, first, stop in runs:
+            with self._reader.iterator(start=recon.row_key(self._channel, shift, first), stop=recon.row_key(self._channel, shift, stop), include_key=False) as rows:
+                for value in rows:
+                    self.reads += 1
+                    row_total, row_count = recon.decode(value)
+                    total, count = total + row_total, count + row_count
+        return total % _MOD, count
+
+    def _bucket(self, bucket: int) -> list[tuple[int, bytes]]:
+        """The items of one fine bucket, read from ``!chat`` once a reconciliation."""
+        found = self._fine.get(bucket)
+        if found is None:
+            fine = recon.SHIFTS[0]
+            found = self._fine[bucket] = self.scan((bucket << fine, b""), ((bucket + 1) << fine, b""))
+        return found
 
     def index(self, bound: tuple[int, bytes]) -> int:
         """How many items lie below ``bound`` (remembered, so positions map back to bounds)."""
@@ -184,9 +218,7 @@ class StoreItems:
                 left -= count
             else:
                 raise CorruptRecordError(f"the !recon rows of a channel hold fewer than {at + 1} items")
-        found = self._fine.get(window[0])
-        if found is None:
-            found = self._fine[window[0]] = self.scan((window[0], b""), (window[1], b""))
+        found = self._bucket(window[0] >> recon.SHIFTS[0])
         if left >= len(found):
             raise CorruptRecordError("a !recon row counts more items than its bucket holds")
         return found[left]
@@ -223,35 +255,6 @@ class StoreItems:
                 self._bounds[b] = self.between(b)
             out.append(Range(upper if i == parts - 1 else self._bounds[b], FINGERPRINT, self.fingerprint(a, b)))
         return out
-
-
-class _Counting:
-    """A reader whose iterators count the rows they give (``StoreItems.reads``)."""
-
-    def __init__(self, reader: Any, owner: StoreItems) -> None:
-        self._reader, self._owner = reader, owner
-
-    def iterator(self, **kw: Any) -> Any:
-        return _CountedIterator(self._reader.iterator(**kw), self._owner)
-
-
-class _CountedIterator:
-    def __init__(self, it: Any, owner: StoreItems) -> None:
-        self._it, self._owner = it, owner
-
-    def __enter__(self) -> _CountedIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._it.close()
-
-    def __iter__(self) -> _CountedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        item = next(self._it)
-        self._owner.reads += 1
-        return item
 
 
 class RangeQueries(Component):
