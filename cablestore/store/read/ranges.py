@@ -244,7 +244,7 @@ class StoreItems:
         return (ts_b, b[: shared + 1])
 
     def split(self, lo: int, hi: int, upper: tuple[int, bytes]) -> list[Range]:
-        """Items ``[lo, hi)`` (the range ending at ``upper``) as an id list if few, else as :data:`~cablestore.wire.reconcile.BUCKETS` fingerprints."""
+        """Items ``[lo, hi)`` (the range ending at ``upper``) as an id list if few, else as ``BUCKETS`` fingerprints (:mod:`cablestore.wire.reconcile`)."""
         n = hi - lo
         if n <= algorithm.ID_LIST_THRESHOLD:
             return [Range(upper, ID_LIST, ids=tuple(h for _, h in self.items[lo:hi]))]
