@@ -19,6 +19,7 @@ import blake3
 from cablestore.compiled import native as _native
 from cablestore.keyspace.records import Indexed
 from cablestore.moderation import RELEVANT_TYPES
+from cablestore.views import recon as recon_view
 from cablestore.views import search as search_view
 from cablestore.wire.codec import TEXT, TOPIC
 from cablestore.wire.crypto import verify_many
@@ -43,7 +44,7 @@ SEARCHED = (TEXT, TOPIC)  # the post types the search view indexes
 class Fold:
     """Digests, counts, faults and latest-group candidates of part of the data."""
 
-    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation", "rows", "search")
+    __slots__ = ("parts", "wanted", "digests", "entries", "faults", "best", "posts", "tombstones", "moderation", "rows", "search", "sums")
 
     def __init__(self, parts: int, wanted: frozenset | None = None, search: bool = False):
         self.parts = parts
@@ -59,6 +60,8 @@ class Fold:
         self.moderation: list = []
         # The resolved rows that keep posts out (recompute.enforcement_rows), or None: set before folding.
         self.rows: dict | None = None
+        # The finest !recon buckets' [sum, count] of the posts folded (views/recon.py), rendered once merged (add_sums).
+        self.sums: dict = {}
 
     def add_entries(self, pairs) -> None:
         # The hot loop of both engines: entry_digest, view_of and bucket
@@ -98,6 +101,7 @@ class Fold:
         if self.search and post.post_type in SEARCHED:
             entries += search_view.entries(Indexed.of(blob, post, h))
         self.add_entries(entries)
+        recon_view.add(self.sums, post.post_type, entries)
         if post.post_type in RELEVANT_TYPES:
             self.moderation.append((h, blob))
         best = self.best
@@ -109,6 +113,11 @@ class Fold:
         """Fold in the entries of every group's winning post."""
         for (view_name, group), cand in best.items():
             self.add_entries(render(view_name, group, cand))
+
+    def add_sums(self) -> None:
+        """Fold in the range sums' rows (``views/recon.py``), once every partition's sums are merged in."""
+        sums, self.sums = self.sums, {}
+        self.add_entries(recon_view.rows(sums))
 
     def add_resolved(self, local_user: bytes | None, facts=(), seed=None) -> None:
         """Fold in the resolved moderation entries, from every partition's moderation posts (after merging) and the store's facts."""
@@ -123,6 +132,7 @@ class Fold:
                 d[0] += s
                 d[1] += n
         self.entries.update(other.entries)
+        recon_view.merge(self.sums, other.sums)
         self.faults.extend(other.faults)
         for group, cand in other.best.items():
             old = self.best.get(group)

@@ -29,6 +29,7 @@ def one_pass(source, parts: int, check_signatures: bool, wanted=None, skip=froze
         rec.rows = enforcement_rows(local_user, source.posts(), on_target, check_signatures, facts, seed)
     fold_posts(rec, source.posts(), on_target, made_by, check_signatures, skip, progress, pool)
     rec.add_latest(rec.best)
+    rec.add_sums()
     rec.add_resolved(local_user, facts, seed)
     live = Fold(parts, wanted)
     live.add_entries(source.live())

@@ -38,7 +38,7 @@ import plyvel
 
 from cablestore import views
 from cablestore.compiled import native as _native
-from cablestore.keyspace.keys import DELETED, LOCAL_USER_KEY, POSTS, REINDEXING, SEARCH_KEY, next_prefix
+from cablestore.keyspace.keys import CHAT, DELETED, LOCAL_USER_KEY, POSTS, REINDEXING, SEARCH_KEY, next_prefix
 from cablestore.moderation import resolve
 from cablestore.rebuild.batchwriter import BatchWriter
 from cablestore.rebuild.recompute import (
@@ -54,6 +54,7 @@ from cablestore.store.search_index.postings import index_entries
 from cablestore.store.write.gcpause import gc_paused
 from cablestore.store.write.resolving import moderation_posts, stored_seed
 from cablestore.store.write.writer import Lease
+from cablestore.views import recon as recon_view
 from cablestore.wire.codec import post_hash
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ def reindex_db(lease: Lease, progress: Progress | None = None, sync: bool = Fals
         lap("posts")
         _write_latest(db, writer, best, unindexed, report)
         lap("latest")
+        report.written += _write_sums(db, writer)
+        lap("recon")
         report.written += _write_resolved(db, writer)
         lap("moderation")
         if db.get(SEARCH_KEY) is not None:
@@ -144,6 +147,17 @@ def reindex_db(lease: Lease, progress: Progress | None = None, sync: bool = Fals
     if progress:
         progress.done()
     return report
+
+
+def _write_sums(db, writer: BatchWriter) -> int:
+    """The range sums (``views/recon.py``), read off the ``!chat`` rows just written: one pass in key order."""
+    written = 0
+    with db.snapshot() as snap:
+        rows = recon_view.rows_from_chat(snap.iterator(prefix=CHAT, include_value=False))
+        while chunk := list(islice(rows, writer.batch_keys)):
+            written += writer.put_all(chunk)
+    writer.flush()
+    return written
 
 
 def _write_resolved(db, writer: BatchWriter) -> int:

@@ -222,6 +222,7 @@ def one_pass(spark, uri: str, manifest: dict, check_signatures: bool, wanted=Non
     live = Fold(parts, wanted)
     for kind, fold in collected:
         (rec if kind == "rec" else live).merge(fold)
+    rec.add_sums()  # every partition's range sums, merged
     rec.add_resolved(local_user, manifest_facts(manifest) if local_user is not None else (), manifest_seed(manifest))
     return rec, live
 

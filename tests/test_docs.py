@@ -40,7 +40,7 @@ from .conftest import NOW, keypair, post, stop
 from .moderation_helpers import URSULA, cabal
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "rmono": 40, "type": 1, "peer": 32}
+FIXED = {"hash": 32, "pubkey": 32, "target": 32, "by": 32, "mono": 40, "rmono": 40, "type": 1, "peer": 32, "shift": 1, "bucket": 8}
 ESCAPED = {"ch", "key"}
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 TOUR = ROOT / "docs" / "tour.md"  # the library and every command, run step by step

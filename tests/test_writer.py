@@ -146,7 +146,7 @@ READS = {
     "channel_state_answer", "channel_time_range", "channels", "check_relayed", "close", "closed", "db", "dropped_channels",
     "dropped_posts", "get", "get_many", "has_posts", "heads", "hidden_posts", "hidden_users", "in_flight", "is_deleted", "is_dropped",
     "items", "kept_out", "known_user", "links", "listed_spellings", "local_user", "local_value", "lost_posts", "members", "messages", "migrate",
-    "moderation_posts", "moderation_state", "moderation_summary", "name", "newest_timestamp", "path", "post", "posts", "readonly",
+    "moderation_posts", "moderation_state", "moderation_summary", "name", "newest_timestamp", "path", "post", "posts", "range_items", "range_sum", "readonly",
     "reverse_links", "roles", "roles_from_seed", "search", "search_enabled", "seed", "shareable", "shunned", "stats", "subscribe",
     "sync", "sync_cursor", "time_range_page", "tombstoned", "tombstones", "tombstones_made_by", "topic", "unblocks", "user_info",
     "user_labels", "users", "validate", "verify_signatures", "verify_workers", "writer",

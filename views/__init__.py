@@ -43,10 +43,10 @@ and nothing else to know what a view holds.
 from cablestore.compiled import native as _native
 from cablestore.keyspace.keys import escape
 
-from . import actions, author, blocks, channel, chat, links, roles, state, user
+from . import actions, author, blocks, channel, chat, links, recon, roles, state, user
 from .base import View
 
-VIEWS = tuple(m.VIEW for m in (chat, state, author, user, channel, links, roles, actions, blocks))
+VIEWS = tuple(m.VIEW for m in (chat, state, author, user, channel, links, roles, actions, blocks, recon))
 # Views whose resolved entries are computed from the whole set of moderation posts
 # (``resolved(state)``, under ``RESOLVED_PREFIXES``), besides their per-post entries.
 RESOLVED = tuple(v for v in VIEWS if v.RESOLVED_PREFIXES)

@@ -55,6 +55,7 @@ LINKS = b"!links!"
 ROLES = b"!roles!"
 ACTIONS = b"!actions!"
 BLOCKS = b"!blocks!"
+RECON = b"!recon!"  # per channel and time bucket, the count and sum of the !chat rows' hashes (views/recon.py)
 SEARCH = b"!search!"  # the full-text index: only in a store with search enabled (``views/search.py``)
 
 # --- time --------------------------------------------------------------

@@ -269,6 +269,8 @@ class Store:
     links = _to("_queries", Queries.links)
     reverse_links = _to("_queries", Queries.reverse_links)
     heads = _to("_queries", Queries.heads)
+    range_sum = _to("_queries", Queries.range_sum)
+    range_items = _to("_queries", Queries.range_items)
     __contains__ = _to("_queries", Queries.__contains__)
 
     # --- decoded reads (cablestore.store.read.decoded, cablestore.store.read.users) ----

@@ -29,6 +29,7 @@ from cablestore.keyspace.records import Tombstone
 from cablestore.store.deprecated import renamed_keyword
 from cablestore.store.read import spelling
 from cablestore.store.read.links import LinkQueries
+from cablestore.store.read.ranges import RangeQueries
 from cablestore.views import author, chat, state, user
 from cablestore.views import channel as channel_view
 from cablestore.wire.codec import CHANNEL_TYPES, POST_TYPE_NAMES
@@ -47,7 +48,7 @@ def _stop(limit: int) -> int | None:
     return None if limit == 0 or limit > sys.maxsize else limit
 
 
-class Queries(LinkQueries):
+class Queries(LinkQueries, RangeQueries):
     """Hash-level reads of one store: posts by hash, tombstones, channels' time ranges and states, users' posts.
 
     The store's facade guards every call

@@ -21,12 +21,13 @@ from cablestore.keyspace.keys import DELETED, POSTS, SEARCH_KEY
 from cablestore.keyspace.records import Indexed, Tombstone
 from cablestore.store.read.hashes import channel_names
 from cablestore.store.write.txn import Txn
-from cablestore.views import rank
+from cablestore.views import rank, recon
 from cablestore.wire.codec import decode_post
 
 _MISSING = object()
 ENFORCE_UNREAD = object()  # a batch has not yet looked for moderation rows that keep posts out
 WINNER_CACHE_SIZE = 50_000  # groups whose latest candidate a Store remembers (~10 MB)
+SUM_CACHE_SIZE = 30_000  # !recon rows whose value a Store remembers (~5 MB)
 
 
 class _Found(tuple):
@@ -47,7 +48,7 @@ class _Unread:
 class IndexState:
     """The indexing state of one batch, over the Txn ``txn`` that buffers its writes."""
 
-    def __init__(self, txn: Txn, tomb_filter=None, winners=None, link_filter=None, search: bool | None = None):
+    def __init__(self, txn: Txn, tomb_filter=None, winners=None, link_filter=None, search: bool | None = None, sum_rows=None):
         self.txn = txn
         # The store keeps the search view (``views/search.py``): index and unindex its entries (None: ask the DB).
         self.search = txn.db.get(SEARCH_KEY) is not None if search is None else search
@@ -74,6 +75,11 @@ class IndexState:
         self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
         self._latest_keys: dict[tuple, set[bytes]] = {}
         self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
+        self.sums: dict[tuple, list] = {}  # the finest !recon buckets' [sum, count] this batch adds (views/recon.py), written at commit
+        # !recon row -> its committed value (None: no row), kept by the writer across batches: a post
+        # a batch (a live peer) rewrites the rows of its buckets without reading them from LevelDB.
+        self._sum_rows = sum_rows
+        self._sums_written: dict[bytes, bytes | None] = {}
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
@@ -252,13 +258,28 @@ class IndexState:
         return Committed(added, removed)
 
     # --- commit ---------------------------------------------------------
+    def _write_sums(self) -> None:
+        """The range sums (``views/recon.py``) the batch's posts changed: each row read once and rewritten (or removed, when empty)."""
+        sums, self.sums = self.sums, {}
+        get, writes, cached, written = self.get, self.writes, self._sum_rows, self._sums_written
+        for key, delta in recon.expand(sums).items():
+            if delta[1] or delta[0]:
+                held = _MISSING if cached is None else cached.get(key, _MISSING)
+                value = recon.merged(get(key) if held is _MISSING else held, delta)
+                writes[key] = written[key] = value  # None: a delete
+
     def commit(self, sync: bool = False) -> None:
         """Write the Txn (the groups settled, the moderation resolved: :func:`cablestore.store.write.indexer.commit`), then remember the winners."""
         if self._link_filter is not None:  # before the linker entries are written
             for post in self.added.values():
                 for target in post.links:
                     self._link_filter.add(target)
+        self._write_sums()
         self.txn.commit(sync)
+        if self._sum_rows is not None and self._sums_written:  # only once the batch is written
+            if len(self._sum_rows) + len(self._sums_written) > SUM_CACHE_SIZE:
+                self._sum_rows.clear()
+            self._sum_rows.update(self._sums_written)
         if self._winners is not None:  # only once the batch is written
             if len(self._winners) + len(self._settled) > WINNER_CACHE_SIZE:
                 self._winners.clear()  # bounded memory; refilled as groups are touched again

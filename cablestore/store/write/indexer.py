@@ -38,6 +38,7 @@ from cablestore.store.read.hashes import channel_names
 from cablestore.store.write import enforcing
 from cablestore.store.write.batch import ENFORCE_UNREAD, IndexState
 from cablestore.store.write.resolving import needed, refresh, worth_resolving
+from cablestore.views import recon as recon_view
 from cablestore.views import search as search_view
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
@@ -228,7 +229,9 @@ def _relist(state: IndexState, h: bytes, blob: bytes, *changed: Tombstone) -> No
 def index(state: IndexState, ip: Indexed, buf: bytes) -> None:
     """Write a post and its view entries."""
     state.put(POSTS + ip.hash, buf)
-    state.put_many(views.entries(ip))
+    entries = views.entries(ip)
+    state.put_many(entries)
+    recon_view.add(state.sums, ip.post.post_type, entries)  # the channel's range sums, written at commit
     if state.search:
         state.put_many(search_view.entries(ip))
     state.deleted.discard(ip.hash)
@@ -255,6 +258,7 @@ def unindex(state: IndexState, h: bytes, blob: bytes, *, forget_tombstones: bool
     keys = {k for k, _ in views.entries(ip)}  # a post/delete's channels: from the tombstones it made
     if state.search:  # the search entries come from the text, which only the post holds
         keys.update(k for k, _ in search_view.entries(ip))
+    recon_view.add(state.sums, post.post_type, keys, -1)  # the range sums the post's !chat rows were counted in
     for key in keys:
         state.delete(key)
     state.delete(POSTS + h)

@@ -87,6 +87,7 @@ class Writer:
         self.search = search  # the store keeps the search view (views/search.py) in every batch
         self._tomb_filter = self._link_filter = None  # made on the first write
         self._winners: dict = {}  # latest candidate per group, as committed
+        self._sum_rows: dict = {}  # !recon rows as committed (views/recon.py), read once, not once a batch
 
     # --- the door ---------------------------------------------------------
     def writable(self) -> None:
@@ -132,11 +133,12 @@ class Writer:
             self._tomb_filter, self._link_filter = tombstone_filter(db), link_filter(db)
         self._tomb_filter.grow_if_full()
         self._link_filter.grow_if_full()
-        return IndexState(Txn(db), self._tomb_filter, self._winners, link_filter=self._link_filter, search=self.search)
+        return IndexState(Txn(db), self._tomb_filter, self._winners, link_filter=self._link_filter, search=self.search, sum_rows=self._sum_rows)
 
     def forget_caches(self) -> None:
         """Drop what the writer remembers of the views: after writes not made by its batches (a lease, a reopen)."""
         self._winners.clear()
+        self._sum_rows.clear()
         self._tomb_filter = self._link_filter = None
 
     # --- small writes of the store's own keys -------------------------------
