@@ -1,4 +1,4 @@
-"""Migration of a store to the current keyspace format (``cablestore-1`` to ``cablestore-2``): a reindex between two writes.
+"""Migration of a store to the current keyspace format (``cablestore-1`` or ``cablestore-2`` to ``cablestore-3``): a reindex between two writes.
 
 The formats differ only in their derived rows; the primary data (``!post!``,
 ``!deleted!``, ``!facts!``) and the rows no view derives (``!meta!``,
@@ -12,11 +12,11 @@ code) between two writes:
 3. One synced WriteBatch sets ``!meta!format`` to the current format and
    deletes ``!local!migrating``.
 
-Killed anywhere before step 3, the store still says ``cablestore-1``: every
+Killed anywhere before step 3, the store still says its old format: every
 open refuses it (:class:`cablestore.errors.MigrationNeededError`), and
 migrating again starts the reindex over and finishes (the reindex is a
 function of the primary data, so the result is the same store).  After
-step 3 it is a format-2 store; migrating it again changes nothing.
+step 3 it is in the current format; migrating it again changes nothing.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def migrate(path: str | os.PathLike, progress: Progress | None = None) -> Migrat
         if progress:
             progress.stage(f"migrate {report.from_format} to {report.to_format}")
         done = reindex_db(lease, progress, sync=True)
-        with lease.write_batch() as wb:  # the flip, last: until it is written the store is format 1
+        with lease.write_batch() as wb:  # the flip, last: until it is written the store is in its old format
             wb.put(FORMAT_KEY, opening.FORMAT)
             wb.delete(MIGRATING)
         report.posts, report.indexed, report.written, report.dropped, report.faults = done.posts, done.indexed, done.written, done.dropped, done.faults

@@ -1,4 +1,4 @@
-"""Migration to format cablestore-2: a format-1 store is refused until migrated, and the migration keeps every answer.
+"""Migration to the current format: a format-1 store is refused until migrated, and the migration keeps every answer.
 
 The format-1 store is tests/data/format1-store.tar.gz, written by format-1 code
 (tests/format1_fixture.py), with the answers that code gave in
@@ -58,9 +58,9 @@ def test_the_fixture_is_a_format_1_store(format1):
     assert MIGRATING not in dict(raw(format1)) and REINDEXING not in dict(raw(format1))
 
 
-def test_a_new_store_is_format_2(tmp_path):
+def test_a_new_store_is_in_the_current_format(tmp_path):
     with Store(tmp_path / "new") as s:
-        assert s.db.get(FORMAT_KEY) == opening.FORMAT == b"cablestore-2"
+        assert s.db.get(FORMAT_KEY) == opening.FORMAT == b"cablestore-3"
 
 
 @pytest.mark.parametrize("mode", ["writable", "create_false", "readonly"])
@@ -145,10 +145,10 @@ def test_migration_keeps_every_answer_byte_for_byte(migrated):
 
 def test_migration_flips_the_format_keeps_the_primary_and_local_rows_and_checks_consistent(format1, migrated):
     path, report = migrated
-    assert report.migrated and not report.resumed and report.from_format == "cablestore-1" and report.to_format == "cablestore-2"
+    assert report.migrated and not report.resumed and report.from_format == "cablestore-1" and report.to_format == "cablestore-3"
     assert report.posts == 539 and report.written > 0 and report.dropped > 0 and report.faults == []
     after = dict(raw(path))
-    assert after[FORMAT_KEY] == b"cablestore-2" and MIGRATING not in after and REINDEXING not in after
+    assert after[FORMAT_KEY] == b"cablestore-3" and MIGRATING not in after and REINDEXING not in after
     kept = lambda rows: {k: v for k, v in rows if k.startswith(PRIMARY_AND_KEPT) and k != FORMAT_KEY}  # noqa: E731
     assert kept(raw(format1)) == kept(after.items())  # posts, tombstones, facts, local rows, search flag, quarantine, refusals
     assert b"!meta!search" in after and any(k.startswith(b"!quarantine!") for k in after)
@@ -185,13 +185,13 @@ def test_migration_leaves_only_linker_rows_under_rev_so_the_link_filter_counts_t
     assert built._count == len(targets) and all(built.might_have(t) for t in targets)
 
 
-def test_migrating_a_format_2_store_is_a_no_op_that_says_so(migrated, capsys):
+def test_migrating_a_current_format_store_is_a_no_op_that_says_so(migrated, capsys):
     path, _ = migrated
     before = raw(path)
     report = Store.migrate(path)
-    assert not report.migrated and report.from_format == report.to_format == "cablestore-2"
+    assert not report.migrated and report.from_format == report.to_format == "cablestore-3"
     code, out, err = run_cli(capsys, ["migrate", path])
-    assert code == 0 and "is in format cablestore-2 already: nothing to migrate" in out and err == ""
+    assert code == 0 and "is in format cablestore-3 already: nothing to migrate" in out and err == ""
     code, out, _ = run_cli(capsys, ["migrate", path, "--json"])
     assert code == 0 and json.loads(out)["migrated"] is False
     assert raw(path) == before
@@ -215,6 +215,31 @@ def test_cli_migrate_reports_and_a_held_store_is_refused(format1, tmp_path, caps
     assert err == ""  # --json: no progress line
 
 
+def test_a_format_2_store_lacking_range_sums_is_refused_then_migrated_with_them(migrated, tmp_path):
+    """Format 2 had no !recon rows: opened as is, its fingerprints would be wrong, so it is refused until migrated."""
+    from cablestore.keyspace.keys import RECON
+
+    path = tmp_path / "f2"
+    shutil.copytree(migrated[0], path)
+    db, key, links = opening.open_db(path, create=False, migrating=True)
+    try:  # what format-2 code left: the same rows but the range sums
+        sums = [k for k, _ in db.iterator(prefix=RECON)]
+        assert sums
+        with db.write_batch() as wb:
+            for k in sums:
+                wb.delete(k)
+            wb.put(FORMAT_KEY, b"cablestore-2")
+    finally:
+        opening.close_db(db, key, links)
+    with pytest.raises(MigrationNeededError, match="format cablestore-2"):
+        Store(path)
+    report = Store.migrate(path)
+    assert report.migrated and report.from_format == "cablestore-2"
+    assert [k for k, _ in raw(path) if k.startswith(RECON)] == sums
+    with Store(path, readonly=True) as s:
+        assert s.check().consistent
+
+
 def test_a_snapshot_exported_from_a_format_1_store_is_refused():
     from cablestore.errors import RebuildError
     from cablestore.rebuild.parquet import FORMAT, parse_manifest
@@ -222,7 +247,10 @@ def test_a_snapshot_exported_from_a_format_1_store_is_refused():
     manifest = {"format": FORMAT, "partitions": 2, "counts": {}, "files": {}, "store": {"name": "s", "meta": {"format": "cablestore-1"}}}
     with pytest.raises(RebuildError, match=r"exported from a store in format cablestore-1; migrate the store \(`cablestore migrate STORE`\)"):
         parse_manifest(json.dumps(manifest), "snap")
-    manifest["store"]["meta"]["format"] = "cablestore-2"
+    manifest["store"]["meta"]["format"] = "cablestore-2"  # no !recon range sums
+    with pytest.raises(RebuildError, match=r"exported from a store in format cablestore-2"):
+        parse_manifest(json.dumps(manifest), "snap")
+    manifest["store"]["meta"]["format"] = "cablestore-3"
     assert parse_manifest(json.dumps(manifest), "snap")["partitions"] == 2
 
 
@@ -251,7 +279,7 @@ def test_recover_of_a_damaged_format_1_store_migrates_it_and_names_what_is_gone(
     from cablestore.cli.maintenance import format_recovery
 
     assert "migrated: a format-1 store" in format_recovery(report)
-    assert dict(raw(path))[FORMAT_KEY] == b"cablestore-2" and MIGRATING not in dict(raw(path))
+    assert dict(raw(path))[FORMAT_KEY] == b"cablestore-3" and MIGRATING not in dict(raw(path))
     with Store(migrated[0], create=False) as s:
         expected = {k for k, _ in s.items(b"!post!")}
     with Store(path, create=False) as s:

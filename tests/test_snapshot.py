@@ -74,7 +74,7 @@ def test_export_writes_every_post_once_in_its_partition_with_checksums(tmp_path,
         tombstones = sum(1 for _ in s.items(b"!deleted!"))
         manifest = export(s.db, tmp_path / "snap", partitions=5, source="store")
     assert manifest["counts"]["posts"] == len(stored) and manifest["counts"]["tombstones"] == tombstones
-    assert manifest["local_user"] == URSULA.public_key.hex() and manifest["store"]["meta"] == {"format": "cablestore-2"}
+    assert manifest["local_user"] == URSULA.public_key.hex() and manifest["store"]["meta"] == {"format": "cablestore-3"}
     seen = {}
     for name, info in manifest["files"].items():
         path = tmp_path / "snap" / name

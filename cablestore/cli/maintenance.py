@@ -19,7 +19,7 @@ def register(sub) -> None:
     add_output_flags(p)
     p.set_defaults(func=_cmd_reindex)
 
-    p = sub.add_parser("migrate", help="upgrade a store of an older keyspace format (cablestore-1) to the current one, in place; resumable")
+    p = sub.add_parser("migrate", help="upgrade a store of an older keyspace format (cablestore-1, cablestore-2) to the current one, in place; resumable")
     p.add_argument("store", help="the store directory (must exist; not open elsewhere)")
     add_output_flags(p)
     p.set_defaults(func=_cmd_migrate)

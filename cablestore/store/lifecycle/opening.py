@@ -55,9 +55,11 @@ from cablestore.keyspace.keys import FORMAT_KEY
 from cablestore.recovery.leveldb import manifest as leveldb_files
 from cablestore.store.lifecycle.readonly import Links
 
-FORMAT = b"cablestore-2"
-#: Formats ``cablestore migrate`` upgrades to :data:`FORMAT` (format 2 drops format 1's per-post ``!rev!<hash>`` entry and its membership candidates: docs/keyspace-format-1.md).
-OLD_FORMATS = (b"cablestore-1",)
+FORMAT = b"cablestore-3"
+#: Formats ``cablestore migrate`` upgrades to :data:`FORMAT`: format 2 dropped format 1's per-post
+#: ``!rev!<hash>`` entry and its membership candidates (docs/keyspace-format-1.md); format 3 adds the
+#: ``!recon`` range sums set reconciliation reads (views/recon.py), which a format-2 store lacks.
+OLD_FORMATS = (b"cablestore-1", b"cablestore-2")
 RECOVER_HINT = "run `cablestore recover STORE` to salvage what is readable"
 
 # Files LevelDB writes; LOCK and LOG alone hold no data.
