@@ -176,7 +176,8 @@ def test_hash_responses_lead_to_post_requests_only_for_what_is_missing(chat, sto
 def test_sync_pulls_everything_and_a_second_sync_uses_the_cursor(chat, stores):
     s, hashes, alice, bob = chat
     empty = stores("empty")
-    a, b = link(Node(s), Node(empty))
+    native = PeerLimits(reconcile=0)  # peers of native requests only (a reconciling pair settles the channel instead)
+    a, b = link(Node(s, policy=native), Node(empty, policy=native))
     sync = Sync(b, "peer-a")
     pump((a, b), polls=[sync])
     assert sync.done and sync.summary()["complete"]
@@ -336,8 +337,8 @@ def test_draft8_framing_end_to_end(chat, stores):
     a, b = link(Node(s, framing=M.DRAFT8), Node(empty, framing=M.DRAFT8))
     sync = Sync(b, "draft8-peer")
     sync.poll(WALL)
-    (first,) = D.Decoder(M.DRAFT8).feed(b._out)
-    assert len(first.req_id) == 8
+    first = D.Decoder(M.DRAFT8).feed(b._out)  # the reconciliation probe, then the channel list request
+    assert [type(m) for m in first] == [M.ReconcileRequest, M.ChannelListRequest] and all(len(m.req_id) == 8 for m in first)
     pump((a, b), polls=[sync])
     assert sync.summary()["complete"] and answers(empty) == answers(s)
 

@@ -103,12 +103,15 @@ class PeerLimits:
     hashes_per_page: int = 512
     posts_per_page: int = 64
     pending_hashes: int = 0  # hashes we wait on at most (0: from the memory budget)
+    reconcile: int = 1  # 1: speak set reconciliation (docs/reconcile.md) with peers that do; 0: native requests only, the probe ignored
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise PolicyError(f"{f.name} must be a non-negative integer, got {value!r}")
+        if self.reconcile > 1:
+            raise PolicyError(f"reconcile must be 0 or 1, got {self.reconcile}")
         for name in ("max_connections", "memory_mb", "active_per_peer", "slice_units", "read_chunk", "hashes_per_page", "posts_per_page"):
             if getattr(self, name) < 1:
                 raise PolicyError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -233,6 +236,9 @@ MAX_LISTED_CHANNELS = 16 * CHANNELS_PER_RESPONSE  # a sync takes at most this ma
 MAX_LIVE_CHANNELS = CHANNELS_PER_RESPONSE
 DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
 DEFAULT_PROGRESS_TIMEOUT = 30_000  # the default of ``sync --progress-timeout``
+PROBE_WAIT = 1000  # ms a sync waits for the answer to its reconciliation probe (a peer that ignores it answers its channel list first)
+RECONCILE_RANGES_PER_CONNECTION = 1 << 18  # reconciliation ranges one connection may have answered (each a few reads); past it: refused
+RECONCILED_LIVE_OVERLAP = 60_000  # ms before a reconciliation its channel's live time range starts (not the margin: an hour re-listed)
 PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
 MIN_HISTORY_PAGE = 64  # hashes a page of history asks for at least (a page: the pending-hash bound / 2 / PARALLEL_CHANNELS)
 CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
@@ -302,6 +308,7 @@ _SETTABLE_BOUNDS = {
     "hashes_per_page": "hashes of a time range answered in one unit of work",
     "posts_per_page": "posts of a post request answered in one unit of work",
     "pending_hashes": "hashes waited on at once (0: half the pool at 512 bytes each)",
+    "reconcile": "1: settle channels by set reconciliation with peers that speak it (docs/reconcile.md); 0: native requests only, the extension ignored",
 }
 # Module constants an operator sets anyway, as the default of an argument.
 _SET_OTHERWISE = {
@@ -343,6 +350,9 @@ _FIXED = (
     ("PARALLEL_CHANNELS", "channels a sync asks for at once"),
     ("MIN_HISTORY_PAGE", "hashes a page of history asks for at least (a page: the pending-hash bound / 2 / PARALLEL_CHANNELS)"),
     ("CHANNEL_WAIT", "ms a sync waits for another sync of the same channel"),
+    ("PROBE_WAIT", "ms a sync waits for the answer to its set reconciliation probe (at most; a peer that ignores it answers its channel list first)"),
+    ("RECONCILE_RANGES_PER_CONNECTION", "set reconciliation ranges answered for one connection (each a few reads); later requests are refused"),
+    ("RECONCILED_LIVE_OVERLAP", "ms before a channel's reconciliation its live time range starts"),
     ("WRITE_CHUNK", "bytes handed to a socket at once"),
     ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),
     ("BACKLOG", "connections the kernel queues before they are accepted"),

@@ -30,7 +30,7 @@ from cablestore.peer.limits import DEFAULT_PROGRESS_TIMEOUT
 from cablestore.peer.node import Node
 from cablestore.peer.protocol import Connection
 from cablestore.peer.sync import Sync
-from cablestore.wire.messages import ChannelStateRequest, TimeRangeRequest
+from cablestore.wire.messages import ChannelStateRequest, ReconcileRequest, StateChangesRequest, TimeRangeRequest
 
 
 class Puller:
@@ -79,7 +79,7 @@ class Puller:
         """
         for entry in list(conn.inbound.values()):
             spelling = getattr(entry.request, "channel", None)
-            if isinstance(entry.request, (TimeRangeRequest, ChannelStateRequest)) and spelling:
+            if isinstance(entry.request, (TimeRangeRequest, ChannelStateRequest, ReconcileRequest, StateChangesRequest)) and spelling:
                 sync.learn(spelling)
 
     def _end(self, conn: Connection, outcome: str) -> None:

@@ -26,6 +26,9 @@ from cablestore.wire.messages import (
     ModerationStateRequest,
     PostRequest,
     PostResponse,
+    ReconcileRequest,
+    ReconcileResponse,
+    StateChangesRequest,
     TimeRangeRequest,
 )
 
@@ -41,6 +44,10 @@ class Requesting:
         """Ask for a channel's state; missing posts are then requested automatically."""
         return self._request(lambda r: ChannelStateRequest(r, channel, future, ttl=ttl), now, job, live=future == 1)
 
+    def request_state_changes(self, channel: str, *, now: int, job: Job | None = None) -> Job:
+        """Ask for a channel's state changes from now on (the extension's live state request, without the first answer)."""
+        return self._request(lambda r: StateChangesRequest(r, channel), now, job, live=True)
+
     def request_moderation_state(self, channels: Iterable[str], future: int = 0, oldest: int = 0, *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
         """Ask for the moderation state of ``channels`` (and the cabal; message type 8); missing posts are then requested."""
         names = tuple(channels)
@@ -50,11 +57,22 @@ class Requesting:
         """Ask for the channel list; the names arrive in ``job.channels``."""
         return self._request(lambda r: ChannelListRequest(r, offset, limit, ttl=ttl), now, job)
 
-    def request_posts(self, hashes: Iterable[bytes], *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
-        """Ask for posts by hash (only those not held, not deleted, not already asked for)."""
+    def request_reconcile(self, channel: str, scope: int, message: bytes, *, now: int, job: Job | None = None) -> Job:
+        """One round of set reconciliation (docs/reconcile.md); the answer's message arrives in ``job.reply``."""
+        return self._request(lambda r: ReconcileRequest(r, channel, scope, message), now, job)
+
+    def drop_request(self, req_id: bytes) -> None:
+        """Stop waiting for an answer to one of our requests without telling the peer (a probe it ignored)."""
+        with self.state.lock:
+            entry = self.outbound.get(req_id)
+            if entry is not None:
+                self._conclude_outbound(entry, "ignored")
+
+    def request_posts(self, hashes: Iterable[bytes], *, now: int, ttl: int = 0, job: Job | None = None, channel: str | None = None) -> Job:
+        """Ask for posts by hash (only those not held, not deleted, not already asked for); ``channel``: where they were listed."""
         job = job or Job()
         with self.state.lock:
-            self._request_missing(list(hashes), job, now, ttl)
+            self._request_missing(list(hashes), job, now, ttl, channel)
             job.concluded = True  # no request of its own: done when its post requests are
         return job
 
@@ -221,11 +239,12 @@ class Requesting:
             "closed": "was open when the connection closed",
             "cancelled": "was cancelled",
             "overflow": "listed more posts than this peer waits on at once",
+            "ignored": "was not answered (the peer ignores it)",
         }.get(reason, "failed")
 
     def _handle_answer(self, entry: Outbound, m, now: int) -> None:
         job, request = entry.job, entry.request
-        if isinstance(m, HashResponse) and isinstance(request, (TimeRangeRequest, ChannelStateRequest, ModerationStateRequest)):
+        if isinstance(m, HashResponse) and isinstance(request, (TimeRangeRequest, ChannelStateRequest, ModerationStateRequest, StateChangesRequest)):
             if m.hashes:
                 entry.started = now
                 if isinstance(request, TimeRangeRequest):
@@ -252,6 +271,9 @@ class Requesting:
                 if not m.concludes:
                     self.state.expect_closing(entry.req_id, self)
                 self._send_queued(now)
+        elif isinstance(m, ReconcileResponse) and isinstance(request, ReconcileRequest):
+            job.reply = m.message
+            self._conclude_outbound(entry, "answered")
         elif isinstance(m, ChannelListResponse) and isinstance(request, ChannelListRequest):
             job.channels = m.channels
             self._conclude_outbound(entry, "answered")

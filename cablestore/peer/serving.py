@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cablestore.errors import DuplicateRequestError, RequestTableFullError, UnknownRequestError
+from cablestore.errors import DuplicateRequestError, RequestTableFullError, UnknownMessageTypeError, UnknownRequestError
 from cablestore.keyspace.keys import canonical_channel
-from cablestore.peer import limits
+from cablestore.peer import limits, reconciling
 from cablestore.peer.table import MODERATION_LIVE, Inbound
 from cablestore.wire.messages import (
     CancelRequest,
@@ -40,6 +40,9 @@ from cablestore.wire.messages import (
     ModerationStateRequest,
     PostRequest,
     PostResponse,
+    ReconcileRequest,
+    ReconcileResponse,
+    StateChangesRequest,
     TimeRangeRequest,
 )
 
@@ -54,11 +57,15 @@ class Serving:
         ChannelStateRequest: "_answer_state",
         ChannelListRequest: "_answer_channel_list",
         ModerationStateRequest: "_answer_moderation_state",
+        ReconcileRequest: "_answer_reconcile",
+        StateChangesRequest: "_answer_state",
     }
 
     def _handle_request(self, m, now: int) -> None:
         peer = self.state
         self.stats["requests"] += 1
+        if isinstance(m, (ReconcileRequest, StateChangesRequest)) and not peer.policy.reconcile:  # as a peer that does not know the type (§6.3.1)
+            raise UnknownMessageTypeError(f"message type {m.msg_type}: this peer does not speak set reconciliation")
         first = peer.remember(m.req_id, self.serial)
         if first is not None:
             self._duplicate(m, first, now)
@@ -141,17 +148,20 @@ class Serving:
             below = keys[-1]
             yield
 
-    def _answer_state(self, entry: Inbound, m: ChannelStateRequest, now: int) -> Iterator | None:
+    def _answer_state(self, entry: Inbound, m: ChannelStateRequest | StateChangesRequest, now: int) -> Iterator | None:
+        """A channel state request; a state changes request (the extension's) is its live form without the first answer."""
         entry.channel = canonical_channel(m.channel)
         if self.state.store.channel_dropped(m.channel):
             return None
-        if m.future == 1 and not self._take_live(entry):
+        changes_only = isinstance(m, StateChangesRequest)
+        if (changes_only or m.future == 1) and not self._take_live(entry):
             return None
         hashes = self.state.store.channel_state_answer(m.channel)
-        entry.state = set(hashes)
+        entry.state = set(hashes)  # what the peer holds: later pushes send only what differs from it
         entry.answered_size = len(hashes)
-        self._maybe_forward(entry, m)
-        self.push(entry, hashes)
+        if not changes_only:
+            self._maybe_forward(entry, m)
+            self.push(entry, hashes)
         return None
 
     def _answer_channel_list(self, entry: Inbound, m: ChannelListRequest, now: int) -> Iterator | None:
@@ -195,6 +205,12 @@ class Serving:
         hashes = self.state.store.moderation_state(m.channels, m.oldest, to=self.user)
         entry.state = set(hashes)
         self.push(entry, hashes)
+        return None
+
+    def _answer_reconcile(self, entry: Inbound, m: ReconcileRequest, now: int) -> Iterator | None:
+        """The set reconciliation extension (docs/reconcile.md): one answer, at once (:func:`reconciling.answer`)."""
+        self._send(ReconcileResponse(m.req_id, reconciling.answer(self, m)))
+        entry.answered = True  # the one response, which concludes it
         return None
 
     # --- long answers -----------------------------------------------------------------
@@ -320,4 +336,6 @@ class Serving:
     def _concluding(request):
         if isinstance(request, PostRequest):
             return PostResponse(request.req_id)
+        if isinstance(request, ReconcileRequest):
+            return ReconcileResponse(request.req_id)  # empty: refused, the requester falls back to native requests
         return HashResponse(request.req_id)

@@ -29,6 +29,7 @@ from cablestore.keyspace.keys import WEEK_MS, canonical_channel
 from cablestore.peer import cursors, history, limits
 from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
 from cablestore.peer.protocol import Connection
+from cablestore.peer.reconciling import ChannelReconcile, Probe, holds_history
 from cablestore.peer.table import Job
 
 
@@ -44,21 +45,28 @@ class _Channel:
         self.finished = False
         self.waiting_since: int | None = None  # when it found another sync holding the channel
         self.asked_at: int | None = None  # when its history and state were asked for
+        self.recon: ChannelReconcile | None = None  # its reconciliation, with a peer that speaks it
 
     @property
     def asked(self) -> bool:
         return self.jobs is not None
 
     @property
+    def reconciled(self) -> bool:
+        """Settled by reconciliation (no native request asked)."""
+        return self.recon is not None and self.recon.fallback is None
+
+    @property
     def answered(self) -> bool:
-        return self.jobs is not None and all(j.done for j in self.finite_jobs())
+        return self.jobs is not None and (not self.reconciled or self.recon.done) and all(j.done for j in self.finite_jobs())
 
     @property
     def complete(self) -> bool:
         return self.jobs is not None and all(j.complete for j in self.finite_jobs())
 
     def finite_jobs(self) -> list[Job]:
-        return [j for pair in (self.jobs or {}).values() for j in pair] + [j for pages in self.pages.values() for j, _ in pages]
+        own = self.recon.all_jobs() if self.reconciled else []
+        return own + [j for pair in (self.jobs or {}).values() for j in pair] + [j for pages in self.pages.values() for j, _ in pages]
 
 
 class Sync:
@@ -111,6 +119,8 @@ class Sync:
         self.channels: dict[str, _Channel] = {}
         self.listing: Job | None = None  # the channel list request (of its last page)
         self._pages: list[str] = []  # the channels of the full pages before it
+        self.probe: Probe | None = None  # whether the peer speaks set reconciliation (docs/reconcile.md)
+        self.fallbacks: dict[str, str] = {}  # channels whose reconciliation failed, and why (then asked natively)
         self.moderation: Job | None = None  # the moderation state request (message type 8), once the channels are known
         self.moderation_live: Job | None = None
         self.started = False
@@ -132,6 +142,8 @@ class Sync:
             if not self.started:
                 self.started = True
                 self._progress_at = now
+                if self.state.policy.reconcile and self.window is None:  # before the list: answers come in order
+                    self.probe = Probe(self.conn, now, tag=self)
                 self.listing = self.conn.request_channel_list(0, limits.CHANNELS_PER_RESPONSE, now=now, job=Job(tag=self))
             if not self.conn.closed:
                 self.conn.settle_deferred(now)
@@ -234,16 +246,22 @@ class Sync:
                 if now - ch.waiting_since < min(limits.CHANNEL_WAIT, self.progress_timeout // 2):
                     return  # another sync holds this channel: wait for it, a while
             self.state.syncing[ch.name] = self.state.syncing.get(ch.name, 0) + 1
-            start, end = self.window or (self._stored_cursor(ch.name), now + WEEK_MS)
             ch.asked_at = now
-            ch.jobs = {
-                spelling: (
-                    self.conn.request_time_range(spelling, start, end, self.page, now=now, job=Job(tag=self)),
-                    self.conn.request_state(spelling, 0, now=now, job=Job(tag=self)),
-                )
-                for spelling in ch.spellings
-            }
+            if self._reconciles(ch.name, now):
+                if self.live and self._live_channels < limits.MAX_LIVE_CHANNELS:
+                    # Its state changes from before the reconciliation on, so none falls between the two.
+                    self._live_channels += 1
+                    ch.live.append(self.conn.request_state_changes(ch.name, now=now, job=Job(tag=self)))
+                ch.recon, ch.jobs = ChannelReconcile(self.conn, ch.name, now, self, self.page), {}
+            else:
+                self._ask_natively(ch, now)
             return
+        if ch.recon is not None and not ch.jobs:
+            ch.recon.poll(now)
+            if ch.recon.fallback is not None:  # a refusal, a malformed or lying answer, a timeout: list it natively
+                self.fallbacks[ch.name] = ch.recon.fallback
+                self._ask_natively(ch, now)
+                return
         if not ch.answered:
             return
         if self._next_pages(ch, now):
@@ -251,17 +269,38 @@ class Sync:
         ch.finished = True
         self._release(ch.name)
         if ch.complete and self.window is None:
-            cursor = self._cursor(ch)
+            cursor = ch.asked_at - self.margin if ch.reconciled else self._cursor(ch)  # reconciled: it held all we lacked
             if cursor is not None:
                 self.state.store.set_sync_cursor(self.cursor_key, ch.name, cursor)
         if self.live and not self.conn.closed:
-            if self._live_channels >= limits.MAX_LIVE_CHANNELS:
+            subscribed = bool(ch.live)  # reconciled: its state changes are asked for already
+            if not subscribed and self._live_channels >= limits.MAX_LIVE_CHANNELS:
                 self.not_live.append(ch.name)
                 return
-            self._live_channels += 1
+            self._live_channels += not subscribed
+            # After a reconciliation, from just before it: the margin would list an hour of posts held already.
+            start = ch.asked_at - limits.RECONCILED_LIVE_OVERLAP if ch.reconciled else now - self.margin
             for spelling in ch.spellings:
-                ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
-                ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
+                ch.live.append(self.conn.request_time_range(spelling, max(0, start), 0, 0, now=now, job=Job(tag=self)))
+                if not subscribed:
+                    ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
+
+    def _reconciles(self, name: str, now: int) -> bool:
+        """Reconcile the channel: the peer speaks it, no window was asked, and this store holds some of its history
+        (holding none, it would be told every hash, as native requests do, but without their paging)."""
+        speaks = self.probe is not None and self.probe.poll(now, listed=True)
+        return bool(speaks) and self.window is None and holds_history(self.state.store, name)
+
+    def _ask_natively(self, ch: _Channel, now: int) -> None:
+        """The channel's history (from its cursor, or the window) and state, by native requests, under every spelling."""
+        start, end = self.window or (self._stored_cursor(ch.name), now + WEEK_MS)
+        ch.jobs = {
+            spelling: (
+                self.conn.request_time_range(spelling, start, end, self.page, now=now, job=Job(tag=self)),
+                self.conn.request_state(spelling, 0, now=now, job=Job(tag=self)),
+            )
+            for spelling in ch.spellings
+        }
 
     @property
     def page(self) -> int:
@@ -376,7 +415,10 @@ class Sync:
             "dropped_by_error": dict(sorted(self.conn.errors.items())),
             "requests_from_peer": stats["requests"],
             "incomplete_channels": incomplete,
-            "channels_not_live": len(self.not_live),  # a live sync: channels synced once, past MAX_LIVE_CHANNELS
+            "channels_not_live": len(self.not_live),
+            "reconciles": bool(self.probe and self.probe.result),  # the peer speaks set reconciliation
+            "channels_reconciled": sum(1 for ch in self.channels.values() if ch.reconciled),
+            "reconcile_fallbacks": dict(sorted(self.fallbacks.items())),  # channel -> why it was asked natively instead  # a live sync: channels synced once, past MAX_LIVE_CHANNELS
             # Per spelling asked for: requests sent (time range, state and their post requests), hashes and posts got.
             "spellings": {
                 spelling: {"asked": h.requests + s.requests, "hashes": h.hashes_seen + s.hashes_seen, "posts": h.posts_received + s.posts_received}

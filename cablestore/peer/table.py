@@ -21,6 +21,7 @@ class Concluded:
     request: object
     reason: str
     channels: tuple[str, ...] = ()
+    reply: bytes | None = None  # a reconcile response's message, once it came
 
 
 @dataclass(frozen=True)

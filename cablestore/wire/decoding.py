@@ -37,6 +37,10 @@ from cablestore.wire.messages import (
     MODERATION_STATE_REQUEST,
     POST_REQUEST,
     POST_RESPONSE,
+    RECONCILE_REQUEST,
+    RECONCILE_RESPONSE,
+    SCOPE_STATE,
+    STATE_CHANGES_REQUEST,
     TIME_RANGE_REQUEST,
     AnyMessage,
     CancelRequest,
@@ -49,6 +53,9 @@ from cablestore.wire.messages import (
     ModerationStateRequest,
     PostRequest,
     PostResponse,
+    ReconcileRequest,
+    ReconcileResponse,
+    StateChangesRequest,
     TimeRangeRequest,
     check_channel,
 )
@@ -116,6 +123,10 @@ class _Reader:
             out.append(self.fixed(n, "a post"))
         return tuple(out)
 
+    def blob(self, what: str) -> bytes:
+        """A varint length, then that many bytes (bounded by the message's own length)."""
+        return self.fixed(self.varint(), what)
+
     def future(self) -> int:
         value = self.varint()
         if value not in (0, 1):
@@ -140,20 +151,39 @@ def _decode_fields(t: int, r: _Reader, req_id: bytes, head: dict) -> AnyMessage:
         return ChannelStateRequest(req_id, r.channel(), r.future(), **head)
     if t == CHANNEL_LIST_REQUEST:
         return ChannelListRequest(req_id, r.varint(), r.varint(), **head)
-    return ModerationStateRequest(req_id, r.channels(), r.future(), r.varint(), **head)
+    if t == MODERATION_STATE_REQUEST:
+        return ModerationStateRequest(req_id, r.channels(), r.future(), r.varint(), **head)
+    if t == RECONCILE_REQUEST:
+        return _reconcile_request(r, req_id, head)
+    if t == STATE_CHANGES_REQUEST:
+        return StateChangesRequest(req_id, r.channel(), **head)
+    return ReconcileResponse(req_id, r.blob("a reconciliation message"), **head)
+
+
+def _reconcile_request(r: _Reader, req_id: bytes, head: dict) -> ReconcileRequest:
+    channel = r.string("channel name")
+    scope = r.varint()
+    if scope > SCOPE_STATE:
+        raise LimitError(f"unknown reconcile scope {scope}")
+    message = r.blob("a reconciliation message")
+    if channel or message:  # else the probe
+        check_channel(channel)
+        if not message:
+            raise LimitError("a reconcile request of a channel without a message")
+    return ReconcileRequest(req_id, channel, scope, message, **head)
 
 
 def decode_payload(payload: bytes, framing: Framing = DEPLOYED, limits: Limits = DEFAULT_LIMITS) -> AnyMessage:
     """Decode a message without its ``msg_len`` (the bytes ``msg_len`` counts)."""
     r = _Reader(bytes(payload), 0, limits)
     t = r.varint()
-    if t > MODERATION_STATE_REQUEST:
+    if t > MODERATION_STATE_REQUEST and t not in (RECONCILE_REQUEST, RECONCILE_RESPONSE, STATE_CHANGES_REQUEST):
         raise UnknownMessageTypeError(f"unknown message type {t}")
     head = {}
     if framing.circuit_id:
         head["circuit_id"] = r.fixed(CIRCUIT_SIZE, "circuit_id")
     req_id = r.fixed(framing.req_id_size, "req_id")
-    if t >= POST_REQUEST and t != CHANNEL_LIST_RESPONSE and framing.ttl:
+    if t >= POST_REQUEST and t not in (CHANNEL_LIST_RESPONSE, RECONCILE_RESPONSE) and framing.ttl:
         head["ttl"] = r.varint()
         if head["ttl"] > MAX_TTL:
             raise TtlError(f"ttl {head['ttl']} exceeds {MAX_TTL}")

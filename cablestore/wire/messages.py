@@ -12,7 +12,10 @@ Two framings share one set of message bodies:
 
 Message types (cable.js 0.2.1 numbering): 0 hash response, 1 post response,
 2 post request, 3 cancel, 4 channel time range, 5 channel state, 6 channel
-list request, 7 channel list response, 8 moderation state request.
+list request, 7 channel list response, 8 moderation state request; and
+cablestore's extension (docs/reconcile.md, above 255 as wire.md §6.3.1
+allows): 256 reconcile request, 257 reconcile response, 258 state changes
+request.
 
 Every limit is checked before anything is allocated for it: the message
 length against :attr:`Limits.max_message`, hash counts against
@@ -37,6 +40,8 @@ from cablestore.wire.fields import CHANNEL_CODEPOINTS, HASH_SIZE, encode_str, en
 HASH_RESPONSE, POST_RESPONSE, POST_REQUEST, CANCEL_REQUEST = 0, 1, 2, 3
 TIME_RANGE_REQUEST, CHANNEL_STATE_REQUEST, CHANNEL_LIST_REQUEST = 4, 5, 6
 CHANNEL_LIST_RESPONSE, MODERATION_STATE_REQUEST = 7, 8
+RECONCILE_REQUEST, RECONCILE_RESPONSE, STATE_CHANGES_REQUEST = 256, 257, 258  # the set reconciliation extension (docs/reconcile.md)
+SCOPE_HISTORY, SCOPE_STATE = 0, 1  # what a reconcile request reconciles of its channel
 MAX_TTL = 16
 CIRCUIT_SIZE = 4
 NO_CIRCUIT = bytes(CIRCUIT_SIZE)
@@ -193,6 +198,50 @@ class ModerationStateRequest(Request):
     msg_type: ClassVar[int] = MODERATION_STATE_REQUEST
 
 
+@dataclass(frozen=True, slots=True)
+class ReconcileRequest(Request):
+    """One round of set reconciliation (docs/reconcile.md) of a channel's ``scope``.
+
+    ``scope``: :data:`SCOPE_HISTORY` (the hashes a time range request from 0
+    lists) or :data:`SCOPE_STATE` (a channel state answer).  An empty
+    ``channel`` and ``message`` is the probe: a peer that speaks the
+    extension answers it with its version.
+    """
+
+    channel: str = ""
+    scope: int = SCOPE_HISTORY
+    message: bytes = b""
+    ttl: int = 0
+    circuit_id: bytes = NO_CIRCUIT
+    msg_type: ClassVar[int] = RECONCILE_REQUEST
+
+    @property
+    def is_probe(self) -> bool:
+        """True for the probe (no channel, no message)."""
+        return not self.channel and not self.message
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResponse(Message):
+    """The answer to one reconcile request: the next reconciliation message; empty: refused (use native requests)."""
+
+    message: bytes = b""
+    circuit_id: bytes = NO_CIRCUIT
+    msg_type: ClassVar[int] = RECONCILE_RESPONSE
+    concludes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class StateChangesRequest(Request):
+    """A channel state request with ``future = 1`` but no first answer: only the changes from now on (the extension's;
+    a peer that reconciled the channel's state holds the answer already)."""
+
+    channel: str = ""
+    ttl: int = 0
+    circuit_id: bytes = NO_CIRCUIT
+    msg_type: ClassVar[int] = STATE_CHANGES_REQUEST
+
+
 AnyMessage = (
     HashResponse
     | PostResponse
@@ -203,6 +252,9 @@ AnyMessage = (
     | ChannelStateRequest
     | ChannelListRequest
     | ModerationStateRequest
+    | ReconcileRequest
+    | ReconcileResponse
+    | StateChangesRequest
 )
 
 
@@ -256,7 +308,23 @@ def _body(m: AnyMessage) -> list[bytes]:
         return [encode_varint(m.offset), encode_varint(m.limit)]
     if t == MODERATION_STATE_REQUEST:
         return [*(_channel(c) for c in m.channels), b"\x00", _future(m.future), encode_varint(m.oldest)]
+    if t == RECONCILE_REQUEST:
+        return _reconcile_request(m)
+    if t == RECONCILE_RESPONSE:
+        return [encode_varint(len(m.message)), m.message]
+    if t == STATE_CHANGES_REQUEST:
+        return [_channel(m.channel)]
     raise UnknownMessageTypeError(f"cannot encode message type {t}")
+
+
+def _reconcile_request(m: ReconcileRequest) -> list[bytes]:
+    if m.scope not in (SCOPE_HISTORY, SCOPE_STATE):
+        raise LimitError(f"reconcile scope must be {SCOPE_HISTORY} or {SCOPE_STATE}, got {m.scope}")
+    if m.channel or m.message:  # else the probe
+        check_channel(m.channel)
+        if not m.message:
+            raise LimitError("a reconcile request of a channel needs a message")
+    return [encode_str(m.channel), encode_varint(m.scope), encode_varint(len(m.message)), m.message]
 
 
 def encode(m: AnyMessage, framing: Framing = DEPLOYED) -> bytes:

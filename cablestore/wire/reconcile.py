@@ -248,7 +248,12 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
 
 def respond(items: Items, message: bytes) -> bytes:
     """The answering side: its answer to one reconciliation message (it keeps no state between messages)."""
-    return encode(_answer(items, decode(message), False, set(), set()))
+    return answer_ranges(items, decode(message))
+
+
+def answer_ranges(items: Items, ranges: list[Range]) -> bytes:
+    """The answering side's message for the ranges of a message already decoded (:func:`decode`)."""
+    return encode(_answer(items, ranges, False, set(), set()))
 
 
 @dataclass
@@ -296,4 +301,4 @@ class Initiator:
         return message
 
 
-__all__ = ["Initiator", "Items", "Range", "decode", "encode", "fingerprint", "respond"]
+__all__ = ["Initiator", "Items", "Range", "answer_ranges", "decode", "encode", "fingerprint", "respond"]
