@@ -273,14 +273,15 @@ class Initiator:
     received: int = 0
 
     def start(self) -> bytes:
-        """The first message: the whole set as one id list if small, else as one fingerprint.
+        """The first message: the whole set as one fingerprint (an empty set: an empty id list).
 
         One fingerprint (about 20 bytes) settles a scope both sides hold
-        alike in one round trip; a scope that differs costs one round trip
-        more than starting with its parts would.
+        alike in one round trip, however small; a scope that differs costs
+        one round trip more than starting with its parts would (none when the
+        other side holds few enough items to list them in its answer).
         """
         n = len(self.items)
-        if n <= ID_LIST_THRESHOLD:
+        if n == 0:
             return self._send([Range(INFINITY, ID_LIST, ids=tuple(h for _, h in self.items.items))])
         return self._send([Range(INFINITY, FINGERPRINT, self.items.fingerprint(0, n))])
 
