@@ -1,97 +1,101 @@
-"""Set reconciliation against native listing, on the items of a real store: bytes, round trips, time.
+"""Sync with set reconciliation against native requests, over loopback TCP: bytes, round trips, time, CPU.
 
     python -m benchmarks.reconcile --posts 100000,1000000
 
-For each size: the deterministic workload is ingested (trusted) into a real
-store, and each channel's items are read from it as docs/reconcile.md
-defines them (its ``!chat!`` keys, no post decoded, and its channel state
-answer; the time this takes is reported: it is what fingerprints kept by
-the store would save).  Then for each number of differences k (0, 1, 100,
-1,000 and 10 % of the items) k items are taken out at random, half from
-each side, and every channel is reconciled in process through
-:mod:`cablestore.wire.reconcile` (the initiator against the answering side,
-message by message): bytes each way, round trips (the most any channel
-needed: channels run side by side), wall time and each side's CPU, and
-whether both sides' differences were found exactly.  Beside it, what native
-Cable requests list for the same channels: 32 bytes a hash the other side
-holds.  Not yet over TCP: the peer does not speak the extension yet
-(docs/reconcile.md, "Status").
+For each size the deterministic workload is split: a set D of post/texts
+(10 % of the posts, at random times) and the rest, ingested once (trusted)
+into a base store.  Each row builds two stores from copies of the base: A
+lacks ``a_lacks`` posts of D, B lacks ``b_lacks`` others (k differences,
+half on each side; and a row where B alone lacks 1,000).  Then, for each
+mode, ``cablestore serve A --no-pull`` (``--no-reconcile`` for native) and
+an in-process ``sync`` of a fresh copy of B through a byte-counting proxy
+(:mod:`benchmarks.wirecount`): a first contact (no cursor).  Per row and
+mode: bytes each way, round trips on the wire and of the reconciliation,
+its bytes, wall time, each side's CPU, whether B received every post it
+lacked, and for reconciliation the goal of docs/reconcile.md: the whole
+sync's bytes against 1.5 x the missing posts' bytes + 64 KB.  Only post/texts
+differ: a missing join, role or delete changes what a store makes of other
+posts, so two such stores are not the same function of their posts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from cablestore import Store
-from cablestore.authoring.workload import Workload, iter_posts, write_posts
-from cablestore.keyspace.keys import mono_hash, mono_timestamp
-from cablestore.wire import reconcile as R
-from cablestore.wire.codec import decode_post
+from cablestore import Store, post_hash
+from cablestore.authoring.workload import Workload, read_posts, write_posts
+from cablestore.peer import PeerLimits, run_sync
+from cablestore.peer.limits import STORE_CACHE_MB
+from cablestore.wire.codec import TEXT, decode_post
 
-PAGE = 50_000
+from .sync import _cpu_seconds, _proxy
 
-
-def channel_items(store: Store, channel: str) -> list[tuple[int, bytes]]:
-    """A channel's scope: its time range keys, whole, and its channel state answer, as (timestamp, hash)."""
-    out, below = [], None
-    while True:
-        keys = store.time_range_page(channel, 0, 1 << 63, below, PAGE)
-        out += [(mono_timestamp(k), mono_hash(k)) for k in keys]
-        if len(keys) < PAGE:
-            break
-        below = keys[-1]
-    for h in store.channel_state_answer(channel):
-        buf = store.get(h)
-        if buf is not None:
-            out.append((decode_post(buf).timestamp, h))
-    return out
+NATIVE = PeerLimits(reconcile=0)
 
 
-def _take(items: list, picked: set) -> list:
-    return [x for x in items if x[1] not in picked]
+def _build(base: Path, target: Path, extra: list[bytes]) -> None:
+    shutil.copytree(base, target)
+    with Store(target, verify_signatures=False) as store:
+        for i in range(0, len(extra), 1000):
+            store.ingest_many(extra[i : i + 1000])
 
 
-def measure(scopes: dict[str, list], k: int, seed: int) -> dict:
-    rng = random.Random(seed)
-    every = sorted({x[1] for items in scopes.values() for x in items})  # a post/info can be in several scopes
-    picked = rng.sample(every, min(k, len(every)))
-    only_a, only_b = set(picked[: len(picked) // 2]), set(picked[len(picked) // 2 :])  # A lacks only_b's, B lacks only_a's
-    sent = received = rounds = listed = 0
-    cpu_a = cpu_b = 0.0
-    exact = True
-    start = time.perf_counter()
-    for items in scopes.values():
-        t = time.process_time()
-        ini = R.Initiator(R.Items(_take(items, only_b)))
-        msg = ini.start()
-        cpu_a += time.process_time() - t
-        t = time.process_time()
-        other = R.Items(_take(items, only_a))
-        listed += len(other)
-        cpu_b += time.process_time() - t
-        while msg is not None:
-            t = time.process_time()
-            answer = R.respond(other, msg)
-            cpu_b += time.process_time() - t
-            t = time.process_time()
-            msg = ini.receive(answer)
-            cpu_a += time.process_time() - t
-        hashes = {x[1] for x in items}
-        exact = exact and ini.have == only_a & hashes and ini.need == only_b & hashes
-        sent, received, rounds = sent + ini.sent, received + ini.received, max(rounds, ini.rounds)
-    native = 32 * listed  # native requests list every hash the answering side holds, channel by channel
+def _serve(store: Path, native: bool):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cablestore", "serve", str(store), "--listen", "127.0.0.1:0", "--no-pull", "--quiet", "--port-file", str(store) + ".port"]
+        + (["--no-reconcile"] if native else []),
+        stdout=subprocess.DEVNULL,
+    )
+    port_file = Path(str(store) + ".port")
+    for _ in range(600):
+        if port_file.exists() and port_file.read_text().strip():
+            return proc, f"127.0.0.1:{port_file.read_text().strip()}"
+        if proc.poll() is not None:
+            raise SystemExit("serve did not start")
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("serve did not start within 30 s")
+
+
+def _one(a: Path, b: Path, work: Path, native: bool, b_lacks: list[bytes]) -> dict:
+    """One sync of a copy of B from ``serve A``; ``b_lacks``: the posts B lacks that A holds (all must arrive)."""
+    target = work / ("b-native" if native else "b-reconcile")
+    shutil.copytree(b, target)
+    proc, address = _serve(a, native)
+    px, via = _proxy(address)
+    try:
+        served = _cpu_seconds(proc.pid)
+        with Store(target, cache_mb=STORE_CACHE_MB) as store:
+            cpu, start = time.process_time(), time.perf_counter()
+            summary = asyncio.run(run_sync(store, via, timeout=3600, policy=NATIVE if native else PeerLimits(), signals=False))
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            arrived = sum(1 for buf in b_lacks if post_hash(buf) in store)
+        served = _cpu_seconds(proc.pid) - served
+        wire = json.loads(px.stdout.readline())  # once both sides closed
+    finally:
+        px.kill()
+        proc.terminate()
+        proc.wait(timeout=60)
+        shutil.rmtree(target, ignore_errors=True)
+    missing_bytes = sum(len(buf) for buf in b_lacks)
+    total = wire["up"] + wire["down"]
     return {
-        "differences": len(picked), "round_trips": rounds, "bytes_sent": sent, "bytes_received": received,
-        "native_listing_bytes": native, "over_native": round((sent + received) / native, 5) if native else None,
-        "wall_s": round(time.perf_counter() - start, 2), "initiator_cpu_s": round(cpu_a, 2), "answering_cpu_s": round(cpu_b, 2),
-        "exact": exact,
+        "mode": "native" if native else "reconcile",
+        "bytes_up": wire["up"], "bytes_down": wire["down"], "round_trips": wire["round_trips"],
+        "reconcile_round_trips": summary["reconcile_round_trips"], "reconcile_bytes": summary["reconcile_bytes"],
+        "channels_reconciled": summary["channels_reconciled"], "fallbacks": len(summary["reconcile_fallbacks"]),
+        "sync_s": summary["seconds"], "wall_s": round(wall, 2), "sync_cpu_s": round(cpu, 2), "serve_cpu_s": round(served, 2),
+        "missing": len(b_lacks), "arrived": arrived, "complete": summary["complete"],
+        "missing_bytes": missing_bytes, "goal_bytes": int(1.5 * missing_bytes + 65536), "within_goal": total <= 1.5 * missing_bytes + 65536,
     }
 
 
@@ -99,24 +103,46 @@ def run(size: int, out: Path, seed: int) -> dict:
     posts_file = out / f"posts-{size}-seed{seed}.bin"
     if not posts_file.exists():
         write_posts(posts_file, Workload(seed, size))
+    bufs = list(read_posts(posts_file))
+    texts = [i for i, buf in enumerate(bufs) if decode_post(buf).post_type == TEXT]
+    rng = random.Random(seed)
+    pool = rng.sample(texts, min(len(texts), max(size // 10, 2000)))
+    held_back = set(pool)
     work = Path(tempfile.mkdtemp(prefix="cablestore-reconcile-", dir=out))
+    rows = []
     try:
-        with Store(work / "store", verify_signatures=False) as store:
-            for batch in iter_posts(posts_file, 1000):
-                store.ingest_many(batch)
-            start = time.perf_counter()
-            scopes = {ch: channel_items(store, ch) for ch in store.channel_list()}
-            read_s = time.perf_counter() - start
-        n = sum(len(v) for v in scopes.values())
-        rows = [measure(scopes, k, seed) for k in (0, 1, 100, 1000, n // 10)]
+        base = work / "base"
+        start = time.perf_counter()
+        with Store(base, verify_signatures=False) as store:
+            rest = [buf for i, buf in enumerate(bufs) if i not in held_back]
+            for i in range(0, len(rest), 1000):
+                store.ingest_many(rest[i : i + 1000])
+        base_s = time.perf_counter() - start
+        ten = size // 10
+        cases = [("0", 0, 0), ("1", 0, 1), ("100", 50, 50), ("1,000", 500, 500), ("1,000 on one side", 0, 1000), (f"{ten:,} (10 %)", ten - ten // 2, ten // 2)]
+        for label, a_n, b_n in cases:
+            if a_n + b_n > len(pool):
+                continue
+            a_lacks, b_lacks = set(pool[:a_n]), set(pool[a_n : a_n + b_n])
+            a, b = work / "a", work / "b"
+            _build(base, a, [bufs[i] for i in pool if i not in a_lacks])
+            _build(base, b, [bufs[i] for i in pool if i not in b_lacks])
+            with Store(a, readonly=True) as store:  # a text deleted later, or by a blocked author, is held by neither
+                held = [bufs[i] for i in sorted(b_lacks) if post_hash(bufs[i]) in store]
+            for native in (True, False):
+                row = {"differences": label, **_one(a, b, work, native, held)}
+                rows.append(row)
+                print(json.dumps({"posts": size, **row}), file=sys.stderr, flush=True)
+            shutil.rmtree(a)
+            shutil.rmtree(b)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"posts": size, "channels": len(scopes), "items": n, "items_read_s": round(read_s, 2), "rows": rows}
+    return {"posts": size, "base_ingest_s": round(base_s, 1), "rows": rows}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--posts", default="100000", help="a comma list of sizes, e.g. 100000,1000000")
+    p.add_argument("--posts", default="100000", help="a comma list of sizes, e.g. 30000,100000,1000000")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench-results", help="where generated posts are cached and results written")
     args = p.parse_args(argv)
@@ -125,7 +151,7 @@ def main(argv=None) -> int:
     results = [run(int(s), out, args.seed) for s in args.posts.split(",") if s.strip()]
     (out / "reconcile.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
-    return 0 if all(r["exact"] for res in results for r in res["rows"]) else 1
+    return 0 if all(r["complete"] and r["arrived"] == r["missing"] for res in results for r in res["rows"]) else 1
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def _serve_policy(args) -> PeerLimits:
         handshake_timeout=int(args.handshake_timeout * 1000),
         connections_per_address=args.max_per_address,
         connections_per_user=args.max_per_user,
+        reconcile=0 if args.no_reconcile else 1,
     )
 
 
@@ -155,7 +156,7 @@ def _cmd_sync(args) -> int:
     from cablestore.wire.handshake import CABLE_PROLOGUE, LEGACY_PROLOGUE
 
     parse_address(args.connect)
-    policy = PeerLimits(memory_mb=args.memory_mb, max_connections=4)
+    policy = PeerLimits(memory_mb=args.memory_mb, max_connections=4, reconcile=0 if args.no_reconcile else 1)
     private = _private(args)
     if private:
         private["prologue"] = LEGACY_PROLOGUE if args.legacy_prologue else CABLE_PROLOGUE
@@ -224,6 +225,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help='JSON lines: {"listening": ..., "port": ...} once listening, the counts on exit')
     p.add_argument("--port-file", metavar="PATH", help="write the port listened on to PATH once listening (removed on exit)")
     p.add_argument("--no-pull", action="store_true", help="only answer: do not sync from the peers that connect (default: pull their posts, then live)")
+    p.add_argument("--no-reconcile", action="store_true", help="native Cable requests only: neither answer nor start set reconciliation (docs/reconcile.md)")
     p.add_argument(
         "--peer", action="append", type=peer_address, metavar="HOST:PORT",
         help="keep a connection to this peer (repeatable): sync from it, answer it, stay live, and reconnect by itself with backoff when it goes away "
@@ -298,6 +300,7 @@ def register(sub) -> None:
     p.add_argument("--connect", required=True, metavar="HOST:PORT", help="the peer to sync from")
     p.add_argument("--channel", action="append", type=channel_name, metavar="NAME", help="sync this channel (repeatable; default: every channel the peer lists)")
     p.add_argument("--live", action="store_true", help="stay connected and keep receiving new posts (Ctrl-C stops)")
+    p.add_argument("--no-reconcile", action="store_true", help="native Cable requests only, even with a peer that speaks set reconciliation (docs/reconcile.md)")
     p.add_argument("--duration", type=positive_float, metavar="S", help="with --live: stop after this many seconds")
     p.add_argument("--timeout", type=positive_float, default=600.0, metavar="S", help="give up a finite sync after this many seconds (default: 600)")
     p.add_argument("--progress-timeout", type=positive_float, default=30.0, metavar="S", help="give up when the peer brings no answer or post for this long (default: 30)")

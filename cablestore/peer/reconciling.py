@@ -116,7 +116,6 @@ class ChannelReconcile:
         self.need: dict[int, list[bytes]] = {}
         self.fetches: list[Job] = []
         self.fallback: str | None = None
-        self.rounds = 0
         self.sent = self.received = 0
         for scope in SCOPES:
             self._start(scope, now)
@@ -138,7 +137,6 @@ class ChannelReconcile:
         self._ask(scope, self._items(scope, first), now)
 
     def _ask(self, scope: int, message: bytes, now: int) -> None:
-        self.rounds += 1
         self.sent += len(message)
         self.jobs[scope] = self.conn.request_reconcile(self.channel, scope, message, now=now, job=Job(tag=self.tag))
 
@@ -185,6 +183,11 @@ class ChannelReconcile:
                 except CableError as exc:
                     self.fallback = f"store: {type(exc).__name__}: {exc}"
                 return
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips of its longer exchange (history and state run side by side)."""
+        return max(init.rounds for init in self.initiators.values())
 
     @property
     def done(self) -> bool:

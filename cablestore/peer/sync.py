@@ -418,7 +418,9 @@ class Sync:
             "channels_not_live": len(self.not_live),
             "reconciles": bool(self.probe and self.probe.result),  # the peer speaks set reconciliation
             "channels_reconciled": sum(1 for ch in self.channels.values() if ch.reconciled),
-            "reconcile_fallbacks": dict(sorted(self.fallbacks.items())),  # channel -> why it was asked natively instead  # a live sync: channels synced once, past MAX_LIVE_CHANNELS
+            "reconcile_fallbacks": dict(sorted(self.fallbacks.items())),  # channel -> why it was asked natively instead
+            "reconcile_round_trips": max((ch.recon.round_trips for ch in self.channels.values() if ch.recon), default=0),  # of one scope, at most
+            "reconcile_bytes": sum(ch.recon.sent + ch.recon.received for ch in self.channels.values() if ch.recon),  # a live sync: channels synced once, past MAX_LIVE_CHANNELS
             # Per spelling asked for: requests sent (time range, state and their post requests), hashes and posts got.
             "spellings": {
                 spelling: {"asked": h.requests + s.requests, "hashes": h.hashes_seen + s.hashes_seen, "posts": h.posts_received + s.posts_received}
