@@ -32,7 +32,8 @@ from cablestore.errors import ReconcileError
 from cablestore.wire.fields import HASH_SIZE, encode_varint, read_varint
 
 VERSION = 0x01  # first byte of every reconciliation message
-SKIP, FINGERPRINT, ID_LIST, HAVE_BITS = 0, 1, 2, 3
+SKIP, FINGERPRINT, ID_LIST, HAVE_BITS, ID_PREFIXES = 0, 1, 2, 3, 4
+ID_PREFIX = 8  # bytes of each id the initiator lists (the answering side only matches them; 2**-64 a false match)
 FINGERPRINT_SIZE = 16
 BUCKETS = 16  # ranges a differing range is split into
 ID_LIST_THRESHOLD = 16  # a range of at most this many items is listed, not split
@@ -53,6 +54,14 @@ class Range:
     fingerprint: bytes = b""
     ids: tuple[bytes, ...] = ()
     held: tuple[bool, ...] = ()  # HAVE_BITS: which of the ids the other side listed this side holds, in their order
+
+
+def listing(upper: tuple[int, bytes], hashes: Sequence[bytes], prefixes: bool) -> Range:
+    """A small range listed: its hashes whole (the answering side's: the initiator fetches what it lacks by them) or,
+    from the initiator, their first :data:`ID_PREFIX` bytes (the answering side only matches them against its own)."""
+    if prefixes:
+        return Range(upper, ID_PREFIXES, ids=tuple(h[:ID_PREFIX] for h in hashes))
+    return Range(upper, ID_LIST, ids=tuple(hashes))
 
 
 def fingerprint(total: int, count: int) -> bytes:
@@ -77,6 +86,8 @@ def encode(ranges: Sequence[Range]) -> bytes:
             out += r.fingerprint
         elif r.mode == ID_LIST:
             out += encode_varint(len(r.ids)) + b"".join(r.ids)
+        elif r.mode == ID_PREFIXES:
+            out += encode_varint(len(r.ids[0]) if r.ids else ID_PREFIX) + encode_varint(len(r.ids)) + b"".join(r.ids)
         elif r.mode == HAVE_BITS:
             bits = bytearray((len(r.held) + 7) // 8)
             for i, held in enumerate(r.held):
@@ -113,6 +124,14 @@ def decode(buf: bytes) -> list[Range]:
                     raise ReconcileError("a fingerprint cut short")
                 ranges.append(Range(upper, mode, bytes(buf[pos : pos + FINGERPRINT_SIZE])))
                 pos += FINGERPRINT_SIZE
+            elif mode == ID_PREFIXES:
+                size, pos = read_varint(buf, pos)
+                count, pos = read_varint(buf, pos)
+                ids += count
+                if not 1 <= size <= HASH_SIZE or ids > MAX_IDS or pos + count * size > len(buf):
+                    raise ReconcileError(f"{count} id prefixes of {size} bytes (1 to {HASH_SIZE}; at most {MAX_IDS} ids a message, within its bytes)")
+                ranges.append(Range(upper, mode, ids=tuple(bytes(buf[p : p + size]) for p in range(pos, pos + count * size, size))))
+                pos += count * size
             elif mode in (ID_LIST, HAVE_BITS):
                 held: tuple[bool, ...] = ()
                 if mode == HAVE_BITS:
@@ -183,11 +202,11 @@ class Items:
         shared = next((i for i in range(HASH_SIZE) if a[i] != b[i]), HASH_SIZE - 1)
         return (ts_b, b[: shared + 1])
 
-    def split(self, lo: int, hi: int, upper: tuple[int, bytes]) -> list[Range]:
-        """Items ``[lo, hi)`` (the range ending at ``upper``) as an id list if few, else as :data:`BUCKETS` fingerprints."""
+    def split(self, lo: int, hi: int, upper: tuple[int, bytes], prefixes: bool = False) -> list[Range]:
+        """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (:func:`listing`), else as :data:`BUCKETS` fingerprints."""
         n = hi - lo
         if n <= ID_LIST_THRESHOLD:
-            return [Range(upper, ID_LIST, ids=tuple(h for _, h in self.items[lo:hi]))]
+            return [listing(upper, [h for _, h in self.items[lo:hi]], prefixes)]
         out, parts = [], min(BUCKETS, n)  # every part holds an item, so the bounds between them increase
         for i in range(parts):
             a, b = lo + n * i // parts, lo + n * (i + 1) // parts
@@ -207,7 +226,7 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         if r.mode == FINGERPRINT and items.fingerprint(lo, hi) == r.fingerprint:
             add = [Range(r.upper, SKIP)]
         elif r.mode == FINGERPRINT:
-            add = items.split(lo, hi, r.upper)
+            add = items.split(lo, hi, r.upper, prefixes=initiator)
         elif r.mode == ID_LIST and initiator:
             theirs = set(r.ids)
             mine = {h for _, h in items.items[lo:hi]}
@@ -221,6 +240,16 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
             add = [Range(r.upper, HAVE_BITS, ids=tuple(h for _, h in items.items[lo:hi] if h not in listed), held=tuple(h in mine for h in r.ids))]
             if ids + len(add[0].ids) > MAX_IDS:
                 add = items.split(lo, hi, r.upper)  # too many to list at once: narrow it down first
+        elif r.mode == ID_PREFIXES and not initiator:
+            # As for an id list: a bit for each prefix listed, and our ids whose prefix it did not list, whole.
+            mine = [h for _, h in items.items[lo:hi]]
+            size = len(r.ids[0]) if r.ids else ID_PREFIX
+            ours, listed = {h[:size] for h in mine}, set(r.ids)
+            add = [Range(r.upper, HAVE_BITS, ids=tuple(h for h in mine if h[:size] not in listed), held=tuple(p in ours for p in r.ids))]
+            if ids + len(add[0].ids) > MAX_IDS:
+                add = items.split(lo, hi, r.upper)
+        elif r.mode == ID_PREFIXES:
+            raise ReconcileError("id prefixes sent to the initiator (only the answering side matches them)")
         elif r.mode == HAVE_BITS and initiator:
             listed = [h for _, h in items.items[lo:hi]]  # what this side listed for the range
             if len(r.held) != len(listed):

@@ -28,7 +28,7 @@ from cablestore.keyspace.keys import HASH_SIZE, channel_key, next_prefix
 from cablestore.store.handle import Component
 from cablestore.views import chat, recon
 from cablestore.wire import reconcile as algorithm
-from cablestore.wire.reconcile import FINGERPRINT, ID_LIST, INFINITY, Range
+from cablestore.wire.reconcile import FINGERPRINT, INFINITY, Range
 
 NO_END = 1 << 64  # a bound's timestamp above every item: the range has no end
 _MOD = 1 << 256
@@ -243,11 +243,11 @@ class StoreItems:
         shared = next((i for i in range(HASH_SIZE) if a[i] != b[i]), HASH_SIZE - 1)
         return (ts_b, b[: shared + 1])
 
-    def split(self, lo: int, hi: int, upper: tuple[int, bytes]) -> list[Range]:
-        """Items ``[lo, hi)`` (the range ending at ``upper``) as an id list if few, else as ``BUCKETS`` fingerprints (:mod:`cablestore.wire.reconcile`)."""
+    def split(self, lo: int, hi: int, upper: tuple[int, bytes], prefixes: bool = False) -> list[Range]:
+        """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (``listing``), else as ``BUCKETS`` fingerprints (:mod:`cablestore.wire.reconcile`)."""
         n = hi - lo
         if n <= algorithm.ID_LIST_THRESHOLD:
-            return [Range(upper, ID_LIST, ids=tuple(h for _, h in self.items[lo:hi]))]
+            return [algorithm.listing(upper, [h for _, h in self.items[lo:hi]], prefixes)]
         out, parts = [], min(algorithm.BUCKETS, n)
         for i in range(parts):
             a, b = lo + n * i // parts, lo + n * (i + 1) // parts
