@@ -12,8 +12,8 @@ from cablestore.authoring.workload import generate
 from cablestore.errors import LimitError, MessageError
 from cablestore.peer import Node, PeerLimits, Sync, limits
 from cablestore.wire import decoding as D
-from cablestore.wire.codec import decode_post
 from cablestore.wire import messages as M
+from cablestore.wire.codec import decode_post
 
 from .conftest import keypair, post
 from .peer_helpers import WALL, answers, link

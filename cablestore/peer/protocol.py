@@ -103,6 +103,7 @@ class Connection(Requesting, Serving, Forwarding):
         self.last_received = now
         self.writable = True
         self._stall_since: int | None = None
+        self.reconcile_ranges = 0  # set reconciliation ranges answered for it (RECONCILE_RANGES_PER_CONNECTION)
         self.stats = {"received": 0, "dropped": 0, "ingested": 0, "refused": 0, "unsolicited": 0, "sent": 0, "requests": 0, "requests_refused": 0}
         self.errors: Counter = Counter()  # what was dropped or refused, by error class
 

@@ -23,41 +23,13 @@ from typing import Any
 
 from cablestore.errors import CableError, ReconcileError
 from cablestore.peer import limits
+from cablestore.peer.serving import state_items
 from cablestore.peer.table import Job
 from cablestore.wire import reconcile
-from cablestore.wire.messages import SCOPE_HISTORY, SCOPE_STATE, ReconcileRequest
+from cablestore.wire.messages import SCOPE_HISTORY, SCOPE_STATE
 
 VERSION = bytes((reconcile.VERSION,))
 SCOPES = (SCOPE_HISTORY, SCOPE_STATE)
-
-
-# --- the answering side ---------------------------------------------------------------------------------
-def answer(conn: Any, m: ReconcileRequest) -> bytes:
-    """The message answering ``m`` on ``conn``: the version for a probe, b"" (refused: use native requests) past the
-    connection's budget or for a malformed message, else :func:`cablestore.wire.reconcile.respond` over the scope's items.
-
-    The budget (``limits.RECONCILE_RANGES_PER_CONNECTION`` ranges answered) bounds the reads one peer can cause;
-    one message is bounded by ``reconcile.MAX_RANGES`` and ``MAX_IDS``.
-    """
-    if m.is_probe:
-        return VERSION
-    store = conn.state.store
-    spent = getattr(conn, "reconcile_ranges", 0)
-    if spent >= limits.RECONCILE_RANGES_PER_CONNECTION:
-        conn.state.stats["reconciles_refused"] += 1
-        return b""
-    try:
-        ranges = reconcile.decode(m.message)
-        conn.reconcile_ranges = spent + len(ranges)
-        if store.channel_dropped(m.channel):
-            return reconcile.answer_ranges(reconcile.Items(()), ranges)  # holds nothing of it
-        if m.scope == SCOPE_STATE:
-            return reconcile.answer_ranges(state_items(store, m.channel), ranges)
-        with store.range_items(m.channel) as items:
-            return reconcile.answer_ranges(items, ranges)
-    except ReconcileError as exc:
-        conn._refuse(exc)
-        return b""
 
 
 def holds_history(store: Any, channel: str) -> bool:
@@ -65,10 +37,6 @@ def holds_history(store: Any, channel: str) -> bool:
     with store.range_items(channel) as items:
         return len(items) > 0
 
-
-def state_items(store: Any, channel: str) -> reconcile.Items:
-    """A channel's state answer as reconciliation items: ``(0, hash)``, for the answer is a set, not a history."""
-    return reconcile.Items((0, h) for h in store.channel_state_answer(channel))
 
 
 # --- the probe ---------------------------------------------------------------------------------------------

@@ -26,12 +26,15 @@ channel list (a channel list needs no table entry, so it is never refused).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from cablestore.errors import DuplicateRequestError, RequestTableFullError, UnknownMessageTypeError, UnknownRequestError
+from cablestore.errors import DuplicateRequestError, ReconcileError, RequestTableFullError, UnknownMessageTypeError, UnknownRequestError
 from cablestore.keyspace.keys import canonical_channel
-from cablestore.peer import limits, reconciling
+from cablestore.peer import limits
 from cablestore.peer.table import MODERATION_LIVE, Inbound
+from cablestore.wire import reconcile
 from cablestore.wire.messages import (
+    SCOPE_STATE,
     CancelRequest,
     ChannelListRequest,
     ChannelListResponse,
@@ -45,6 +48,11 @@ from cablestore.wire.messages import (
     StateChangesRequest,
     TimeRangeRequest,
 )
+
+
+def state_items(store: Any, channel: str) -> reconcile.Items:
+    """A channel's state answer as reconciliation items: ``(0, hash)``, for the answer is a set, not a history."""
+    return reconcile.Items((0, h) for h in store.channel_state_answer(channel))
 
 
 class Serving:
@@ -208,10 +216,34 @@ class Serving:
         return None
 
     def _answer_reconcile(self, entry: Inbound, m: ReconcileRequest, now: int) -> Iterator | None:
-        """The set reconciliation extension (docs/reconcile.md): one answer, at once (:func:`reconciling.answer`)."""
-        self._send(ReconcileResponse(m.req_id, reconciling.answer(self, m)))
+        """The set reconciliation extension (docs/reconcile.md): one answer, at once (:meth:`_reconciled`)."""
+        self._send(ReconcileResponse(m.req_id, self._reconciled(m)))
         entry.answered = True  # the one response, which concludes it
         return None
+
+    def _reconciled(self, m: ReconcileRequest) -> bytes:
+        """The message answering ``m``: the version for a probe; b"" (refused: use native requests) past the
+        connection's budget (``RECONCILE_RANGES_PER_CONNECTION`` ranges answered: each costs a few reads) or for a
+        malformed message; else the answer over the scope's items.  One message is bounded by
+        ``reconcile.MAX_RANGES`` and ``MAX_IDS``."""
+        if m.is_probe:
+            return bytes((reconcile.VERSION,))
+        store = self.state.store
+        if self.reconcile_ranges >= limits.RECONCILE_RANGES_PER_CONNECTION:
+            self.state.stats["reconciles_refused"] += 1
+            return b""
+        try:
+            ranges = reconcile.decode(m.message)
+            self.reconcile_ranges += len(ranges)
+            if store.channel_dropped(m.channel):
+                return reconcile.answer_ranges(reconcile.Items(()), ranges)  # answered as holding nothing of it
+            if m.scope == SCOPE_STATE:
+                return reconcile.answer_ranges(state_items(store, m.channel), ranges)
+            with store.range_items(m.channel) as items:
+                return reconcile.answer_ranges(items, ranges)
+        except ReconcileError as exc:
+            self._refuse(exc)
+            return b""
 
     # --- long answers -----------------------------------------------------------------
     def _step_answer(self, again: bool = True) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from cablestore.keyspace.keys import WEEK_MS, canonical_channel
-from cablestore.peer import cursors, history, limits
+from cablestore.peer import cursors, history, limits, syncreport
 from cablestore.peer.limits import DEFAULT_MARGIN, DEFAULT_PROGRESS_TIMEOUT, PARALLEL_CHANNELS
 from cablestore.peer.protocol import Connection
 from cablestore.peer.reconciling import ChannelReconcile, Probe, holds_history
@@ -378,55 +378,6 @@ class Sync:
         return jobs + [j for j in (self.listing, self.moderation, self.moderation_live) if j is not None]
 
     def summary(self) -> dict:
-        """What was asked, received and refused, for humans and ``--json``; ``reason`` is None only when complete."""
-        jobs = self._jobs()
-        stats = self.conn.stats
-        incomplete = sorted(ch.name for ch in self.channels.values() if not ch.complete)
-        reason = self.reason
-        if reason is None and self.conn.closed and (self.conn.error is not None or not self.finite_done):
-            reason = self._closed_reason()
-        if reason is None:
-            # With channels named, the list only teaches spellings: a peer that does not answer it is no failure.
-            failed = next((j for j in jobs if j.failed and not (j is self.listing and self.wanted is not None)), None)
-            if failed is not None:
-                reason = failed.reason
-            elif incomplete:
-                reason = f"{len(incomplete)} channels not synced"
-            elif self.unlisted:
-                # A channel named on the command line that the peer does not list: it holds nothing of it.
-                reason = f"the peer does not list {', '.join(repr(c) for c in self.unlisted)}"
-        complete = reason is None and self.finite_done
-        if not complete and reason is None:
-            reason = "not finished"
-        return {
-            "peer": self.peer,
-            "channels": sorted(self.channels),
-            "channels_listed": None if self.listing is None else len(self._pages) + len(self.listing.channels),
-            "requests_sent": sum(j.requests for j in jobs),
-            "requests_answered": sum(j.answered for j in jobs),
-            "hashes_received": sum(j.hashes_seen for j in jobs),
-            "posts_requested": sum(j.posts_requested for j in jobs),
-            "posts_received": sum(j.posts_received for j in jobs),
-            "posts_ingested": stats["ingested"],
-            "posts_refused": stats["refused"],
-            "unsolicited": stats["unsolicited"],
-            "messages_received": stats["received"],
-            "messages_dropped": stats["dropped"],
-            "dropped_by_error": dict(sorted(self.conn.errors.items())),
-            "requests_from_peer": stats["requests"],
-            "incomplete_channels": incomplete,
-            "channels_not_live": len(self.not_live),
-            "reconciles": bool(self.probe and self.probe.result),  # the peer speaks set reconciliation
-            "channels_reconciled": sum(1 for ch in self.channels.values() if ch.reconciled),
-            "reconcile_fallbacks": dict(sorted(self.fallbacks.items())),  # channel -> why it was asked natively instead
-            "reconcile_round_trips": max((ch.recon.round_trips for ch in self.channels.values() if ch.recon), default=0),  # of one scope, at most
-            "reconcile_bytes": sum(ch.recon.sent + ch.recon.received for ch in self.channels.values() if ch.recon),  # a live sync: channels synced once, past MAX_LIVE_CHANNELS
-            # Per spelling asked for: requests sent (time range, state and their post requests), hashes and posts got.
-            "spellings": {
-                spelling: {"asked": h.requests + s.requests, "hashes": h.hashes_seen + s.hashes_seen, "posts": h.posts_received + s.posts_received}
-                for ch in self.channels.values()
-                for spelling, (h, s) in (ch.jobs or {}).items()
-            },
-            "complete": complete,
-            "reason": None if complete else reason,
-        }
+        """What was asked, received and refused, for humans and ``--json``; ``reason`` is None only when complete
+        (:func:`cablestore.peer.syncreport.summary`)."""
+        return syncreport.summary(self)
