@@ -161,6 +161,27 @@ def catch_up(target: Path, address: str, serve_pid: int, posts: int, ingest_s: f
         "vs_ingest_workers_0": round(n / seconds / (posts / ingest_s), 3) if n else None,
         "sync_peak_rss_mb": round(usage.ru_maxrss / 1024), "serve_peak_rss_mb": round(_peak_rss_mb(serve_pid)),
         "exit": proc.returncode, "complete": summary.get("complete"),
+        "resync": resync(target, address),
+    }
+
+
+def resync(target: Path, address: str) -> dict:
+    """``cablestore sync`` again, the store up to date, through a byte-counting proxy (a new address: no cursor applies)."""
+    px, via = _proxy(address)
+    try:
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "cablestore", "sync", str(target), "--connect", via, "--json", "--quiet"],
+                             capture_output=True, text=True, check=False).stdout
+        seconds = time.perf_counter() - start
+        wire = json.loads(px.stdout.readline())
+    finally:
+        px.terminate()
+        px.wait(timeout=30)
+    summary = json.loads(out) if out.strip() else {}
+    return {
+        "seconds": round(seconds, 2), "sync_seconds": summary.get("seconds"), "bytes_up": wire["up"], "bytes_down": wire["down"],
+        "round_trips": wire["round_trips"], "posts_ingested": summary.get("posts_ingested"), "complete": summary.get("complete"),
+        "channels_reconciled": summary.get("channels_reconciled"),
     }
 
 

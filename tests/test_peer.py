@@ -635,3 +635,19 @@ def test_a_sync_asks_for_a_few_channels_at_a_time(stores):
 
 def hashes_of(answers) -> list[bytes]:
     return [h for m in answers for h in m.hashes]
+
+
+def test_the_poll_that_finishes_the_last_channel_asks_for_the_moderation_state_at_once(chat, stores):
+    """Else the request waits for the next event: a transport's tick, a second later (every sync paid it)."""
+    s, *_ = chat
+    a, b = link(Node(s), Node(stores("copy")))
+    sync = Sync(b, "peer-a")
+    seen = []
+
+    class Watch:
+        def poll(self, now):
+            sync.poll(now)
+            seen.append(bool(sync.channels) and all(ch.finished for ch in sync.channels.values()) and sync.moderation is None)
+
+    pump((a, b), polls=[Watch()])
+    assert sync.summary()["complete"] and seen and not any(seen)

@@ -167,12 +167,7 @@ class Sync:
                     return
                 self._add_listed(self._pages + list(self.listing.channels) if self.listing.complete else ())
                 self._listed = True
-            if self.moderation is None and self._listed and all(ch.finished for ch in self.channels.values()):
-                # Once the channels are in: every block and unblock, and the roles and actions for
-                # these channels and the cabal (§5.2.1.1), applied to what is held.
-                self.moderation = self.conn.request_moderation_state(self._spellings(), 0, 0, now=now, job=Job(tag=self))
-            if self.live and self.moderation_live is None and self.moderation is not None and self.moderation.done and not self.conn.closed:
-                self.moderation_live = self.conn.request_moderation_state(self._spellings(), 1, 0, now=now, job=Job(tag=self))
+            self._ask_moderation(now)
             running = 0
             for ch in self.channels.values():
                 if ch.asked and not ch.finished:
@@ -183,11 +178,20 @@ class Sync:
                 started = not ch.asked
                 self._advance(ch, now)
                 running += started and ch.asked
+            self._ask_moderation(now)  # again: the channels may have finished just now (else it waits for the next event)
             failed = self._live_failure()
             if failed:
                 self.abandon(failed)
                 return
             self._check_progress(now)
+
+    def _ask_moderation(self, now: int) -> None:
+        """Once the channels are in: every block and unblock, and the roles and actions for these channels and the
+        cabal (§5.2.1.1), applied to what is held; then, live, its changes."""
+        if self.moderation is None and self._listed and all(ch.finished for ch in self.channels.values()):
+            self.moderation = self.conn.request_moderation_state(self._spellings(), 0, 0, now=now, job=Job(tag=self))
+        if self.live and self.moderation_live is None and self.moderation is not None and self.moderation.done and not self.conn.closed:
+            self.moderation_live = self.conn.request_moderation_state(self._spellings(), 1, 0, now=now, job=Job(tag=self))
 
     def _check_progress(self, now: int) -> None:
         jobs = self._jobs()
