@@ -340,3 +340,72 @@ def test_relayed_posts_are_checked_and_a_duplicate_forwarded_request_is_conclude
             await stop_serving(store, server)
 
     run(main())
+
+
+# --- 7. set reconciliation: bounded per message and per connection ------------------------------------------
+
+
+def _many_ranges(channel_start: int, n: int) -> bytes:
+    """A reconciliation message of ``n`` fingerprint ranges that match nothing (each costs the answering side reads)."""
+    from cablestore.wire import reconcile as R
+
+    ranges = [R.Range((channel_start + i * 1000, b""), R.FINGERPRINT, bytes(16)) for i in range(n - 1)]
+    return R.encode([*ranges, R.Range(R.INFINITY, R.FINGERPRINT, bytes(16))])
+
+
+def test_a_reconciliation_flood_is_answered_up_to_its_budget_then_refused_and_others_get_whole_answers(served, monkeypatch):
+    from cablestore.peer import limits
+    from cablestore.wire import reconcile as R
+
+    path, channel, texts, expected = served
+    monkeypatch.setattr(limits, "RECONCILE_RANGES_PER_CONNECTION", 3 * R.MAX_RANGES)
+
+    async def main():
+        store, server = await serving(path, PeerLimits())
+        try:
+            flood = await RawPeer.connect(server.port)
+            message = _many_ranges(1_600_000_000_000, R.MAX_RANGES)
+            asks = [M.ReconcileRequest(bytes([7, 0, 0, j]), channel, M.SCOPE_HISTORY, message) for j in range(6)]
+            garbage = M.ReconcileRequest(b"\x07\x00\x01\x00", channel, M.SCOPE_STATE, b"\x01\xff")
+            await flood.send(*asks)
+            good = Good(await RawPeer.connect(server.port), channel, texts, expected)
+            for _ in range(3):
+                await good.round()
+            got = [await flood.answers(a.req_id) for a in asks]
+            assert all(len(g) == 1 and isinstance(g[0], M.ReconcileResponse) for g in got)
+            answered = [g[0].message for g in got]
+            assert all(R.decode(m) for m in answered[:3])  # within the budget: real answers
+            assert answered[3:] == [b""] * 3  # past it: refused, the requester asks natively
+            assert server.node.stats["reconciles_refused"] == 3
+            assert max(good.latencies) < 2.0
+            # A malformed message is refused with an empty answer and counted; the connection stays.
+            flooder = next(c for c in server.node.connections if c.stats["requests"] >= 6)
+            flooder.reconcile_ranges = 0
+            assert (await flood.ask(garbage))[0].message == b""
+            assert flooder.errors["ReconcileError"] == 1 and not flooder.closed
+            flood.close()
+            good.peer.close()
+        finally:
+            await stop_serving(store, server)
+
+    run(main())
+
+
+def test_a_peer_that_does_not_speak_reconciliation_drops_its_messages_as_unknown_and_answers_the_rest(served):
+    path, channel, texts, expected = served
+
+    async def main():
+        store, server = await serving(path, PeerLimits(reconcile=0))
+        try:
+            peer = await RawPeer.connect(server.port)
+            await peer.send(M.ReconcileRequest(b"\x08\x00\x00\x01"), M.StateChangesRequest(b"\x08\x00\x00\x02", channel))
+            good = Good(peer, channel, texts, expected)
+            await good.round()
+            assert not [m for m in peer.inbox if m.req_id[:2] == b"\x08\x00"]
+            conn = next(iter(server.node.connections))
+            assert conn.errors["UnknownMessageTypeError"] == 2 and not conn.closed
+            peer.close()
+        finally:
+            await stop_serving(store, server)
+
+    run(main())
