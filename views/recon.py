@@ -91,12 +91,7 @@ def add(fine: dict, post_type: int, entries, sign: int = 1) -> None:
 def merge(fine: dict, other: dict) -> None:
     """Add the finest buckets' sums ``other`` into ``fine``."""
     for group, (total, count) in other.items():
-        held = fine.get(group)
-        if held is None:
-            fine[group] = [total, count]
-        else:
-            held[0] += total
-            held[1] += count
+        _add(fine, group, total, count)
 
 
 def expand(fine: dict) -> dict:
@@ -108,14 +103,18 @@ def expand(fine: dict) -> dict:
             continue
         channel = chat_prefix[start:]
         for shift in SHIFTS:
-            key = PREFIX + channel + bytes((shift,)) + (bucket >> (shift - base)).to_bytes(8, "big")
-            held = out.get(key)
-            if held is None:
-                out[key] = [total, count]
-            else:
-                held[0] += total
-                held[1] += count
+            _add(out, PREFIX + channel + bytes((shift,)) + (bucket >> (shift - base)).to_bytes(8, "big"), total, count)
     return out
+
+
+def _add(sums: dict, key, total: int, count: int) -> None:
+    """Add a sum and a count to ``sums[key]`` (``[sum, count]``, made if missing)."""
+    held = sums.get(key)
+    if held is None:
+        sums[key] = [total, count]
+    else:
+        held[0] += total
+        held[1] += count
 
 
 def merged(value: bytes | None, delta: list) -> bytes | None:

@@ -161,6 +161,16 @@ def decode(buf: bytes) -> list[Range]:
     return ranges
 
 
+def bound_between(below: tuple[int, bytes], at: tuple[int, bytes]) -> tuple[int, bytes]:
+    """The shortest bound above the item ``below`` and at or below the next item ``at``: its timestamp alone if
+    theirs differ, else with the shortest prefix of ``at``'s hash that differs from ``below``'s."""
+    (ts_a, a), (ts_b, b) = below, at
+    if ts_a != ts_b:
+        return (ts_b, b"")
+    shared = next((i for i in range(HASH_SIZE) if a[i] != b[i]), HASH_SIZE - 1)
+    return (ts_b, b[: shared + 1])
+
+
 # --- items -------------------------------------------------------------------------------------------
 def _key(bound: tuple[int, bytes]) -> tuple[int, bytes]:
     """A bound as an item key: its prefix padded with zero bytes (the smallest hash with that prefix)."""
@@ -196,11 +206,7 @@ class Items:
 
     def between(self, i: int) -> tuple[int, bytes]:
         """The shortest bound above item ``i - 1`` and at or below item ``i``: where a split before item ``i`` goes."""
-        (ts_a, a), (ts_b, b) = self.items[i - 1], self.items[i]
-        if ts_a != ts_b:
-            return (ts_b, b"")
-        shared = next((i for i in range(HASH_SIZE) if a[i] != b[i]), HASH_SIZE - 1)
-        return (ts_b, b[: shared + 1])
+        return bound_between(self.items[i - 1], self.items[i])
 
     def split(self, lo: int, hi: int, upper: tuple[int, bytes], prefixes: bool = False) -> list[Range]:
         """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (:func:`listing`), else as :data:`BUCKETS` fingerprints."""
@@ -331,4 +337,4 @@ class Initiator:
         return message
 
 
-__all__ = ["Initiator", "Items", "Range", "answer_ranges", "decode", "encode", "fingerprint", "respond"]
+__all__ = ["Initiator", "Items", "Range", "answer_ranges", "bound_between", "decode", "encode", "fingerprint", "respond"]

@@ -237,11 +237,7 @@ class StoreItems:
 
     def between(self, at: int) -> tuple[int, bytes]:
         """The shortest bound above item ``at - 1`` and at or below item ``at``."""
-        (ts_a, a), (ts_b, b) = self.select(at - 1), self.select(at)
-        if ts_a != ts_b:
-            return (ts_b, b"")
-        shared = next((i for i in range(HASH_SIZE) if a[i] != b[i]), HASH_SIZE - 1)
-        return (ts_b, b[: shared + 1])
+        return algorithm.bound_between(self.select(at - 1), self.select(at))
 
     def split(self, lo: int, hi: int, upper: tuple[int, bytes], prefixes: bool = False) -> list[Range]:
         """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (``listing``), else as ``BUCKETS`` fingerprints (:mod:`cablestore.wire.reconcile`)."""
