@@ -97,7 +97,7 @@ def test_the_codec_round_trips_every_mode():
         R.Range((T0, b"\x01\x02"), R.FINGERPRINT, bytes(range(16))),
         R.Range((T0 + 5_000, b"\xff"), R.ID_LIST, ids=(bytes(32), bytes([1]) * 32)),
         R.Range((T0 + 6_000, b""), R.HAVE_BITS, ids=(bytes([2]) * 32,), held=(True, False, False, True, True, False, True, False, True)),
-        R.Range((T0 + 7_000, b""), R.ID_PREFIXES, ids=(bytes([3]) * R.ID_PREFIX, bytes([4]) * R.ID_PREFIX)),
+        R.Range((T0 + 7_000, b""), R.ID_PREFIXES, ids=(bytes([3]) * R.ID_PREFIX_SIZE, bytes([4]) * R.ID_PREFIX_SIZE)),
         R.Range(R.INFINITY, R.FINGERPRINT, bytes(16)),
     ]
     assert R.decode(R.encode(ranges)) == ranges

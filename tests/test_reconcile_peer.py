@@ -75,6 +75,7 @@ def test_messages_of_the_extension_round_trip_and_refuse_what_is_malformed():
         M.ReconcileResponse(b"abcd", b"\x01"),
         M.ReconcileResponse(b"abcd"),
         M.StateChangesRequest(b"abcd", "general"),
+        M.ChatChangesRequest(b"abcd", "general", 17),
     ):
         assert D.decode(M.encode(m)) == m
     assert M.ReconcileRequest(b"abcd").is_probe and not M.ReconcileRequest(b"abcd", "c", 0, b"\x01").is_probe
@@ -170,11 +171,14 @@ def test_after_a_reconciled_live_sync_new_chat_and_state_posts_are_pushed(pair):
     channel = sync.summary()["channels"][0]
     newcomer = keypair("newcomer")
     joined, said = post(newcomer, JOIN, WALL - 10, channel=channel), post(newcomer, TEXT, WALL - 5, channel=channel, text="hello")
+    # Written offline two days ago, stored now: a live time range from "now less a margin" would never push it.
+    late = post(newcomer, TEXT, WALL - 2 * 86_400_000, channel=channel, text="written offline")
     a.ingest(joined)
     a.ingest(said)
+    a.ingest(late)
     for _ in range(50):
         sync.poll(WALL)
         y.receive_data(x.data_to_send(), WALL)
         x.receive_data(y.data_to_send(), WALL)
-    assert post_hash(joined) in b and post_hash(said) in b
+    assert post_hash(joined) in b and post_hash(said) in b and post_hash(late) in b
     assert answers(b) == answers(a)

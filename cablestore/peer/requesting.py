@@ -22,6 +22,7 @@ from cablestore.wire.messages import (
     ChannelListRequest,
     ChannelListResponse,
     ChannelStateRequest,
+    ChatChangesRequest,
     HashResponse,
     ModerationStateRequest,
     PostRequest,
@@ -43,6 +44,11 @@ class Requesting:
     def request_state(self, channel: str, future: int = 0, *, now: int, ttl: int = 0, job: Job | None = None) -> Job:
         """Ask for a channel's state; missing posts are then requested automatically."""
         return self._request(lambda r: ChannelStateRequest(r, channel, future, ttl=ttl), now, job, live=future == 1)
+
+    def request_chat_changes(self, channel: str, start: int = 0, *, now: int, job: Job | None = None) -> Job:
+        """Ask for a channel's chat posts stored from now on with a timestamp from ``start`` (the extension's live time
+        range request, without the first answer)."""
+        return self._request(lambda r: ChatChangesRequest(r, channel, start), now, job, live=True)
 
     def request_state_changes(self, channel: str, *, now: int, job: Job | None = None) -> Job:
         """Ask for a channel's state changes from now on (the extension's live state request, without the first answer)."""

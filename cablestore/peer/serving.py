@@ -39,6 +39,7 @@ from cablestore.wire.messages import (
     ChannelListRequest,
     ChannelListResponse,
     ChannelStateRequest,
+    ChatChangesRequest,
     HashResponse,
     ModerationStateRequest,
     PostRequest,
@@ -67,12 +68,13 @@ class Serving:
         ModerationStateRequest: "_answer_moderation_state",
         ReconcileRequest: "_answer_reconcile",
         StateChangesRequest: "_answer_state",
+        ChatChangesRequest: "_answer_time_range",
     }
 
     def _handle_request(self, m, now: int) -> None:
         peer = self.state
         self.stats["requests"] += 1
-        if isinstance(m, (ReconcileRequest, StateChangesRequest)) and not peer.policy.reconcile:  # as a peer that does not know the type (§6.3.1)
+        if isinstance(m, (ReconcileRequest, StateChangesRequest, ChatChangesRequest)) and not peer.policy.reconcile:  # as a peer that does not know the type (§6.3.1)
             raise UnknownMessageTypeError(f"message type {m.msg_type}: this peer does not speak set reconciliation")
         first = peer.remember(m.req_id, self.serial)
         if first is not None:
@@ -137,6 +139,8 @@ class Serving:
             return None  # a dropped channel is answered with nothing (moderation.md §5.1.3.7)
         if m.time_end == 0 and not self._take_live(entry):
             return None
+        if isinstance(m, ChatChangesRequest):
+            return None  # live from now on, without a first answer (the extension's)
         entry.remaining = m.limit or None
         self._maybe_forward(entry, m)
         return self._time_range_pages(entry, m)

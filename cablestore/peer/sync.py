@@ -253,8 +253,10 @@ class Sync:
             ch.asked_at = now
             if self._reconciles(ch.name, now):
                 if self.live and self._live_channels < limits.MAX_LIVE_CHANNELS:
-                    # Its state changes from before the reconciliation on, so none falls between the two.
+                    # What changes from before the reconciliation on, so nothing falls between the two; its chat
+                    # whatever the timestamp (no first answer to bound: a post written offline still comes).
                     self._live_channels += 1
+                    ch.live.append(self.conn.request_chat_changes(ch.name, 0, now=now, job=Job(tag=self)))
                     ch.live.append(self.conn.request_state_changes(ch.name, now=now, job=Job(tag=self)))
                 ch.recon, ch.jobs = ChannelReconcile(self.conn, ch.name, now, self, self.page), {}
             else:
@@ -276,18 +278,14 @@ class Sync:
             cursor = ch.asked_at - self.margin if ch.reconciled else self._cursor(ch)  # reconciled: it held all we lacked
             if cursor is not None:
                 self.state.store.set_sync_cursor(self.cursor_key, ch.name, cursor)
-        if self.live and not self.conn.closed:
-            subscribed = bool(ch.live)  # reconciled: its state changes are asked for already
-            if not subscribed and self._live_channels >= limits.MAX_LIVE_CHANNELS:
+        if self.live and not self.conn.closed and not ch.live:  # (reconciled: its changes are asked for already)
+            if self._live_channels >= limits.MAX_LIVE_CHANNELS:
                 self.not_live.append(ch.name)
                 return
-            self._live_channels += not subscribed
-            # After a reconciliation, from just before it: the margin would list an hour of posts held already.
-            start = ch.asked_at - limits.RECONCILED_LIVE_OVERLAP if ch.reconciled else now - self.margin
+            self._live_channels += 1
             for spelling in ch.spellings:
-                ch.live.append(self.conn.request_time_range(spelling, max(0, start), 0, 0, now=now, job=Job(tag=self)))
-                if not subscribed:
-                    ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
+                ch.live.append(self.conn.request_time_range(spelling, max(0, now - self.margin), 0, 0, now=now, job=Job(tag=self)))
+                ch.live.append(self.conn.request_state(spelling, 1, now=now, job=Job(tag=self)))
 
     def _reconciles(self, name: str, now: int) -> bool:
         """Reconcile the channel: the peer speaks it, no window was asked, and this store holds some of its history

@@ -29,6 +29,7 @@ from cablestore.wire.messages import (
     CHANNEL_LIST_REQUEST,
     CHANNEL_LIST_RESPONSE,
     CHANNEL_STATE_REQUEST,
+    CHAT_CHANGES_REQUEST,
     CIRCUIT_SIZE,
     DEFAULT_LIMITS,
     DEPLOYED,
@@ -47,6 +48,7 @@ from cablestore.wire.messages import (
     ChannelListRequest,
     ChannelListResponse,
     ChannelStateRequest,
+    ChatChangesRequest,
     Framing,
     HashResponse,
     Limits,
@@ -157,6 +159,8 @@ def _decode_fields(t: int, r: _Reader, req_id: bytes, head: dict) -> AnyMessage:
         return _reconcile_request(r, req_id, head)
     if t == STATE_CHANGES_REQUEST:
         return StateChangesRequest(req_id, r.channel(), **head)
+    if t == CHAT_CHANGES_REQUEST:
+        return ChatChangesRequest(req_id, r.channel(), r.varint(), **head)
     return ReconcileResponse(req_id, r.blob("a reconciliation message"), **head)
 
 
@@ -177,7 +181,7 @@ def decode_payload(payload: bytes, framing: Framing = DEPLOYED, limits: Limits =
     """Decode a message without its ``msg_len`` (the bytes ``msg_len`` counts)."""
     r = _Reader(bytes(payload), 0, limits)
     t = r.varint()
-    if t > MODERATION_STATE_REQUEST and t not in (RECONCILE_REQUEST, RECONCILE_RESPONSE, STATE_CHANGES_REQUEST):
+    if t > MODERATION_STATE_REQUEST and t not in (RECONCILE_REQUEST, RECONCILE_RESPONSE, STATE_CHANGES_REQUEST, CHAT_CHANGES_REQUEST):
         raise UnknownMessageTypeError(f"unknown message type {t}")
     head = {}
     if framing.circuit_id:

@@ -15,7 +15,7 @@ Message types (cable.js 0.2.1 numbering): 0 hash response, 1 post response,
 list request, 7 channel list response, 8 moderation state request; and
 cablestore's extension (docs/reconcile.md, above 255 as wire.md §6.3.1
 allows): 256 reconcile request, 257 reconcile response, 258 state changes
-request.
+request, 259 chat changes request.
 
 Every limit is checked before anything is allocated for it: the message
 length against :attr:`Limits.max_message`, hash counts against
@@ -40,7 +40,7 @@ from cablestore.wire.fields import CHANNEL_CODEPOINTS, HASH_SIZE, encode_str, en
 HASH_RESPONSE, POST_RESPONSE, POST_REQUEST, CANCEL_REQUEST = 0, 1, 2, 3
 TIME_RANGE_REQUEST, CHANNEL_STATE_REQUEST, CHANNEL_LIST_REQUEST = 4, 5, 6
 CHANNEL_LIST_RESPONSE, MODERATION_STATE_REQUEST = 7, 8
-RECONCILE_REQUEST, RECONCILE_RESPONSE, STATE_CHANGES_REQUEST = 256, 257, 258  # the set reconciliation extension (docs/reconcile.md)
+RECONCILE_REQUEST, RECONCILE_RESPONSE, STATE_CHANGES_REQUEST, CHAT_CHANGES_REQUEST = 256, 257, 258, 259  # the set reconciliation extension
 SCOPE_HISTORY, SCOPE_STATE = 0, 1  # what a reconcile request reconciles of its channel
 MAX_TTL = 16
 CIRCUIT_SIZE = 4
@@ -242,6 +242,14 @@ class StateChangesRequest(Request):
     msg_type: ClassVar[int] = STATE_CHANGES_REQUEST
 
 
+@dataclass(frozen=True, slots=True)
+class ChatChangesRequest(TimeRangeRequest):
+    """A live time range request (``time_end = 0``) without its first answer: only the chat posts stored from now on
+    whose timestamp is at least ``time_start`` (the extension's; a peer that reconciled the channel holds the rest)."""
+
+    msg_type: ClassVar[int] = CHAT_CHANGES_REQUEST
+
+
 AnyMessage = (
     HashResponse
     | PostResponse
@@ -255,6 +263,7 @@ AnyMessage = (
     | ReconcileRequest
     | ReconcileResponse
     | StateChangesRequest
+    | ChatChangesRequest
 )
 
 
@@ -314,6 +323,10 @@ def _body(m: AnyMessage) -> list[bytes]:
         return [encode_varint(len(m.message)), m.message]
     if t == STATE_CHANGES_REQUEST:
         return [_channel(m.channel)]
+    if t == CHAT_CHANGES_REQUEST:
+        if m.time_end or m.limit:
+            raise LimitError("a chat changes request has no time_end and no limit")
+        return [_channel(m.channel), encode_varint(m.time_start)]
     raise UnknownMessageTypeError(f"cannot encode message type {t}")
 
 

@@ -33,7 +33,7 @@ from cablestore.wire.fields import HASH_SIZE, encode_varint, read_varint
 
 VERSION = 0x01  # first byte of every reconciliation message
 SKIP, FINGERPRINT, ID_LIST, HAVE_BITS, ID_PREFIXES = 0, 1, 2, 3, 4
-ID_PREFIX = 8  # bytes of each id the initiator lists (the answering side only matches them; 2**-64 a false match)
+ID_PREFIX_SIZE = 8  # bytes of each id the initiator lists (the answering side only matches them; 2**-64 a false match)
 FINGERPRINT_SIZE = 16
 BUCKETS = 16  # ranges a differing range is split into
 ID_LIST_THRESHOLD = 16  # a range of at most this many items is listed, not split
@@ -58,9 +58,9 @@ class Range:
 
 def listing(upper: tuple[int, bytes], hashes: Sequence[bytes], prefixes: bool) -> Range:
     """A small range listed: its hashes whole (the answering side's: the initiator fetches what it lacks by them) or,
-    from the initiator, their first :data:`ID_PREFIX` bytes (the answering side only matches them against its own)."""
+    from the initiator, their first :data:`ID_PREFIX_SIZE` bytes (the answering side only matches them against its own)."""
     if prefixes:
-        return Range(upper, ID_PREFIXES, ids=tuple(h[:ID_PREFIX] for h in hashes))
+        return Range(upper, ID_PREFIXES, ids=tuple(h[:ID_PREFIX_SIZE] for h in hashes))
     return Range(upper, ID_LIST, ids=tuple(hashes))
 
 
@@ -87,7 +87,7 @@ def encode(ranges: Sequence[Range]) -> bytes:
         elif r.mode == ID_LIST:
             out += encode_varint(len(r.ids)) + b"".join(r.ids)
         elif r.mode == ID_PREFIXES:
-            out += encode_varint(len(r.ids[0]) if r.ids else ID_PREFIX) + encode_varint(len(r.ids)) + b"".join(r.ids)
+            out += encode_varint(len(r.ids[0]) if r.ids else ID_PREFIX_SIZE) + encode_varint(len(r.ids)) + b"".join(r.ids)
         elif r.mode == HAVE_BITS:
             bits = bytearray((len(r.held) + 7) // 8)
             for i, held in enumerate(r.held):
@@ -249,7 +249,7 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         elif r.mode == ID_PREFIXES and not initiator:
             # As for an id list: a bit for each prefix listed, and our ids whose prefix it did not list, whole.
             mine = [h for _, h in items.items[lo:hi]]
-            size = len(r.ids[0]) if r.ids else ID_PREFIX
+            size = len(r.ids[0]) if r.ids else ID_PREFIX_SIZE
             ours, listed = {h[:size] for h in mine}, set(r.ids)
             add = [Range(r.upper, HAVE_BITS, ids=tuple(h for h in mine if h[:size] not in listed), held=tuple(p in ours for p in r.ids))]
             if ids + len(add[0].ids) > MAX_IDS:
