@@ -36,7 +36,9 @@ from .base import View
 NAME = "recon"
 PREFIX = keys.RECON
 SHIFTS = (20, 26, 32)  # bucket widths, finest first: 2**20 ms ~ 17.5 min, 2**26 ~ 18.6 h, 2**32 ~ 49.7 days
+_FINEST = SHIFTS[0]
 _CHAT = keys.CHAT
+_CHAT_SIZE = len(_CHAT)
 _MONO = keys.MONO_SIZE
 _MOD = 1 << 256
 VALUE_SIZE = 40
@@ -75,17 +77,18 @@ def add(fine: dict, post_type: int, entries, sign: int = 1) -> None:
     """
     if post_type != TEXT and post_type != DELETE:
         return
-    shift, from_bytes = SHIFTS[0], int.from_bytes
     for entry in entries:
         key = entry if type(entry) is bytes else entry[0]
-        if key.startswith(_CHAT):
-            group = (key[:-_MONO], from_bytes(key[-_MONO:-32], "big") >> shift)
-            held = fine.get(group)
-            if held is None:
-                fine[group] = [sign * from_bytes(key[-32:], "little"), sign]
-            else:
-                held[0] += sign * from_bytes(key[-32:], "little")
-                held[1] += sign
+        if key[:_CHAT_SIZE] != _CHAT:
+            continue
+        group = (key[:-_MONO], int.from_bytes(key[-_MONO:-32], "big") >> _FINEST)
+        value = int.from_bytes(key[-32:], "little")
+        held = fine.get(group)
+        if held is None:
+            fine[group] = [value if sign == 1 else -value, sign]
+        else:
+            held[0] += value if sign == 1 else -value
+            held[1] += sign
 
 
 def merge(fine: dict, other: dict) -> None:
