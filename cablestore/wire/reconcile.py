@@ -239,21 +239,15 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
             have.update(mine - theirs)
             need.update(theirs - mine)
             add = [Range(r.upper, SKIP)]
-        elif r.mode == ID_LIST:
-            # A bit for each id listed (do we hold it?) and only the ids it did not list: about half the bytes of our list.
-            mine = {h for _, h in items.items[lo:hi]}
-            listed = set(r.ids)
-            add = [Range(r.upper, HAVE_BITS, ids=tuple(h for _, h in items.items[lo:hi] if h not in listed), held=tuple(h in mine for h in r.ids))]
-            if ids + len(add[0].ids) > MAX_IDS:
-                add = items.split(lo, hi, r.upper)  # too many to list at once: narrow it down first
-        elif r.mode == ID_PREFIXES and not initiator:
-            # As for an id list: a bit for each prefix listed, and our ids whose prefix it did not list, whole.
+        elif r.mode in (ID_LIST, ID_PREFIXES) and not initiator:
+            # A bit for each id (or id prefix) listed: do we hold it?  Then only our ids it did not list, whole:
+            # about half the bytes of our list.  (Whole ids compare as prefixes of HASH_SIZE bytes.)
             mine = [h for _, h in items.items[lo:hi]]
-            size = len(r.ids[0]) if r.ids else ID_PREFIX_SIZE
+            size = HASH_SIZE if r.mode == ID_LIST else len(r.ids[0]) if r.ids else ID_PREFIX_SIZE
             ours, listed = {h[:size] for h in mine}, set(r.ids)
             add = [Range(r.upper, HAVE_BITS, ids=tuple(h for h in mine if h[:size] not in listed), held=tuple(p in ours for p in r.ids))]
             if ids + len(add[0].ids) > MAX_IDS:
-                add = items.split(lo, hi, r.upper)
+                add = items.split(lo, hi, r.upper)  # too many to list at once: narrow it down first
         elif r.mode == ID_PREFIXES:
             raise ReconcileError("id prefixes sent to the initiator (only the answering side matches them)")
         elif r.mode == HAVE_BITS and initiator:
