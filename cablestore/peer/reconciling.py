@@ -1,4 +1,4 @@
-"""Set reconciliation between cablestore peers (docs/reconcile.md): the answering side, the probe, one channel's exchange.
+"""Set reconciliation between cablestore peers (docs/reconcile.md): the probe and one channel's exchange, the initiator's side.
 
 A sync that meets a peer speaking the extension settles each channel with
 two reconciliations, its history (the ``!chat`` rows a time range request
@@ -14,11 +14,14 @@ sync longer, never wrong.
 
 Sans-I/O as the rest of :mod:`cablestore.peer`: :class:`Probe` and
 :class:`ChannelReconcile` issue requests on a connection and advance when
-the sync polls them.
+the sync polls them.  The answering side is the connection's
+(``Serving._reconciled``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from cablestore.errors import CableError, ReconcileError
@@ -38,7 +41,6 @@ def holds_history(store: Any, channel: str) -> bool:
         return len(items) > 0
 
 
-
 # --- the probe ---------------------------------------------------------------------------------------------
 class Probe:
     """Whether the peer speaks the extension: a probe request sent before the channel list request.
@@ -53,7 +55,6 @@ class Probe:
         self.conn = conn
         self.sent_at = now
         self.job = conn.request_reconcile("", SCOPE_HISTORY, b"", now=now, job=Job(tag=tag))
-        self.req_id = next(e.req_id for e in conn.outbound.values() if e.job is self.job)
         self.result: bool | None = None
 
     def poll(self, now: int, listed: bool) -> bool | None:
@@ -63,7 +64,7 @@ class Probe:
                 self.result = not self.job.failed and (self.job.reply or b"")[:1] == VERSION
             elif listed or now - self.sent_at > limits.PROBE_WAIT:
                 self.result = False
-                self.conn.drop_request(self.req_id)
+                self.conn.drop_request(self.job)
         return self.result
 
 
@@ -88,21 +89,20 @@ class ChannelReconcile:
         for scope in SCOPES:
             self._start(scope, now)
 
-    def _items(self, scope: int, run) -> Any:
+    @contextmanager
+    def _items(self, scope: int) -> Iterator[Any]:
+        """The scope's items as they are now (the history's over a store snapshot held while the block runs)."""
         if scope == SCOPE_STATE:
-            return run(state_items(self.store, self.channel))
+            yield state_items(self.store, self.channel)
+            return
         with self.store.range_items(self.channel) as items:
-            return run(items)
+            yield items
 
     def _start(self, scope: int, now: int) -> None:
-        init = reconcile.Initiator(reconcile.Items(()))
-
-        def first(items) -> bytes:
-            init.items = items
-            return init.start()
-
-        self.initiators[scope] = init
-        self._ask(scope, self._items(scope, first), now)
+        init = self.initiators[scope] = reconcile.Initiator(reconcile.Items(()))
+        with self._items(scope) as init.items:
+            message = init.start()
+        self._ask(scope, message, now)
 
     def _ask(self, scope: int, message: bytes, now: int) -> None:
         self.sent += len(message)
@@ -121,13 +121,9 @@ class ChannelReconcile:
                 return
             self.received += len(job.reply)
             init = self.initiators[scope]
-
-            def step(items, init=init, reply=job.reply):
-                init.items = items
-                return init.receive(reply)
-
             try:
-                message = self._items(scope, step)
+                with self._items(scope) as init.items:  # each round over the items as they are then
+                    message = init.receive(job.reply)
             except ReconcileError as exc:
                 self.fallback = f"reconciliation: {exc}"
                 return

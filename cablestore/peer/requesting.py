@@ -67,11 +67,10 @@ class Requesting:
         """One round of set reconciliation (docs/reconcile.md); the answer's message arrives in ``job.reply``."""
         return self._request(lambda r: ReconcileRequest(r, channel, scope, message), now, job)
 
-    def drop_request(self, req_id: bytes) -> None:
-        """Stop waiting for an answer to one of our requests without telling the peer (a probe it ignored)."""
+    def drop_request(self, job: Job) -> None:
+        """Stop waiting for the answers to ``job``'s requests without telling the peer (a probe it ignored)."""
         with self.state.lock:
-            entry = self.outbound.get(req_id)
-            if entry is not None:
+            for entry in [e for e in self.outbound.values() if e.job is job]:
                 self._conclude_outbound(entry, "ignored")
 
     def request_posts(self, hashes: Iterable[bytes], *, now: int, ttl: int = 0, job: Job | None = None, channel: str | None = None) -> Job:
