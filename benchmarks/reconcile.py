@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 from cablestore import Store, post_hash
-from cablestore.authoring.workload import Workload, read_posts, write_posts
+from cablestore.authoring.workload import read_posts
 from cablestore.peer import PeerLimits, run_sync
 from cablestore.peer.limits import STORE_CACHE_MB
 from cablestore.wire.codec import TEXT, decode_post
 
-from .sync import _cpu_seconds, _proxy
+from .sync import _cpu_seconds, _posts, _proxy
 
 NATIVE = PeerLimits(reconcile=0)
 
@@ -100,10 +100,7 @@ def _one(a: Path, b: Path, work: Path, native: bool, b_lacks: list[bytes]) -> di
 
 
 def run(size: int, out: Path, seed: int) -> dict:
-    posts_file = out / f"posts-{size}-seed{seed}.bin"
-    if not posts_file.exists():
-        write_posts(posts_file, Workload(seed, size))
-    bufs = list(read_posts(posts_file))
+    bufs = list(read_posts(_posts(out, size, seed)))
     texts = [i for i, buf in enumerate(bufs) if decode_post(buf).post_type == TEXT]
     rng = random.Random(seed)
     pool = rng.sample(texts, min(len(texts), max(size // 10, 2000)))
@@ -140,8 +137,10 @@ def run(size: int, out: Path, seed: int) -> dict:
     return {"posts": size, "base_ingest_s": round(base_s, 1), "rows": rows}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def each_size(doc: str, run, name: str, argv=None) -> list[dict]:
+    """The command line of a benchmark run once per size of ``--posts``: ``run(size, out, seed)`` each, the results
+    written to ``OUT/NAME.json`` and printed."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--posts", default="100000", help="a comma list of sizes, e.g. 30000,100000,1000000")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench-results", help="where generated posts are cached and results written")
@@ -149,8 +148,13 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = [run(int(s), out, args.seed) for s in args.posts.split(",") if s.strip()]
-    (out / "reconcile.json").write_text(json.dumps(results, indent=2))
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    return results
+
+
+def main(argv=None) -> int:
+    results = each_size(__doc__, run, "reconcile", argv)
     return 0 if all(r["complete"] and r["arrived"] == r["missing"] for res in results for r in res["rows"]) else 1
 
 

@@ -20,8 +20,6 @@ measures sync and serve speaking it over TCP.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import shutil
 import sys
@@ -30,10 +28,13 @@ import time
 from pathlib import Path
 
 from cablestore import Store
-from cablestore.authoring.workload import Workload, iter_posts, write_posts
+from cablestore.authoring.workload import iter_posts
 from cablestore.keyspace.keys import mono_hash, mono_timestamp
 from cablestore.wire import reconcile as R
 from cablestore.wire.codec import decode_post
+
+from .reconcile import each_size
+from .sync import _posts
 
 PAGE = 50_000
 
@@ -96,9 +97,7 @@ def measure(scopes: dict[str, list], k: int, seed: int) -> dict:
 
 
 def run(size: int, out: Path, seed: int) -> dict:
-    posts_file = out / f"posts-{size}-seed{seed}.bin"
-    if not posts_file.exists():
-        write_posts(posts_file, Workload(seed, size))
+    posts_file = _posts(out, size, seed)
     work = Path(tempfile.mkdtemp(prefix="cablestore-reconcile-", dir=out))
     try:
         with Store(work / "store", verify_signatures=False) as store:
@@ -115,16 +114,7 @@ def run(size: int, out: Path, seed: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--posts", default="100000", help="a comma list of sizes, e.g. 100000,1000000")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default="bench-results", help="where generated posts are cached and results written")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results = [run(int(s), out, args.seed) for s in args.posts.split(",") if s.strip()]
-    (out / "reconcile.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+    results = each_size(__doc__, run, "reconcile_items", argv)  # (its own file: benchmarks.reconcile writes reconcile.json)
     return 0 if all(r["exact"] for res in results for r in res["rows"]) else 1
 
 
