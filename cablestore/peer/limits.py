@@ -237,7 +237,7 @@ MAX_LIVE_CHANNELS = CHANNELS_PER_RESPONSE
 DEFAULT_MARGIN = 60 * 60 * 1000  # an hour: posts skewed further back than this are missed by a resync
 DEFAULT_PROGRESS_TIMEOUT = 30_000  # the default of ``sync --progress-timeout``
 PROBE_WAIT = 1000  # ms a sync waits for the answer to its reconciliation probe (a peer that ignores it answers its channel list first)
-RECONCILE_RANGES_PER_CONNECTION = 1 << 18  # reconciliation ranges one connection may have answered (each a few reads); past it: refused
+RECONCILE_RANGES_PER_CONNECTION = 1 << 18  # reconciliation ranges one connection may have answered (each a few reads; a sketch 1 per 16 items it may read); past it: refused
 PARALLEL_CHANNELS = 8  # channels whose history and state are asked for at once
 MIN_HISTORY_PAGE = 64  # hashes a page of history asks for at least (a page: the pending-hash bound / 2 / PARALLEL_CHANNELS)
 CHANNEL_WAIT = 10_000  # ms a sync waits for another sync of the same channel before fetching it too
@@ -350,7 +350,7 @@ _FIXED = (
     ("MIN_HISTORY_PAGE", "hashes a page of history asks for at least (a page: the pending-hash bound / 2 / PARALLEL_CHANNELS)"),
     ("CHANNEL_WAIT", "ms a sync waits for another sync of the same channel"),
     ("PROBE_WAIT", "ms a sync waits for the answer to its set reconciliation probe (at most; a peer that ignores it answers its channel list first)"),
-    ("RECONCILE_RANGES_PER_CONNECTION", "set reconciliation ranges answered for one connection (each a few reads); later requests are refused"),
+    ("RECONCILE_RANGES_PER_CONNECTION", "set reconciliation ranges answered for one connection (each a few reads; a sketch counts 1 for each 16 items it may read); later requests are refused"),
     ("WRITE_CHUNK", "bytes handed to a socket at once"),
     ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),
     ("BACKLOG", "connections the kernel queues before they are accepted"),

@@ -238,7 +238,7 @@ class Serving:
             return b""
         try:
             ranges = reconcile.decode(m.message)
-            self.reconcile_ranges += len(ranges)
+            self.reconcile_ranges += reconcile.cost(ranges)  # a sketch counts as the items it may read
             if store.channel_dropped(m.channel):
                 return reconcile.answer_ranges(reconcile.Items(()), ranges)  # answered as holding nothing of it
             if m.scope == SCOPE_STATE:

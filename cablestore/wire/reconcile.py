@@ -25,140 +25,59 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Sequence
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cablestore.errors import ReconcileError
-from cablestore.wire.fields import HASH_SIZE, encode_varint, read_varint
+from cablestore.wire.fields import HASH_SIZE, encode_varint
+from cablestore.wire.reconcile_codec import (
+    DIFFERENCE,
+    ESTIMATE,
+    FINGERPRINT,
+    FINGERPRINT_SIZE,
+    HAVE_BITS,
+    ID_LIST,
+    ID_KEYS,
+    INFINITY,
+    MAX_IDS,
+    MAX_RANGES,
+    SKETCH,
+    SKIP,
+    VERSION,
+    Range,
+    decode,
+    encode,
+    position,
+)
+from cablestore.wire.sketch import CELL_SIZE, KEY_SIZE, MAX_CELLS, SALT_SIZE, Sketch, cells_for, estimate, key_of
 
-VERSION = 0x01  # first byte of every reconciliation message
-SKIP, FINGERPRINT, ID_LIST, HAVE_BITS, ID_PREFIXES = 0, 1, 2, 3, 4
-ID_PREFIX_SIZE = 8  # bytes of each id the initiator lists (the answering side only matches them; 2**-64 a false match)
-FINGERPRINT_SIZE = 16
 BUCKETS = 16  # ranges a differing range is split into
 ID_LIST_THRESHOLD = 16  # a range of at most this many items is listed, not split
-MAX_RANGES = 8192  # ranges in one message (about 200 KB)
-MAX_IDS = 8192  # hashes listed in one message (256 KB)
+SKETCH_ITEMS_PER_DIFFERENCE = 2048  # the initiator sketches a range of at most this many items per expected difference
+SKETCH_ANY_ITEMS = 4096  # ... or of at most this many, however few differ (cheaper than splitting, and quick to read)
+SKETCH_ITEMS_PER_CELL = 2048  # the answering side reads at most this many of its items for each cell of a sketch
+SKETCH_MAX_ITEMS = 1 << 16  # the most items either side reads for one sketch
+MESSAGE_READS = 1 << 18  # the most items the answering side reads for the sketches of one message (the initiator plans 3/4)
 MAX_ROUNDS = 32  # messages the initiator sends in one reconciliation (log16 of 2**64 is 16)
 MAX_ITEMS = 1 << 24  # items one side reconciles at once
-INFINITY = (1 << 64, b"")  # the upper bound of the last range: above every item
+ITEMS_PER_RANGE = 16  # items read to answer a sketch that cost the answering side's budget as much as a range (cost())
 _MOD = 1 << 256
 
 
-@dataclass(frozen=True)
-class Range:
-    """One range of a message: its exclusive upper bound ``(timestamp, hash prefix)`` and what it carries."""
 
-    upper: tuple[int, bytes]
-    mode: int
-    fingerprint: bytes = b""
-    ids: tuple[bytes, ...] = ()
-    held: tuple[bool, ...] = ()  # HAVE_BITS: which of the ids the other side listed this side holds, in their order
-
-
-def listing(upper: tuple[int, bytes], hashes: Sequence[bytes], prefixes: bool) -> Range:
+def listing(upper: tuple[int, bytes], hashes: Sequence[bytes], salt: bytes | None = None) -> Range:
     """A small range listed: its hashes whole (the answering side's: the initiator fetches what it lacks by them) or,
-    from the initiator, their first :data:`ID_PREFIX_SIZE` bytes (the answering side only matches them against its own)."""
-    if prefixes:
-        return Range(upper, ID_PREFIXES, ids=tuple(h[:ID_PREFIX_SIZE] for h in hashes))
+    from the initiator, their keys under ``salt`` (8 bytes each: the answering side only matches them against its own)."""
+    if salt is not None:
+        return Range(upper, ID_KEYS, salt=salt, ids=tuple(key_of(salt, h).to_bytes(KEY_SIZE, "little") for h in hashes))
     return Range(upper, ID_LIST, ids=tuple(hashes))
 
 
 def fingerprint(total: int, count: int) -> bytes:
     """The fingerprint of a range: BLAKE2b-128 of the sum of its hashes (little-endian, mod 2**256) and its count."""
     return hashlib.blake2b((total % _MOD).to_bytes(32, "little") + encode_varint(count), digest_size=FINGERPRINT_SIZE).digest()
-
-
-# --- codec -------------------------------------------------------------------------------------------
-def encode(ranges: Sequence[Range]) -> bytes:
-    """A message: the version byte, then each range (bound, mode, payload); bound timestamps are deltas, 0 for infinity."""
-    out = bytearray([VERSION])
-    last = 0
-    for r in ranges:
-        ts, prefix = r.upper
-        if (ts, prefix) == INFINITY:
-            out += encode_varint(0) + encode_varint(0)
-        else:
-            out += encode_varint(ts - last + 1) + encode_varint(len(prefix)) + prefix
-            last = ts
-        out += encode_varint(r.mode)
-        if r.mode == FINGERPRINT:
-            out += r.fingerprint
-        elif r.mode == ID_LIST:
-            out += encode_varint(len(r.ids)) + b"".join(r.ids)
-        elif r.mode == ID_PREFIXES:
-            out += encode_varint(len(r.ids[0]) if r.ids else ID_PREFIX_SIZE) + encode_varint(len(r.ids)) + b"".join(r.ids)
-        elif r.mode == HAVE_BITS:
-            bits = bytearray((len(r.held) + 7) // 8)
-            for i, held in enumerate(r.held):
-                if held:
-                    bits[i // 8] |= 1 << (i % 8)
-            out += encode_varint(len(r.held)) + bits + encode_varint(len(r.ids)) + b"".join(r.ids)
-    return bytes(out)
-
-
-def decode(buf: bytes) -> list[Range]:
-    """The ranges of a message; a malformed one (or one over the limits) raises :class:`cablestore.errors.ReconcileError`."""
-    if not buf or buf[0] != VERSION:
-        raise ReconcileError(f"not a reconciliation message of version {VERSION}")
-    pos, last, ranges, ids = 1, 0, [], 0
-    try:
-        while pos < len(buf):
-            if len(ranges) >= MAX_RANGES:
-                raise ReconcileError(f"more than {MAX_RANGES} ranges in one message")
-            delta, pos = read_varint(buf, pos)
-            size, pos = read_varint(buf, pos)
-            if size > HASH_SIZE or pos + size > len(buf):
-                raise ReconcileError(f"a bound's hash prefix of {size} bytes")
-            prefix, pos = bytes(buf[pos : pos + size]), pos + size
-            if delta == 0:
-                if size:
-                    raise ReconcileError("an infinite bound with a hash prefix")
-                upper = INFINITY
-            else:
-                last = last + delta - 1
-                upper = (last, prefix)
-            mode, pos = read_varint(buf, pos)
-            if mode == FINGERPRINT:
-                if pos + FINGERPRINT_SIZE > len(buf):
-                    raise ReconcileError("a fingerprint cut short")
-                ranges.append(Range(upper, mode, bytes(buf[pos : pos + FINGERPRINT_SIZE])))
-                pos += FINGERPRINT_SIZE
-            elif mode == ID_PREFIXES:
-                size, pos = read_varint(buf, pos)
-                count, pos = read_varint(buf, pos)
-                ids += count
-                if not 1 <= size <= HASH_SIZE or ids > MAX_IDS or pos + count * size > len(buf):
-                    raise ReconcileError(f"{count} id prefixes of {size} bytes (1 to {HASH_SIZE}; at most {MAX_IDS} ids a message, within its bytes)")
-                ranges.append(Range(upper, mode, ids=tuple(bytes(buf[p : p + size]) for p in range(pos, pos + count * size, size))))
-                pos += count * size
-            elif mode in (ID_LIST, HAVE_BITS):
-                held: tuple[bool, ...] = ()
-                if mode == HAVE_BITS:
-                    n, pos = read_varint(buf, pos)
-                    if n > MAX_IDS or pos + (n + 7) // 8 > len(buf):
-                        raise ReconcileError(f"a bitfield of {n} bits (at most {MAX_IDS}, within the message's bytes)")
-                    held = tuple(bool(buf[pos + i // 8] >> (i % 8) & 1) for i in range(n))
-                    pos += (n + 7) // 8
-                count, pos = read_varint(buf, pos)
-                ids += count
-                if ids > MAX_IDS or pos + count * HASH_SIZE > len(buf):
-                    raise ReconcileError(f"an id list of {count} hashes (at most {MAX_IDS} a message, within its bytes)")
-                listed = tuple(bytes(buf[p : p + HASH_SIZE]) for p in range(pos, pos + count * HASH_SIZE, HASH_SIZE))
-                ranges.append(Range(upper, mode, ids=listed, held=held))
-                pos += count * HASH_SIZE
-            elif mode == SKIP:
-                ranges.append(Range(upper, mode))
-            else:
-                raise ReconcileError(f"unknown range mode {mode}")
-    except ReconcileError:
-        raise
-    except Exception as exc:  # a varint cut short or too long: DecodeError
-        raise ReconcileError(f"malformed reconciliation message: {exc}") from exc
-    bounds = [_key(r.upper) for r in ranges]
-    if not ranges or ranges[-1].upper != INFINITY or any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
-        raise ReconcileError("ranges must have increasing bounds, the last one infinite")
-    return ranges
 
 
 def bound_between(below: tuple[int, bytes], at: tuple[int, bytes]) -> tuple[int, bytes]:
@@ -172,14 +91,13 @@ def bound_between(below: tuple[int, bytes], at: tuple[int, bytes]) -> tuple[int,
 
 
 # --- items -------------------------------------------------------------------------------------------
-def _key(bound: tuple[int, bytes]) -> tuple[int, bytes]:
-    """A bound as an item key: its prefix padded with zero bytes (the smallest hash with that prefix)."""
-    ts, prefix = bound
-    return (ts, prefix + bytes(HASH_SIZE - len(prefix)))
-
-
 class Items:
-    """One side's items, sorted, with prefix sums so any range's fingerprint is two bisections and a subtraction."""
+    """One side's items, sorted, with prefix sums so any range's fingerprint is two bisections and a subtraction.
+
+    The exchange reads items through four members, which the store's
+    ``StoreItems`` has too: ``len()``, ``index(bound)``, ``fingerprint(lo,
+    hi)``, ``between(i)`` and ``items[lo:hi]``.
+    """
 
     def __init__(self, items: Iterable[tuple[int, bytes]]) -> None:
         self.items = sorted(set(items))
@@ -198,7 +116,7 @@ class Items:
 
     def index(self, bound: tuple[int, bytes]) -> int:
         """How many items lie below ``bound``."""
-        return len(self.items) if bound == INFINITY else bisect.bisect_left(self.items, _key(bound))
+        return len(self.items) if bound == INFINITY else bisect.bisect_left(self.items, position(bound))
 
     def fingerprint(self, lo: int, hi: int) -> bytes:
         """The fingerprint of items ``[lo, hi)``."""
@@ -208,48 +126,150 @@ class Items:
         """The shortest bound above item ``i - 1`` and at or below item ``i``: where a split before item ``i`` goes."""
         return bound_between(self.items[i - 1], self.items[i])
 
-    def split(self, lo: int, hi: int, upper: tuple[int, bytes], prefixes: bool = False) -> list[Range]:
-        """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (:func:`listing`), else as :data:`BUCKETS` fingerprints."""
-        n = hi - lo
-        if n <= ID_LIST_THRESHOLD:
-            return [listing(upper, [h for _, h in self.items[lo:hi]], prefixes)]
-        out, parts = [], min(BUCKETS, n)  # every part holds an item, so the bounds between them increase
-        for i in range(parts):
-            a, b = lo + n * i // parts, lo + n * (i + 1) // parts
-            out.append(Range(upper if i == parts - 1 else self.between(b), FINGERPRINT, self.fingerprint(a, b)))
-        return out
+
+def split(items: Items, lo: int, hi: int, upper: tuple[int, bytes], salt: bytes | None = None) -> list[Range]:
+    """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (:func:`listing`, keyed by ``salt`` if given),
+    else as :data:`BUCKETS` fingerprints."""
+    n = hi - lo
+    if n <= ID_LIST_THRESHOLD:
+        return [listing(upper, [h for _, h in items.items[lo:hi]], salt)]
+    out, parts = [], min(BUCKETS, n)  # every part holds an item, so the bounds between them increase
+    for i in range(parts):
+        a, b = lo + n * i // parts, lo + n * (i + 1) // parts
+        out.append(Range(upper if i == parts - 1 else items.between(b), FINGERPRINT, items.fingerprint(a, b), count=b - a))
+    return out
+
+
+def _keyed(items: Items, lo: int, hi: int, salt: bytes) -> dict[int, bytes]:
+    """Items ``[lo, hi)``'s hashes by their keys under ``salt`` (fewer entries than items: two keys collide)."""
+    return {key_of(salt, h): h for _, h in items.items[lo:hi]}
 
 
 # --- the exchange --------------------------------------------------------------------------------------
-def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set) -> list[Range]:
-    """Our ranges in answer to ``ranges``; within :data:`MAX_RANGES` and :data:`MAX_IDS`: what does not fit is left
-    as one fingerprint of everything from there on, for the next round (the other side splits it again)."""
+@dataclass
+class _Budget:
+    """What one message may still carry: listed ids and sketch cells (:data:`MAX_IDS`, ``sketch.MAX_CELLS``) and the
+    items the answering side reads to answer its sketches (:data:`MESSAGE_READS`)."""
+
+    ids: int = MAX_IDS
+    cells: int = MAX_CELLS
+    reads: int = MESSAGE_READS
+
+
+def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: int, budget: _Budget, salts: Callable[[], bytes]) -> list[Range] | None:
+    """The initiator's next step for a range that differs by about ``differ`` items: its keys listed when
+    that is cheaper than a sketch; a sketch sized for ``differ`` when the range has few enough items for it
+    (None when the message has no room left for it: the rest goes next round); else :func:`split`."""
+    n = hi - lo
+    cells = cells_for(differ)
+    if ID_LIST_THRESHOLD < n <= budget.ids and cells * CELL_SIZE >= n * KEY_SIZE:
+        return [listing(upper, [h for _, h in items.items[lo:hi]], salts())]  # so dense that listing is cheaper
+    if not ID_LIST_THRESHOLD < n <= min(max(SKETCH_ITEMS_PER_DIFFERENCE * differ, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS):
+        return split(items, lo, hi, upper, salts())
+    if cells > budget.cells or n > budget.reads:
+        return None
+    salt = salts()
+    keyed = _keyed(items, lo, hi, salt)
+    if len(keyed) < n:  # two keys collide under this salt (odds 2**-64 a pair)
+        return split(items, lo, hi, upper, salts())
+    budget.cells -= cells
+    budget.reads -= n
+    return [Range(upper, SKETCH, salt=salt, sketch=Sketch(cells).add(keyed).encode())]
+
+
+def _difference(items: Items, lo: int, hi: int, r: Range, budget: _Budget) -> list[Range]:
+    """The answering side's answer to a sketch: the difference listed (its ids whole, the initiator's as keys); an
+    estimate of its size when the sketch was too small to list it; split when it would read too many items."""
+    n = hi - lo
+    cells = len(r.sketch) // CELL_SIZE
+    if n > min(_readable(cells), budget.reads):
+        return split(items, lo, hi, r.upper)
+    budget.reads -= n
+    keyed = _keyed(items, lo, hi, r.salt)
+    if len(keyed) < n:
+        return split(items, lo, hi, r.upper)
+    theirs = Sketch.decode(r.sketch).subtract(Sketch(cells).add(keyed))
+    plus, minus, left = theirs.peel()
+    if left or any(k not in keyed for k in minus):
+        return [Range(r.upper, ESTIMATE, estimate=min(estimate(cells, len(plus) + len(minus), left), MAX_ITEMS))]
+    keys = tuple(k.to_bytes(KEY_SIZE, "little") for k in plus)
+    return [Range(r.upper, DIFFERENCE, salt=r.salt, ids=tuple(keyed[k] for k in minus), keys=keys)]
+
+
+def _learn_difference(items: Items, lo: int, hi: int, r: Range, have: set, need: set) -> None:
+    """The initiator, from a Difference: its items the keys name are ``have``; the ids listed it lacks, ``need``."""
+    keyed = _keyed(items, lo, hi, r.salt)
+    for key in r.keys:
+        mine = keyed.get(int.from_bytes(key, "little"))
+        if mine is None:
+            raise ReconcileError("a difference names a key of none of this side's items in its range")
+        have.add(mine)
+    need.update(set(r.ids) - set(keyed.values()))
+
+
+def _expected(items: Items, ranges: list[Range], spans: list[tuple[int, int]]) -> tuple[list[bool], float]:
+    """Which ranges are fingerprints that differ from ours, and how many items an item of theirs is likely to differ
+    by: the variance of the count differences over the message's fingerprints (each side's missing items fall into
+    them about as Poisson counts do, and the difference of two has the sum of their means as variance), at least what
+    the share that differs implies; over the mean range, so a range of n items differs by about n times it."""
+    differs = [r.mode == FINGERPRINT and items.fingerprint(lo, hi) != r.fingerprint for r, (lo, hi) in zip(ranges, spans, strict=True)]
+    counted = [(r.count - (hi - lo), hi - lo) for r, (lo, hi) in zip(ranges, spans, strict=True) if r.mode == FINGERPRINT]
+    if not counted:
+        return differs, 0.0
+    f, mean_n = len(counted), max(1.0, sum(n for _, n in counted) / len(counted))
+    d = sum(differs)
+    share = -math.log(1 - d / f) if d < f else math.log(2 * f)
+    mean = sum(delta for delta, _ in counted) / f
+    variance = sum((delta - mean) ** 2 for delta, _ in counted) / (f - 1) if f > 1 else 0.0
+    lam = max(share, variance)
+    return differs, lam / (1 - math.exp(-lam)) / mean_n if lam > 0 else 0.0
+
+
+def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"") -> list[Range]:
+    """Our ranges in answer to ``ranges``; within :data:`MAX_RANGES` and the message's :class:`_Budget`: what does
+    not fit is left as one fingerprint of everything from there on, for the next round (the other side splits it)."""
     out: list[Range] = []
-    ids = 0
-    lo = 0
+    budget = _Budget(reads=MESSAGE_READS * 3 // 4 if initiator else MESSAGE_READS)
+    spans, lo = [], 0
     for r in ranges:
         hi = max(items.index(r.upper), lo)
-        if r.mode == FINGERPRINT and items.fingerprint(lo, hi) == r.fingerprint:
+        spans.append((lo, hi))
+        lo = hi
+    differs, per_item = _expected(items, ranges, spans)
+    for r, (lo, hi), differ in zip(ranges, spans, differs, strict=True):
+        if r.mode == FINGERPRINT and not differ:
             add = [Range(r.upper, SKIP)]
+        elif r.mode == FINGERPRINT and initiator:
+            guess = max(1, abs(r.count - (hi - lo)), math.ceil(per_item * (hi - lo)))
+            add = _narrow(items, lo, hi, r.upper, guess, budget, salts)
         elif r.mode == FINGERPRINT:
-            add = items.split(lo, hi, r.upper, prefixes=initiator)
+            add = split(items, lo, hi, r.upper)
+        elif r.mode == ESTIMATE and initiator:
+            add = _narrow(items, lo, hi, r.upper, r.estimate, budget, salts)
+        elif r.mode == SKETCH and not initiator:
+            add = _difference(items, lo, hi, r, budget)
+        elif r.mode == DIFFERENCE and initiator:
+            _learn_difference(items, lo, hi, r, have, need)
+            add = [Range(r.upper, SKIP)]
         elif r.mode == ID_LIST and initiator:
             theirs = set(r.ids)
             mine = {h for _, h in items.items[lo:hi]}
             have.update(mine - theirs)
             need.update(theirs - mine)
             add = [Range(r.upper, SKIP)]
-        elif r.mode in (ID_LIST, ID_PREFIXES) and not initiator:
-            # A bit for each id (or id prefix) listed: do we hold it?  Then only our ids it did not list, whole:
-            # about half the bytes of our list.  (Whole ids compare as prefixes of HASH_SIZE bytes.)
+        elif r.mode in (ID_LIST, ID_KEYS) and not initiator:
+            # A bit for each id (or key) listed: do we hold it?  Then only our ids it did not list, whole: about
+            # half the bytes of our list.  (Whole ids are their own keys.)
             mine = [h for _, h in items.items[lo:hi]]
-            size = HASH_SIZE if r.mode == ID_LIST else len(r.ids[0]) if r.ids else ID_PREFIX_SIZE
-            ours, listed = {h[:size] for h in mine}, set(r.ids)
-            add = [Range(r.upper, HAVE_BITS, ids=tuple(h for h in mine if h[:size] not in listed), held=tuple(p in ours for p in r.ids))]
-            if ids + len(add[0].ids) > MAX_IDS:
-                add = items.split(lo, hi, r.upper)  # too many to list at once: narrow it down first
-        elif r.mode == ID_PREFIXES:
-            raise ReconcileError("id prefixes sent to the initiator (only the answering side matches them)")
+            ours = [key_of(r.salt, h).to_bytes(KEY_SIZE, "little") for h in mine] if r.mode == ID_KEYS else mine
+            listed, held = set(r.ids), set(ours)
+            add = [Range(r.upper, HAVE_BITS, ids=tuple(h for h, k in zip(mine, ours, strict=True) if k not in listed), held=tuple(k in held for k in r.ids))]
+            if len(add[0].ids) > budget.ids:
+                add = split(items, lo, hi, r.upper)  # too many to list at once: narrow it down first
+        elif r.mode in (ID_KEYS, ESTIMATE, SKETCH, DIFFERENCE):
+            names = {ID_KEYS: "id keys", ESTIMATE: "an estimate", SKETCH: "a sketch", DIFFERENCE: "a difference"}
+            side = "initiator" if initiator else "answering side"
+            raise ReconcileError(f"{names[r.mode]} sent to the {side} (it only goes the other way)")
         elif r.mode == HAVE_BITS and initiator:
             listed = [h for _, h in items.items[lo:hi]]  # what this side listed for the range
             if len(r.held) != len(listed):
@@ -259,13 +279,12 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
             add = [Range(r.upper, SKIP)]
         else:
             add = [Range(r.upper, SKIP)]
-        more = sum(len(a.ids) for a in add)
-        if len(out) + len(add) >= MAX_RANGES or ids + more > MAX_IDS:
-            out.append(Range(INFINITY, FINGERPRINT, items.fingerprint(lo, len(items))))  # the rest, next round
+        more = sum(len(a.ids) + len(a.keys) for a in add) if add is not None else 0
+        if add is None or len(out) + len(add) >= MAX_RANGES or more > budget.ids:
+            out.append(Range(INFINITY, FINGERPRINT, items.fingerprint(lo, len(items)), count=len(items) - lo))  # the rest, next round
             break
         out += add
-        ids += more
-        lo = hi
+        budget.ids -= more
     merged: list[Range] = []
     for r in out:  # adjacent skips are one range
         if merged and r.mode == SKIP and merged[-1].mode == SKIP:
@@ -273,6 +292,17 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         else:
             merged.append(r)
     return merged
+
+
+def _readable(cells: int) -> int:
+    """The most items the answering side reads to answer a sketch of ``cells``."""
+    return min(max(SKETCH_ITEMS_PER_CELL * cells, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS)
+
+
+def cost(ranges: Sequence[Range]) -> int:
+    """What answering ``ranges`` may cost the answering side, in ranges (each a few reads): a sketch counts as the
+    items it may read (:func:`_readable`) over :data:`ITEMS_PER_RANGE`."""
+    return len(ranges) + sum(_readable(len(r.sketch) // CELL_SIZE) // ITEMS_PER_RANGE for r in ranges if r.mode == SKETCH)
 
 
 def respond(items: Items, message: bytes) -> bytes:
@@ -285,13 +315,17 @@ def answer_ranges(items: Items, ranges: list[Range]) -> bytes:
     return encode(_answer(items, ranges, False, set(), set()))
 
 
+def _random_salt() -> bytes:
+    return os.urandom(SALT_SIZE)
+
+
 @dataclass
 class Initiator:
     """The side that starts: :meth:`start`, then :meth:`receive` each answer until it returns None (done).
 
     ``have``: hashes only this side holds; ``need``: hashes only the other
     side holds (to fetch); ``rounds``: messages sent; ``sent``/``received``:
-    their bytes.
+    their bytes; ``salts``: where each sketch's salt comes from.
     """
 
     items: Items
@@ -300,6 +334,7 @@ class Initiator:
     rounds: int = 0
     sent: int = 0
     received: int = 0
+    salts: Callable[[], bytes] = _random_salt
 
     def start(self) -> bytes:
         """The first message: the whole set as one fingerprint (an empty set: an empty id list).
@@ -311,13 +346,13 @@ class Initiator:
         """
         n = len(self.items)
         if n == 0:
-            return self._send([Range(INFINITY, ID_LIST, ids=tuple(h for _, h in self.items.items))])
-        return self._send([Range(INFINITY, FINGERPRINT, self.items.fingerprint(0, n))])
+            return self._send([Range(INFINITY, ID_LIST)])
+        return self._send([Range(INFINITY, FINGERPRINT, self.items.fingerprint(0, n), count=n)])
 
     def receive(self, message: bytes) -> bytes | None:
         """The next message to send, or None once every range agrees or was listed."""
         self.received += len(message)
-        out = _answer(self.items, decode(message), True, self.have, self.need)
+        out = _answer(self.items, decode(message), True, self.have, self.need, self.salts)
         if all(r.mode == SKIP for r in out):
             return None
         if self.rounds >= MAX_ROUNDS:
@@ -331,4 +366,4 @@ class Initiator:
         return message
 
 
-__all__ = ["Initiator", "Items", "Range", "answer_ranges", "bound_between", "decode", "encode", "fingerprint", "respond"]
+__all__ = ["Initiator", "Items", "Range", "answer_ranges", "bound_between", "cost", "decode", "encode", "fingerprint", "respond", "split"]

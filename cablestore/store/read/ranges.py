@@ -28,7 +28,7 @@ from cablestore.keyspace.keys import HASH_SIZE, channel_key, next_prefix
 from cablestore.store.handle import Component
 from cablestore.views import chat, recon
 from cablestore.wire import reconcile as algorithm
-from cablestore.wire.reconcile import FINGERPRINT, INFINITY, Range
+from cablestore.wire.reconcile import INFINITY
 
 NO_END = 1 << 64  # a bound's timestamp above every item: the range has no end
 _MOD = 1 << 256
@@ -236,21 +236,10 @@ class StoreItems:
         return found
 
     def between(self, at: int) -> tuple[int, bytes]:
-        """The shortest bound above item ``at - 1`` and at or below item ``at``."""
-        return algorithm.bound_between(self.select(at - 1), self.select(at))
-
-    def split(self, lo: int, hi: int, upper: tuple[int, bytes], prefixes: bool = False) -> list[Range]:
-        """Items ``[lo, hi)`` (the range ending at ``upper``) listed if few (``listing``), else as ``BUCKETS`` fingerprints (:mod:`cablestore.wire.reconcile`)."""
-        n = hi - lo
-        if n <= algorithm.ID_LIST_THRESHOLD:
-            return [algorithm.listing(upper, [h for _, h in self.items[lo:hi]], prefixes)]
-        out, parts = [], min(algorithm.BUCKETS, n)
-        for i in range(parts):
-            a, b = lo + n * i // parts, lo + n * (i + 1) // parts
-            if i < parts - 1 and b not in self._bounds:
-                self._bounds[b] = self.between(b)
-            out.append(Range(upper if i == parts - 1 else self._bounds[b], FINGERPRINT, self.fingerprint(a, b)))
-        return out
+        """A bound above item ``at - 1`` and at or below item ``at``: one :meth:`index` answered, or the shortest."""
+        if at not in self._bounds:
+            self._bounds[at] = algorithm.bound_between(self.select(at - 1), self.select(at))
+        return self._bounds[at]
 
 
 class RangeQueries(Component):

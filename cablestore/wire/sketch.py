@@ -1,0 +1,142 @@
+"""Invertible Bloom lookup tables of post hashes (docs/reconcile.md §5): a range's difference in bytes proportional to it.
+
+A sketch of a set of hashes is ``m`` cells, each the count (mod 256), the
+XOR of the 8-byte keys and the XOR of the 4-byte checks of the hashes that
+map to it.  Each hash maps to one cell in each third of the table.  One
+side's sketch minus the other's (over the same range, the same ``m`` and
+salt) holds only the hashes in one set and not the other; peeling the cells
+that hold exactly one of them lists them all, with which side holds each,
+when ``m`` is about 1.6 times their number (:func:`cells_for`).
+
+A key is the hash keyed by the salt the initiator draws for each sketch
+(BLAKE2b-64 with that key), so no author can make two posts collide in
+advance; a check is BLAKE2b-32 of the key, so a cell that holds more than
+one hash is told from a pure one except with odds of 2**-32.  Sans I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable
+
+from cablestore.errors import ReconcileError
+
+KEY_SIZE = 8  # bytes of a hash's key in a sketch (and of the keys a Difference lists)
+CHECK_SIZE = 4
+SALT_SIZE = 8
+CELL_SIZE = 1 + KEY_SIZE + CHECK_SIZE  # count mod 256, key XOR, check XOR
+HASHES = 3  # cells a hash is added to: one in each third of the table
+MAX_CELLS = 12288  # cells of one sketch (160 KB)
+_KEY_MASK = (1 << 64) - 1
+
+
+def cells_for(difference: int) -> int:
+    """The cells a sketch needs to list ``difference`` hashes with ~97 % odds (measured; a failure costs a round trip)."""
+    d = max(1, difference)
+    want = 1.6 * d + 6 + 4 * min(d, 3)
+    return min(MAX_CELLS, HASHES * math.ceil(want / HASHES))
+
+
+def key_of(salt: bytes, post_hash: bytes) -> int:
+    """A hash's key under ``salt``, as an integer."""
+    return int.from_bytes(hashlib.blake2b(post_hash, digest_size=KEY_SIZE, key=salt).digest(), "little")
+
+
+def _check(key: int) -> int:
+    return int.from_bytes(hashlib.blake2b(key.to_bytes(KEY_SIZE, "little"), digest_size=CHECK_SIZE).digest(), "little")
+
+
+def _cells(key: int, third: int) -> tuple[int, int, int]:
+    return key % third, third + (key >> 21) % third, 2 * third + (key >> 42) % third
+
+
+class Sketch:
+    """``m`` cells (a multiple of :data:`HASHES`); :meth:`add` hashes' keys, :meth:`encode`, :meth:`subtract`, :meth:`peel`."""
+
+    __slots__ = ("checks", "counts", "keys", "third")
+
+    def __init__(self, cells: int) -> None:
+        if not HASHES <= cells <= MAX_CELLS or cells % HASHES:
+            raise ReconcileError(f"a sketch of {cells} cells (a multiple of {HASHES}, at most {MAX_CELLS})")
+        self.third = cells // HASHES
+        self.counts = [0] * cells
+        self.keys = [0] * cells
+        self.checks = [0] * cells
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def add(self, keys: Iterable[int]) -> Sketch:
+        counts, xkeys, checks, third = self.counts, self.keys, self.checks, self.third
+        for key in keys:
+            check = _check(key)
+            for i in _cells(key, third):
+                counts[i] = (counts[i] + 1) & 0xFF
+                xkeys[i] ^= key
+                checks[i] ^= check
+        return self
+
+    def encode(self) -> bytes:
+        out = bytearray()
+        for count, key, check in zip(self.counts, self.keys, self.checks, strict=True):
+            out.append(count)
+            out += key.to_bytes(KEY_SIZE, "little") + check.to_bytes(CHECK_SIZE, "little")
+        return bytes(out)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Sketch:
+        """The cells of :meth:`encode`; their number is the buffer's length over :data:`CELL_SIZE`."""
+        if len(buf) % CELL_SIZE:
+            raise ReconcileError(f"a sketch of {len(buf)} bytes is not whole cells of {CELL_SIZE}")
+        sketch = cls(len(buf) // CELL_SIZE)
+        for i, pos in enumerate(range(0, len(buf), CELL_SIZE)):
+            sketch.counts[i] = buf[pos]
+            sketch.keys[i] = int.from_bytes(buf[pos + 1 : pos + 1 + KEY_SIZE], "little")
+            sketch.checks[i] = int.from_bytes(buf[pos + 1 + KEY_SIZE : pos + CELL_SIZE], "little")
+        return sketch
+
+    def subtract(self, other: Sketch) -> Sketch:
+        """This sketch less ``other`` (same size): the cells of the hashes only one of the two holds."""
+        if len(other) != len(self):
+            raise ReconcileError(f"sketches of {len(self)} and {len(other)} cells")
+        self.counts = [(a - b) & 0xFF for a, b in zip(self.counts, other.counts, strict=True)]
+        self.keys = [a ^ b for a, b in zip(self.keys, other.keys, strict=True)]
+        self.checks = [a ^ b for a, b in zip(self.checks, other.checks, strict=True)]
+        return self
+
+    def peel(self) -> tuple[list[int], list[int], int]:
+        """``(plus, minus, left)``: the keys counted +1 (this side's) and -1 (the subtracted side's) and the cells
+        left holding something (0: the whole difference was listed).  Consumes the sketch."""
+        counts, keys, checks, third = self.counts, self.keys, self.checks, self.third
+        plus: list[int] = []
+        minus: list[int] = []
+        todo = [i for i, c in enumerate(counts) if c in (1, 0xFF)]
+        budget = len(counts) * HASHES  # each peel empties a cell; a forged table cannot loop
+        while todo and budget > 0:
+            budget -= 1
+            i = todo.pop()
+            count, key = counts[i], keys[i]
+            if count not in (1, 0xFF) or checks[i] != _check(key) or i not in _cells(key, third):
+                continue
+            (plus if count == 1 else minus).append(key)
+            check = checks[i]
+            for j in _cells(key, third):
+                counts[j] = (counts[j] - count) & 0xFF
+                keys[j] ^= key
+                checks[j] ^= check
+                if counts[j] in (1, 0xFF):
+                    todo.append(j)
+        left = sum(1 for c, k, x in zip(counts, keys, checks, strict=True) if c or k or x)
+        return plus, minus, left
+
+
+def estimate(cells: int, peeled: int, left: int) -> int:
+    """How many hashes a sketch of ``cells`` that listed ``peeled`` and stuck with ``left`` cells full likely held:
+    those listed plus what ``HASHES`` cells each would fill ``left`` of ``cells`` (twice the cells when all were full)."""
+    if left >= cells:
+        return peeled + 2 * cells
+    return peeled + max(1, math.ceil(-cells / HASHES * math.log(1 - left / cells)))
+
+
+__all__ = ["CELL_SIZE", "KEY_SIZE", "MAX_CELLS", "SALT_SIZE", "Sketch", "cells_for", "estimate", "key_of"]
