@@ -350,7 +350,7 @@ _FIXED = (
     ("MIN_HISTORY_PAGE", "hashes a page of history asks for at least (a page: the pending-hash bound / 2 / PARALLEL_CHANNELS)"),
     ("CHANNEL_WAIT", "ms a sync waits for another sync of the same channel"),
     ("PROBE_WAIT", "ms a sync waits for the answer to its set reconciliation probe (at most; a peer that ignores it answers its channel list first)"),
-    ("RECONCILE_RANGES_PER_CONNECTION", "set reconciliation ranges answered for one connection (each a few reads; a sketch counts 1 for each 16 items it may read); later requests are refused"),
+    ("RECONCILE_RANGES_PER_CONNECTION", "set reconciliation ranges answered for one connection (a few reads each; a sketch 1 per 16 items it may read); then refused"),
     ("WRITE_CHUNK", "bytes handed to a socket at once"),
     ("PUMP_SECONDS", "seconds of work between two looks at the sockets"),
     ("BACKLOG", "connections the kernel queues before they are accepted"),

@@ -38,8 +38,8 @@ from cablestore.wire.reconcile_codec import (
     FINGERPRINT,
     FINGERPRINT_SIZE,
     HAVE_BITS,
-    ID_LIST,
     ID_KEYS,
+    ID_LIST,
     INFINITY,
     MAX_IDS,
     MAX_RANGES,
@@ -366,4 +366,4 @@ class Initiator:
         return message
 
 
-__all__ = ["Initiator", "Items", "Range", "answer_ranges", "bound_between", "cost", "decode", "encode", "fingerprint", "respond", "split"]
+__all__ = ["VERSION", "Initiator", "Items", "Range", "answer_ranges", "bound_between", "cost", "decode", "encode", "fingerprint", "respond", "split"]
