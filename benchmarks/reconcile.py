@@ -93,6 +93,7 @@ def _one(a: Path, b: Path, work: Path, native: bool, b_lacks: list[bytes]) -> di
         "bytes_up": wire["up"], "bytes_down": wire["down"], "round_trips": wire["round_trips"],
         "reconcile_round_trips": summary["reconcile_round_trips"], "reconcile_bytes": summary["reconcile_bytes"],
         "channels_reconciled": summary["channels_reconciled"], "fallbacks": len(summary["reconcile_fallbacks"]),
+        "fallback_reasons": sorted(set(summary["reconcile_fallbacks"].values()))[:5],
         "sync_s": summary["seconds"], "wall_s": round(wall, 2), "sync_cpu_s": round(cpu, 2), "serve_cpu_s": round(served, 2),
         "missing": len(b_lacks), "arrived": arrived, "complete": summary["complete"],
         "missing_bytes": missing_bytes, "goal_bytes": int(1.5 * missing_bytes + 65536), "within_goal": total <= 1.5 * missing_bytes + 65536,

@@ -112,12 +112,12 @@ def test_a_sketch_of_few_cells_over_many_items_is_split_not_read():
     assert {r.mode for r in answer} == {R.FINGERPRINT} and len(answer) == R.BUCKETS
 
 
-def test_sketches_count_in_the_answering_sides_budget_by_the_items_they_may_read():
-    small = R.Range(R.INFINITY, R.SKETCH, salt=SALT, sketch=bytes(3 * CELL_SIZE))
-    large = R.Range(R.INFINITY, R.SKETCH, salt=SALT, sketch=bytes(3000 * CELL_SIZE))
-    assert R.cost([small]) == 1 + max(3 * R.SKETCH_ITEMS_PER_CELL, R.SKETCH_ANY_ITEMS) // R.ITEMS_PER_RANGE
-    assert R.cost([large]) == 1 + R.SKETCH_MAX_ITEMS // R.ITEMS_PER_RANGE
-    assert R.cost([R.Range(R.INFINITY, R.SKIP)] * 5) == 5
+def test_sketches_count_in_the_answering_sides_budget_by_the_items_they_read():
+    items = R.Items(_items(5000, seed=10))
+    sketch = R.Range(R.INFINITY, R.SKETCH, salt=SALT, sketch=bytes(30 * CELL_SIZE))
+    assert R.answer_ranges(items, [sketch])[1] == 1 + 5000 // R.ITEMS_PER_RANGE
+    assert R.answer_ranges(items, [R.Range((T0 + 2500 * 100, b""), R.SKIP), sketch])[1] == 2 + 4900 // R.ITEMS_PER_RANGE
+    assert R.answer_ranges(items, [R.Range(R.INFINITY, R.SKIP)])[1] == 1
 
 
 def test_a_difference_naming_a_key_of_none_of_the_initiators_items_is_refused():

@@ -238,13 +238,15 @@ class Serving:
             return b""
         try:
             ranges = reconcile.decode(m.message)
-            self.reconcile_ranges += reconcile.cost(ranges)  # a sketch counts as the items it may read
             if store.channel_dropped(m.channel):
-                return reconcile.answer_ranges(reconcile.Items(()), ranges)  # answered as holding nothing of it
-            if m.scope == SCOPE_STATE:
-                return reconcile.answer_ranges(state_items(store, m.channel), ranges)
-            with store.range_items(m.channel) as items:
-                return reconcile.answer_ranges(items, ranges)
+                answer, cost = reconcile.answer_ranges(reconcile.Items(()), ranges)  # answered as holding nothing of it
+            elif m.scope == SCOPE_STATE:
+                answer, cost = reconcile.answer_ranges(state_items(store, m.channel), ranges)
+            else:
+                with store.range_items(m.channel) as items:
+                    answer, cost = reconcile.answer_ranges(items, ranges)
+            self.reconcile_ranges += cost  # its ranges, and the items its sketches read
+            return answer
         except ReconcileError as exc:
             self._refuse(exc)
             return b""

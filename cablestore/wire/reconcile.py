@@ -62,7 +62,7 @@ SKETCH_MAX_ITEMS = 1 << 16  # the most items either side reads for one sketch
 MESSAGE_READS = 1 << 18  # the most items the answering side reads for the sketches of one message (the initiator plans 3/4)
 MAX_ROUNDS = 32  # messages the initiator sends in one reconciliation (log16 of 2**64 is 16)
 MAX_ITEMS = 1 << 24  # items one side reconciles at once
-ITEMS_PER_RANGE = 16  # items read to answer a sketch that cost the answering side's budget as much as a range (cost())
+ITEMS_PER_RANGE = 16  # items read to answer sketches that cost the answering side's budget as much as a range
 _MOD = 1 << 256
 
 
@@ -156,6 +156,11 @@ class _Budget:
     reads: int = MESSAGE_READS
 
 
+def _sketchable(n: int, differ: int) -> bool:
+    """Whether a range of ``n`` items that differs by about ``differ`` is sketched whole rather than split."""
+    return n <= min(max(SKETCH_ITEMS_PER_DIFFERENCE * differ, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS)
+
+
 def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: int, budget: _Budget, salts: Callable[[], bytes]) -> list[Range] | None:
     """The initiator's next step for a range that differs by about ``differ`` items: its keys listed when
     that is cheaper than a sketch; a sketch sized for ``differ`` when the range has few enough items for it
@@ -164,7 +169,7 @@ def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: in
     cells = cells_for(differ)
     if ID_LIST_THRESHOLD < n <= budget.ids and cells * CELL_SIZE >= n * KEY_SIZE:
         return [listing(upper, [h for _, h in items.items[lo:hi]], salts())]  # so dense that listing is cheaper
-    if not ID_LIST_THRESHOLD < n <= min(max(SKETCH_ITEMS_PER_DIFFERENCE * differ, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS):
+    if not (n > ID_LIST_THRESHOLD and _sketchable(n, differ)):
         return split(items, lo, hi, upper, salts())
     if cells > budget.cells or n > budget.reads:
         return None
@@ -225,11 +230,12 @@ def _expected(items: Items, ranges: list[Range], spans: list[tuple[int, int]]) -
     return differs, lam / (1 - math.exp(-lam)) / mean_n if lam > 0 else 0.0
 
 
-def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"") -> list[Range]:
+def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"", budget: _Budget | None = None) -> list[Range]:
     """Our ranges in answer to ``ranges``; within :data:`MAX_RANGES` and the message's :class:`_Budget`: what does
     not fit is left as one fingerprint of everything from there on, for the next round (the other side splits it)."""
     out: list[Range] = []
-    budget = _Budget(reads=MESSAGE_READS * 3 // 4 if initiator else MESSAGE_READS)
+    if budget is None:
+        budget = _Budget(reads=MESSAGE_READS * 3 // 4 if initiator else MESSAGE_READS)
     spans, lo = [], 0
     for r in ranges:
         hi = max(items.index(r.upper), lo)
@@ -242,6 +248,8 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         elif r.mode == FINGERPRINT and initiator:
             guess = max(1, abs(r.count - (hi - lo)), math.ceil(per_item * (hi - lo)))
             add = _narrow(items, lo, hi, r.upper, guess, budget, salts)
+        elif r.mode == FINGERPRINT and hi - lo > ID_LIST_THRESHOLD and _sketchable(max(hi - lo, r.count), abs(r.count - (hi - lo))):
+            add = [Range(r.upper, FINGERPRINT, items.fingerprint(lo, hi), count=hi - lo)]  # our count: the initiator sketches it whole
         elif r.mode == FINGERPRINT:
             add = split(items, lo, hi, r.upper)
         elif r.mode == ESTIMATE and initiator:
@@ -299,20 +307,17 @@ def _readable(cells: int) -> int:
     return min(max(SKETCH_ITEMS_PER_CELL * cells, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS)
 
 
-def cost(ranges: Sequence[Range]) -> int:
-    """What answering ``ranges`` may cost the answering side, in ranges (each a few reads): a sketch counts as the
-    items it may read (:func:`_readable`) over :data:`ITEMS_PER_RANGE`."""
-    return len(ranges) + sum(_readable(len(r.sketch) // CELL_SIZE) // ITEMS_PER_RANGE for r in ranges if r.mode == SKETCH)
-
-
 def respond(items: Items, message: bytes) -> bytes:
     """The answering side: its answer to one reconciliation message (it keeps no state between messages)."""
-    return answer_ranges(items, decode(message))
+    return answer_ranges(items, decode(message))[0]
 
 
-def answer_ranges(items: Items, ranges: list[Range]) -> bytes:
-    """The answering side's message for the ranges of a message already decoded (:func:`decode`)."""
-    return encode(_answer(items, ranges, False, set(), set()))
+def answer_ranges(items: Items, ranges: list[Range]) -> tuple[bytes, int]:
+    """The answering side's message for the ranges of a message already decoded (:func:`decode`), and what it
+    cost, in ranges: one each, and one more for each :data:`ITEMS_PER_RANGE` items read to answer sketches."""
+    budget = _Budget()
+    message = encode(_answer(items, ranges, False, set(), set(), budget=budget))
+    return message, len(ranges) + (MESSAGE_READS - budget.reads) // ITEMS_PER_RANGE
 
 
 def _random_salt() -> bytes:
@@ -366,4 +371,4 @@ class Initiator:
         return message
 
 
-__all__ = ["VERSION", "Initiator", "Items", "Range", "answer_ranges", "bound_between", "cost", "decode", "encode", "fingerprint", "respond", "split"]
+__all__ = ["VERSION", "Initiator", "Items", "Range", "answer_ranges", "bound_between", "decode", "encode", "fingerprint", "respond", "split"]

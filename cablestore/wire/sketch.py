@@ -133,9 +133,10 @@ class Sketch:
 
 def estimate(cells: int, peeled: int, left: int) -> int:
     """How many hashes a sketch of ``cells`` that listed ``peeled`` and stuck with ``left`` cells full likely held:
-    those listed plus what ``HASHES`` cells each would fill ``left`` of ``cells`` (twice the cells when all were full)."""
-    if left >= cells:
-        return peeled + 2 * cells
+    those listed plus what ``HASHES`` cells each would fill ``left`` of ``cells``; four times the cells once nine in
+    ten are full (the fill says little more then: the next sketch grows geometrically instead)."""
+    if left >= 0.9 * cells:
+        return peeled + 4 * cells
     return peeled + max(1, math.ceil(-cells / HASHES * math.log(1 - left / cells)))
 
 
