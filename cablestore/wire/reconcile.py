@@ -161,6 +161,12 @@ def _sketchable(n: int, differ: int) -> bool:
     return n <= min(max(SKETCH_ITEMS_PER_DIFFERENCE * differ, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS)
 
 
+def _worth_a_sketch(n: int, differ: int, theirs: int = 0) -> bool:
+    """Whether the initiator sketches a range of its ``n`` items (``theirs`` on the other side, if known) that
+    differs by about ``differ`` (:func:`_narrow`)."""
+    return n > ID_LIST_THRESHOLD and cells_for(differ) * CELL_SIZE < n * KEY_SIZE and _sketchable(max(n, theirs), differ)
+
+
 def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: int, budget: _Budget, salts: Callable[[], bytes]) -> list[Range] | None:
     """The initiator's next step for a range that differs by about ``differ`` items: its keys listed when
     that is cheaper than a sketch; a sketch sized for ``differ`` when the range has few enough items for it
@@ -169,7 +175,7 @@ def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: in
     cells = cells_for(differ)
     if ID_LIST_THRESHOLD < n <= budget.ids and cells * CELL_SIZE >= n * KEY_SIZE:
         return [listing(upper, [h for _, h in items.items[lo:hi]], salts())]  # so dense that listing is cheaper
-    if not (n > ID_LIST_THRESHOLD and _sketchable(n, differ)):
+    if not _worth_a_sketch(n, differ):
         return split(items, lo, hi, upper, salts())
     if cells > budget.cells or n > budget.reads:
         return None
@@ -230,6 +236,29 @@ def _expected(items: Items, ranges: list[Range], spans: list[tuple[int, int]]) -
     return differs, lam / (1 - math.exp(-lam)) / mean_n if lam > 0 else 0.0
 
 
+def _grouped(ranges: list[Range], spans: list[tuple[int, int]], differs: list[bool], guesses: list[int]) -> list:
+    """The initiator's ranges as ``(range, span, differs, guess)``, each run of fingerprints that differ (and those
+    equal between them) merged into one range as long as it stays sketchable whole by the sum of their guesses:
+    one sketch costs its fixed cells once, not once a part (the parts the other side split a range into show how
+    many of them differ, which the counts alone do not when both sides lack items of one range)."""
+    out, i = [], 0
+    while i < len(ranges):
+        r, (lo, hi) = ranges[i], spans[i]
+        if r.mode != FINGERPRINT or not differs[i] or not _worth_a_sketch(hi - lo, guesses[i], r.count):
+            out.append((r, (lo, hi), differs[i], guesses[i]))
+            i += 1
+            continue
+        total, theirs, last, j = guesses[i], r.count, i, i + 1
+        while j < len(ranges) and ranges[j].mode == FINGERPRINT and _worth_a_sketch(spans[j][1] - lo, total + guesses[j], theirs + ranges[j].count):
+            total, theirs = total + guesses[j], theirs + ranges[j].count
+            last = j if differs[j] else last
+            j += 1
+        out.append((ranges[last], (lo, spans[last][1]), True, total))
+        out += [(ranges[k], spans[k], False, 0) for k in range(last + 1, j)]  # equal: skipped
+        i = j
+    return out
+
+
 def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"", budget: _Budget | None = None) -> list[Range]:
     """Our ranges in answer to ``ranges``; within :data:`MAX_RANGES` and the message's :class:`_Budget`: what does
     not fit is left as one fingerprint of everything from there on, for the next round (the other side splits it)."""
@@ -242,11 +271,12 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         spans.append((lo, hi))
         lo = hi
     differs, per_item = _expected(items, ranges, spans)
-    for r, (lo, hi), differ in zip(ranges, spans, differs, strict=True):
+    guesses = [max(1, abs(r.count - (hi - lo)), math.ceil(per_item * (hi - lo))) if d else 0 for r, (lo, hi), d in zip(ranges, spans, differs, strict=True)]
+    work = _grouped(ranges, spans, differs, guesses) if initiator else list(zip(ranges, spans, differs, guesses, strict=True))
+    for r, (lo, hi), differ, guess in work:
         if r.mode == FINGERPRINT and not differ:
             add = [Range(r.upper, SKIP)]
         elif r.mode == FINGERPRINT and initiator:
-            guess = max(1, abs(r.count - (hi - lo)), math.ceil(per_item * (hi - lo)))
             add = _narrow(items, lo, hi, r.upper, guess, budget, salts)
         elif r.mode == FINGERPRINT and hi - lo > ID_LIST_THRESHOLD and _sketchable(max(hi - lo, r.count), abs(r.count - (hi - lo))):
             add = [Range(r.upper, FINGERPRINT, items.fingerprint(lo, hi), count=hi - lo)]  # our count: the initiator sketches it whole
