@@ -391,6 +391,41 @@ def test_a_reconciliation_flood_is_answered_up_to_its_budget_then_refused_and_ot
     run(main())
 
 
+def test_sketches_cost_the_connections_budget_the_items_they_read_then_are_refused(served, monkeypatch):
+    """A sketch over the whole channel makes the answering side read every item of it: each counts one range per
+    16 items read, so a peer sending them finds its budget spent after as many as it allows, and the good peer's
+    answers stay whole and quick meanwhile."""
+    from cablestore.peer import limits
+    from cablestore.wire import reconcile as R
+    from cablestore.wire.sketch import CELL_SIZE
+
+    path, channel, texts, expected = served
+    each = 1 + len(texts) // R.ITEMS_PER_RANGE  # one range, and the items it reads
+    monkeypatch.setattr(limits, "RECONCILE_RANGES_PER_CONNECTION", 3 * each)
+
+    async def main():
+        store, server = await serving(path, PeerLimits())
+        try:
+            flood = await RawPeer.connect(server.port)
+            sketch = R.encode([R.Range(R.INFINITY, R.SKETCH, salt=bytes(8), sketch=bytes(90 * CELL_SIZE))])
+            asks = [M.ReconcileRequest(bytes([9, 0, 0, j]), channel, M.SCOPE_HISTORY, sketch) for j in range(5)]
+            await flood.send(*asks)
+            good = Good(await RawPeer.connect(server.port), channel, texts, expected)
+            for _ in range(3):
+                await good.round()
+            answered = [(await flood.answers(a.req_id))[0].message for a in asks]
+            assert all(R.decode(m)[0].mode in (R.ESTIMATE, R.DIFFERENCE) for m in answered[:3])  # read and answered
+            assert answered[3:] == [b""] * 2  # the budget spent: refused
+            assert server.node.stats["reconciles_refused"] == 2
+            assert max(good.latencies) < 2.0
+            flood.close()
+            good.peer.close()
+        finally:
+            await stop_serving(store, server)
+
+    run(main())
+
+
 def test_a_peer_that_does_not_speak_reconciliation_drops_its_messages_as_unknown_and_answers_the_rest(served):
     path, channel, texts, expected = served
 
