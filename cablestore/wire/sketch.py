@@ -68,19 +68,27 @@ class Sketch:
         return len(self.counts)
 
     def add(self, keys: Iterable[int]) -> Sketch:
+        """Each key added to its three cells (counts kept whole here, taken mod 256 when encoded or subtracted)."""
         counts, xkeys, checks, third = self.counts, self.keys, self.checks, self.third
-        for key in keys:
-            check = _check(key)
-            for i in _cells(key, third):
-                counts[i] = (counts[i] + 1) & 0xFF
-                xkeys[i] ^= key
-                checks[i] ^= check
+        blake2b, third2 = hashlib.blake2b, 2 * third
+        for key in keys:  # _cells and _check inlined: this loop is a sketch's cost
+            check = int.from_bytes(blake2b(key.to_bytes(KEY_SIZE, "little"), digest_size=CHECK_SIZE).digest(), "little")
+            i, j, k = key % third, third + (key >> 21) % third, third2 + (key >> 42) % third
+            counts[i] += 1
+            counts[j] += 1
+            counts[k] += 1
+            xkeys[i] ^= key
+            xkeys[j] ^= key
+            xkeys[k] ^= key
+            checks[i] ^= check
+            checks[j] ^= check
+            checks[k] ^= check
         return self
 
     def encode(self) -> bytes:
         out = bytearray()
         for count, key, check in zip(self.counts, self.keys, self.checks, strict=True):
-            out.append(count)
+            out.append(count & 0xFF)
             out += key.to_bytes(KEY_SIZE, "little") + check.to_bytes(CHECK_SIZE, "little")
         return bytes(out)
 
