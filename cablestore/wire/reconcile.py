@@ -1,24 +1,29 @@
-"""Range-based set reconciliation of posts (docs/reconcile.md): the message codec and the algorithm, sans I/O.
+"""Range-based set reconciliation of posts with sketches of dense ranges (docs/reconcile.md), sans I/O.
 
 Two peers hold sets of items, ``(timestamp, post hash)`` pairs sorted by
-timestamp then hash.  The initiator splits its set into ranges and sends a
-fingerprint of each; the other side answers each range with "same" (skip),
-its own finer fingerprints where they differ, or the whole list of its
-hashes where a range is small; the initiator does the same with what comes
-back, until every range agrees or was listed.  The initiator then knows the
-hashes it lacks (``need``) and those only it holds (``have``).  The scheme
-is A. Meyer's range-based set reconciliation (arXiv 2212.13567), in the
-message layout of negentropy protocol v1 (hoytech/negentropy) but with
-Cable's LEB128 varints (64-bit safe) and a BLAKE2b fingerprint; see
-docs/reconcile.md for the byte layout.
+timestamp then hash.  The initiator sends a fingerprint of its whole set
+(with its count, in the clear); the other side answers each range with
+"same" (skip), its own finer fingerprints where they differ, or the whole
+list of its hashes where a range is small.  Where a range differs by
+enough items for its size (the counts, and how many of a split's parts
+differ, say by about how many), the initiator sends a sketch of it
+(:mod:`cablestore.wire.sketch`, an invertible Bloom lookup table sized for
+that difference) and the other side answers with the difference itself:
+bytes proportional to the difference, not to the ranges holding it.  The
+initiator then knows the hashes it lacks (``need``) and those only it
+holds (``have``).  The ranges are A. Meyer's range-based set
+reconciliation (arXiv 2212.13567) in the message layout of negentropy
+protocol v1 (hoytech/negentropy), with Cable's LEB128 varints (64-bit
+safe) and a BLAKE2b fingerprint; the codec is
+:mod:`cablestore.wire.reconcile_codec`.
 
 Both sides are stateless between messages except for the initiator's
 ``have``/``need``: the side that answers (:func:`respond`) needs only its
-items.  Every message is bounded (:data:`MAX_RANGES`, :data:`MAX_IDS`,
-its bytes by the Cable frame), bounds must increase and the last range
-must end at infinity, so a peer that lies about fingerprints can make a
-reconciliation longer, never wrong (the posts it leads to are fetched and
-checked like any other) and never longer than :data:`MAX_ROUNDS`.
+items.  Every message is bounded (ranges, ids, sketch cells and the items
+the answering side reads for it), bounds must increase and the last range
+must end at infinity, so a peer that lies can make a reconciliation
+longer, never wrong (the posts it leads to are fetched and checked like
+any other) and never longer than :data:`MAX_ROUNDS`.
 """
 
 from __future__ import annotations
