@@ -55,14 +55,20 @@ def test_a_sketch_round_trips_through_its_bytes():
     assert (back.counts, back.keys, back.checks) == (s.counts, s.keys, s.checks)
 
 
-def test_a_sketch_too_small_lists_nothing_wrong_and_estimates_more_than_its_cells():
+@pytest.mark.parametrize("mine,theirs", [(300, 0), (150, 150), (2000, 1000)])
+def test_a_sketch_too_small_lists_nothing_wrong_and_estimates_the_difference_from_its_counts(mine, theirs):
+    """Counts are differences of two Poisson counts: their variance estimates the difference, one side or both,
+    however full the cells (a 300-item difference in 27 cells: every cell full)."""
     rng = random.Random(4)
-    extra = [rng.randbytes(32) for _ in range(300)]
+    only_mine, only_theirs = [rng.randbytes(32) for _ in range(mine)], [rng.randbytes(32) for _ in range(theirs)]
     cells = cells_for(10)
-    plus, minus, left = _sketch(extra, cells).subtract(Sketch(cells)).peel()
-    assert left > 0 and not minus
-    assert set(plus) <= {key_of(SALT, h) for h in extra}  # what it peeled is right, though not all
-    assert estimate(cells, len(plus), left) > cells
+    diff = _sketch(only_mine, cells).subtract(_sketch(only_theirs, cells))
+    guess = estimate(diff)
+    plus, minus, left = diff.peel()
+    assert left > 0
+    assert set(plus) <= {key_of(SALT, h) for h in only_mine} and set(minus) <= {key_of(SALT, h) for h in only_theirs}
+    assert (mine + theirs) / 2 < guess < (mine + theirs) * 2, guess
+    assert cells_for(guess) > cells  # a larger sketch next
 
 
 @pytest.mark.parametrize("one_sided", [True, False])

@@ -205,9 +205,10 @@ def _difference(items: Items, lo: int, hi: int, r: Range, budget: _Budget) -> li
     if len(keyed) < n:
         return split(items, lo, hi, r.upper)
     theirs = Sketch.decode(r.sketch).subtract(Sketch(cells).add(keyed))
+    guess = estimate(theirs)
     plus, minus, left = theirs.peel()
     if left or any(k not in keyed for k in minus):
-        return [Range(r.upper, ESTIMATE, estimate=min(estimate(cells, len(plus) + len(minus), left), MAX_ITEMS))]
+        return [Range(r.upper, ESTIMATE, estimate=min(guess, MAX_ITEMS))]
     keys = tuple(k.to_bytes(KEY_SIZE, "little") for k in plus)
     return [Range(r.upper, DIFFERENCE, salt=r.salt, ids=tuple(keyed[k] for k in minus), keys=keys)]
 

@@ -139,13 +139,22 @@ class Sketch:
         return plus, minus, left
 
 
-def estimate(cells: int, peeled: int, left: int) -> int:
-    """How many hashes a sketch of ``cells`` that listed ``peeled`` and stuck with ``left`` cells full likely held:
-    those listed plus what ``HASHES`` cells each would fill ``left`` of ``cells``; four times the cells once nine in
-    ten are full (the fill says little more then: the next sketch grows geometrically instead)."""
-    if left >= 0.9 * cells:
-        return peeled + 4 * cells
-    return peeled + max(1, math.ceil(-cells / HASHES * math.log(1 - left / cells)))
+def estimate(sketch: Sketch) -> int:
+    """How many hashes a subtracted sketch holds, from its counts alone (call it before :meth:`Sketch.peel`).
+
+    A cell's count is the difference of the two sides' counts of it, each
+    side's about a Poisson count, so the counts' variance is the hashes a
+    cell holds: ``HASHES`` a hash over the cells.  It holds for a difference
+    on one side or on both, and long after every cell is full (until counts
+    pass 127).  At least one more than a sketch of this size lists reliably,
+    so a sketch too small is always followed by a larger one.
+    """
+    cells = len(sketch.counts)
+    signed = [c - 256 if c >= 128 else c for c in sketch.counts]  # counts mod 256, read as signed
+    mean = sum(signed) / cells
+    variance = sum((c - mean) ** 2 for c in signed) / cells
+    listable = max((d for d in range(1, cells + 1) if cells_for(d) <= cells), default=0)  # what cells_for sized it for
+    return max(math.ceil(variance * cells / HASHES), listable + 1)
 
 
 __all__ = ["CELL_SIZE", "KEY_SIZE", "MAX_CELLS", "SALT_SIZE", "Sketch", "cells_for", "estimate", "key_of"]
