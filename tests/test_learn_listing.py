@@ -77,3 +77,29 @@ def test_texts_unknown_hashes_and_bad_channels(store):
     assert store.channel_time_range("elsewhere") == []
     with pytest.raises(QueryError):
         store.learn_listing("", [t])
+
+
+def test_listings_given_to_ingest_many_write_what_learn_listing_after_it_writes(tmp_path):
+    # A sync stores a response's posts and what its listings taught the post/deletes in one WriteBatch;
+    # the rows are the same as learn_listing's after the ingest (one delete new, one held already, one refused).
+    from .conftest import dump
+
+    alice, bob = keypair("alice"), keypair("bob")
+    texts = [post(alice, TEXT, T0 + i, channel="general", text=f"t{i}") for i in range(3)]
+    new, held = _delete(alice, [texts[0]], T0 + 50), _delete(alice, [texts[1], texts[2]], T0 + 51)
+    refused = _delete(bob, [post(bob, TEXT, T0, channel="x", text="y")], T0 + 52)[:-1] + b"!"  # a bad signature
+    listed = [("General", post_hash(new)), ("elsewhere", post_hash(new)), ("general", post_hash(held)), ("general", post_hash(refused))]
+    with Store(tmp_path / "after") as after, Store(tmp_path / "together") as together:
+        for s in (after, together):
+            s.ingest(held)
+        results = after.ingest_many([new, held, refused])
+        for channel, h in listed:
+            after.learn_listing(channel, [h])
+        assert [r.ok for r in together.ingest_many([new, held, refused], listings=listed)] == [r.ok for r in results] == [True, True, False]
+        assert together.channel_time_range("general") == after.channel_time_range("general") != []
+        assert together.channel_time_range("elsewhere") == [post_hash(new)]
+        assert dump(together) == dump(after)
+        assert together.check().consistent
+        with pytest.raises(QueryError):
+            together.ingest_many([texts[0]], listings=[("", post_hash(new))])  # a bad channel name: nothing written
+        assert post_hash(texts[0]) not in together

@@ -210,6 +210,10 @@ COMPACT_AT = 64 << 10  # a connection's input drops the bytes it consumed once t
 # Requests (cablestore.peer.requesting)
 HASHES_PER_POST_REQUEST = 1024
 POST_REQUESTS_IN_FLIGHT = 4  # per connection; more wait in a queue, so none times out unanswered in our buffer
+# Bytes of posts a connection's post responses stage before they are stored together (one ingest_many; a turn's
+# few responses stay under it, a connection driven by receive_data handles all it was fed at once).  Staged
+# posts are stored by the end of the connection's turn: one connection holds some at a time.
+STAGED_BYTES = 256 << 10
 # How long a hash another request has in flight is waited for before it is asked for here too:
 # well within a sync's progress timeout (30 s), and long enough for a post request to be answered.
 DEFER_MS = 10_000
@@ -334,6 +338,7 @@ _FIXED = (
     ("COMPACT_AT", "consumed input bytes a connection keeps before dropping them"),
     ("HASHES_PER_POST_REQUEST", "hashes in one post request of ours"),
     ("POST_REQUESTS_IN_FLIGHT", "post requests of ours unanswered on one connection"),
+    ("STAGED_BYTES", "bytes of posts received that one connection stages before storing them together"),
     ("DEFER_MS", "ms a hash in flight elsewhere is waited for before it is asked for again"),
     ("MEMBER_LOOKUPS", "authors in one commit whose channels a live push looks up (more: every live state channel is re-read)"),
     ("STALE_HASHES", "hashes a live state request left stale by its own peer's posts holds beyond its last answer (more: re-read at once)"),

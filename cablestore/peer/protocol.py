@@ -53,7 +53,7 @@ from cablestore.peer.requesting import Requesting
 from cablestore.peer.serving import Serving
 from cablestore.peer.state import PeerState
 from cablestore.peer.table import Inbound, Outbound, Refused
-from cablestore.wire.messages import Framing, encode
+from cablestore.wire.messages import Framing, PostRequest, PostResponse, encode
 
 log = logging.getLogger("cablestore.peer")
 
@@ -93,6 +93,8 @@ class Connection(Requesting, Serving, Forwarding):
         self._queue: deque = deque()  # (hashes, job, ttl) post requests not sent yet
         self._deferred: list = []  # (hash, job, ttl, channel, deadline): listed while in flight elsewhere
         self._posts_in_flight = 0
+        self._staged: list = []  # (entry, posts, listings) of post responses handled, not stored yet (Requesting.flush_staged)
+        self._staged_bytes = 0
         self.inbound: dict[bytes, Inbound] = {}  # requests it sent us, alive
         self.outbound: dict[bytes, Outbound] = {}  # requests we sent on it, alive
         self.awaiting: set[Inbound] = set()  # requests forwarded to it, not concluded by it yet
@@ -179,6 +181,7 @@ class Connection(Requesting, Serving, Forwarding):
         with self.state.lock:
             if self.closed:
                 return
+            self._flush_staged(self.last_received)  # posts that came before the close are kept
             self.closed = True
             self.close_reason = reason
             peer = self.state
@@ -245,12 +248,14 @@ class Connection(Requesting, Serving, Forwarding):
             else:
                 break
             used += 1
+        self._flush_staged(now)
         if shrank and not self.closed:
             self.state.mark_touched(self)
         return used
 
     def _handle_item(self, item, now: int) -> None:
         if isinstance(item, BadMessage):
+            self._flush_staged(now)
             self._refuse(item.error)
             entry = self.outbound.get(item.req_id) if item.req_id is not None else None
             if entry is not None:  # a malformed answer to one of our requests fails it at once
@@ -259,8 +264,21 @@ class Connection(Requesting, Serving, Forwarding):
                 self._send_queued(now)
             return
         self.stats["received"] += 1
+        if self._staged and not self._stages(item):
+            self._flush_staged(now)  # what follows may read the store: the staged posts are in it first
         try:
             self._handle(item, now)
+        except CableError as exc:
+            self._refuse(exc)
+
+    def _stages(self, m) -> bool:
+        """Whether handling ``m`` only stages posts: a post response to a post request of ours on this connection."""
+        entry = self.state.requests.get(m.req_id) if isinstance(m, PostResponse) else None
+        return isinstance(entry, Outbound) and entry.conn is self and isinstance(entry.request, PostRequest)
+
+    def _flush_staged(self, now: int) -> None:
+        try:
+            self.flush_staged(now)
         except CableError as exc:
             self._refuse(exc)
 

@@ -7,6 +7,15 @@ Memory stays bounded whatever the peer sends: at most
 asked for); a response that would pass it fails its request (reason
 ``overflow``) and cancels it, and only what fits is fetched.  An answer of the
 wrong type, or one that does not decode, fails the request it names at once.
+
+The posts of the post responses a connection handles in one turn are stored
+together (:meth:`Requesting.flush_staged`: one ``ingest_many``, one
+WriteBatch): a response holds at most ``posts_per_page`` (64) posts, and a
+commit's fixed cost (the WriteBatch write, settling, live pushes, the
+verify thread's start) paid per 64 posts made a 1M-post sync 0.71 x the
+store's own ingest of 1,000-post batches.  Nothing else of the connection is
+handled in between (any other message flushes first, and so does the end of
+its turn), so nothing can see a staged post neither stored nor in flight.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Iterable
 from cablestore.errors import CableError, UnknownRequestError, UnsolicitedPostError
 from cablestore.peer import limits
 from cablestore.peer.table import Concluded, Job, Outbound
-from cablestore.wire.codec import post_hash
+from cablestore.wire.codec import DELETE, post_hash, post_type_of
 from cablestore.wire.messages import (
     CancelRequest,
     ChannelListRequest,
@@ -123,9 +132,12 @@ class Requesting:
                     peer.note_listed(h, channel, also=True)
             else:
                 fresh.append(h)
-        held, unheld = [], []
+        held, unheld = [], []  # held: the post/deletes held (what a listing may teach, see learn_listing)
         for h, buf in zip(fresh, store.get_many(fresh), strict=True):
-            (held if buf is not None else unheld).append(h)
+            if buf is None:
+                unheld.append(h)
+            elif post_type_of(buf) == DELETE:
+                held.append(h)
         tombstoned = store.tombstoned(unheld)
         missing = [
             h for h in unheld
@@ -263,13 +275,7 @@ class Requesting:
             else:
                 self._conclude_outbound(entry, "answered")
         elif isinstance(m, PostResponse) and isinstance(request, PostRequest):
-            try:
-                self._ingest(entry, m.posts)
-            except CableError as exc:  # the store could not take them (closed, disk full): the request fails now
-                job.fail(f"store: {type(exc).__name__}: {exc}")
-                self._conclude_outbound(entry, "store")
-                self._send_queued(now)
-                raise
+            self._stage(entry, m.posts, now)
             entry.started = now  # answers are arriving: time out from the last one
             if m.concludes or not entry.wanted:
                 self._conclude_outbound(entry, "answered")
@@ -289,32 +295,54 @@ class Requesting:
             self._send_queued(now)
             raise error
 
-    def _ingest(self, entry: Outbound, posts) -> None:
-        solicited, listed = [], {}
+    def _stage(self, entry: Outbound, posts, now: int) -> None:
+        """Take the posts of a response to ``entry``: those asked for are staged, the rest refused."""
+        solicited, listed = [], []
         peer = self.state
         for buf in posts:
             h = post_hash(buf)
             if h in entry.wanted:
                 entry.wanted.discard(h)
-                for channel in peer.listed_in(h):
-                    listed.setdefault(channel, []).append(h)
+                channels = peer.listed_in(h)
+                if channels and post_type_of(buf) == DELETE:  # only a post/delete learns a channel from its listing
+                    listed.extend((channel, h) for channel in channels)
                 peer.forget((h,))
                 solicited.append(buf)
             else:
                 self.stats["unsolicited"] += 1
                 self._refuse(UnsolicitedPostError(f"post {h.hex()} was not asked for"))
         entry.job.posts_received += len(solicited)
-        if not solicited:
+        if solicited:
+            self._staged.append((entry, solicited, listed))
+            self._staged_bytes += sum(map(len, solicited))
+            if self._staged_bytes >= limits.STAGED_BYTES:
+                self.flush_staged(now)
+
+    def flush_staged(self, now: int) -> None:
+        """Store the staged posts in one ``ingest_many``, with what the listings taught the post/deletes among them.
+        A store that cannot take them (closed, disk full) fails every request they answered, and raises."""
+        staged, self._staged, self._staged_bytes = self._staged, [], 0
+        if not staged:
             return
-        with peer.ingesting_from(self):  # the live pushes its commits make skip this connection
-            results = peer.store.ingest_many(solicited)
-        for result in results:
-            if result.ok:
-                self.stats["ingested"] += 1
-            else:
-                self.stats["refused"] += 1
-                entry.job.fail(f"refused: a post did not pass the store's checks: {type(result.error).__name__}: {result.error}")
-                self._refuse(result.error)
-        with peer.ingesting_from(self):
-            for channel, hashes in listed.items():
-                peer.store.learn_listing(channel, hashes)
+        peer = self.state
+        try:
+            with peer.ingesting_from(self):  # the live pushes its commits make skip this connection
+                results = peer.store.ingest_many(
+                    [buf for _, posts, _ in staged for buf in posts], listings=[pair for _, _, learned in staged for pair in learned]
+                )
+        except CableError as exc:
+            for entry, _, _ in staged:
+                entry.job.fail(f"store: {type(exc).__name__}: {exc}")
+                self._conclude_outbound(entry, "store")
+            self._send_queued(now)
+            raise
+        at = 0
+        for entry, posts, _ in staged:
+            for result in results[at : at + len(posts)]:
+                if result.ok:
+                    self.stats["ingested"] += 1
+                else:
+                    self.stats["refused"] += 1
+                    entry.job.fail(f"refused: a post did not pass the store's checks: {type(result.error).__name__}: {result.error}")
+                    self._refuse(result.error)
+            at += len(posts)

@@ -373,7 +373,7 @@ class Store:
 
     def tombstoned(self, hashes: list[bytes]) -> set[bytes]:
         """The hashes among ``hashes`` with a tombstone (:func:`cablestore.store.read.peer.tombstoned`)."""
-        return peer_reads.tombstoned(self, hashes)
+        return peer_reads.tombstoned(self, self.writer.maybe_tombstoned(hashes))
 
     def any_member(self, channel: str, public_keys: Iterable[bytes]) -> bool:
         """One of ``public_keys`` is a member or ex-member of ``channel`` (:func:`cablestore.store.read.peer.any_member`)."""

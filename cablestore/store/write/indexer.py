@@ -43,8 +43,8 @@ from cablestore.views import search as search_view
 from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
 
 
-def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableError:
-    """Index one validated post into ``state``.
+def apply(state: IndexState, buf: bytes, h: bytes, post: Post, listed: tuple[str, ...] = ()) -> bool | CableError:
+    """Index one validated post into ``state``; ``listed``: channels a peer listed it in (see :func:`learn_listing`).
 
     Returns True (stored), False (already stored), or the refusal
     (:class:`DeletedPostError`, :class:`UnauthorizedDeleteError`) of a post
@@ -75,6 +75,8 @@ def apply(state: IndexState, buf: bytes, h: bytes, post: Post) -> bool | CableEr
     made = ()
     if post.post_type == DELETE:
         made = tuple(_delete_target(state, target, h, post) for target in dict.fromkeys(post.hashes))
+        if listed:
+            made = _learned(state, made, listed)
     elif post.post_type in facts.FACT_TYPES and state.get(facts.key(h)) is not None:
         state.delete(facts.key(h))  # the post itself is back (a block ended): it speaks for itself
     index(state, Indexed.of(buf, post, h, made), buf)
@@ -211,6 +213,18 @@ def learn_listing(state: IndexState, h: bytes, channel: str) -> bool:
         return False
     _relist(state, h, blob, *(tomb.with_channels((channel,)) for tomb in blind))
     return True
+
+
+def _learned(state: IndexState, made: tuple[Tombstone, ...], listed: tuple[str, ...]) -> tuple[Tombstone, ...]:
+    """The tombstones ``made`` by a post/delete being indexed as :func:`learn_listing` of ``listed`` leaves them, written now (no re-index after)."""
+    before = made
+    for channel in map(canonical_channel, listed):
+        if not any(channel in t.channels for t in made):
+            made = tuple(t if t.knows_target else t.with_channels((channel,)) for t in made)
+    for old, new in zip(before, made, strict=True):
+        if new is not old:
+            state.put_tombstone(new)
+    return made
 
 
 def _relist(state: IndexState, h: bytes, blob: bytes, *changed: Tombstone) -> None:

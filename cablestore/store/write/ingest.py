@@ -106,16 +106,24 @@ class Ingest:
             raise batch.enforced[h]
         return h
 
-    def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None) -> list[IngestResult]:
+    def ingest_many(self, bufs: Iterable[bytes], *, now: int | None = None, listings: Iterable[tuple[str, HashLike]] = ()) -> list[IngestResult]:
         """Ingest posts in order, in one WriteBatch; refusals are reported per item.
 
         With ``verify_workers``, signatures are verified by that many workers
-        while this thread indexes the posts already checked.
+        while this thread indexes the posts already checked.  ``listings``:
+        ``(channel, hash)`` pairs a peer listed, recorded as :meth:`learn_listing`
+        after the posts would, in the same WriteBatch (a post/delete among
+        them learns its channels as it is indexed, not re-indexed after).
         """
         self._writer.writable()
+        listed: dict[bytes, tuple[str, ...]] = {}
+        for channel, h in listings:
+            self._check_listing_channel(channel)
+            h = as_hash(h)
+            listed[h] = (*listed.get(h, ()), channel)
         with gc_paused():  # a batch's objects make no cycles: see cablestore.store.write.gcpause
             bufs = arguments.post_list(bufs)
-            return self._ingest_checked(bufs, self._signatures(bufs), now)
+            return self._ingest_checked(bufs, self._signatures(bufs), now, listed)
 
     def ingest_batches(self, batches: Iterable[Iterable[bytes]], *, now: int | None = None) -> Iterator[list[IngestResult]]:
         """:meth:`ingest_many` of each batch in turn (one WriteBatch each), yielding each batch's results.
@@ -141,7 +149,7 @@ class Ingest:
                 results = self._ingest_checked(*pending.popleft(), now)
             yield results
 
-    def _ingest_checked(self, bufs: list[bytes], signatures: Iterator[bool] | None, now: int | None) -> list[IngestResult]:
+    def _ingest_checked(self, bufs: list[bytes], signatures: Iterator[bool] | None, now: int | None, listed: dict | None = None) -> list[IngestResult]:
         now = self._handle.now() if now is None else now
         checked = []
         for i, buf in enumerate(bufs):
@@ -156,8 +164,11 @@ class Ingest:
                 if error is None and not signed:
                     error = SignatureError("Ed25519 signature does not verify")
                 if error is None:
+                    listing = listed.pop(h, ()) if listed else ()
                     try:
-                        outcome = indexer.apply(batch, buf, h, post)
+                        outcome = indexer.apply(batch, buf, h, post, listing)
+                        for channel in listing if outcome is False else ():  # held already: as learn_listing
+                            indexer.learn_listing(batch, h, channel)
                     except CableError as exc:
                         outcome = exc
                     if not isinstance(outcome, CableError):
@@ -165,6 +176,9 @@ class Ingest:
                         continue
                     error = outcome
                 results.append(IngestResult(i, h, error))
+            for h, channels in (listed or {}).items():  # not among the posts, or refused before indexing: as learn_listing
+                for channel in channels:
+                    indexer.learn_listing(batch, h, channel)
         # A post stored early in the batch and kept out by a moderation post later in it is not stored.
         return [IngestResult(r.index, r.hash, batch.enforced[r.hash]) if r.ok and r.hash in batch.enforced else r for r in results]
 
@@ -179,13 +193,17 @@ class Ingest:
         """
         self._writer.writable()
         hashes = [as_hash(h) for h in hashes]
+        self._check_listing_channel(channel)
+        with self._writer.batch() as batch:
+            learned = sum(indexer.learn_listing(batch, h, channel) for h in hashes)
+        return learned
+
+    @staticmethod
+    def _check_listing_channel(channel: str) -> None:
         channel_key(channel)  # a bad name is the caller's error, before any write
         lo, hi = CHANNEL_CODEPOINTS
         if not lo <= len(channel) <= hi:
             raise QueryError(f"a channel name has {lo} to {hi} codepoints, not {len(channel)}")
-        with self._writer.batch() as batch:
-            learned = sum(indexer.learn_listing(batch, h, channel) for h in hashes)
-        return learned
 
     # --- local removal ------------------------------------------------------
     def delete(self, h: HashLike) -> bool:

@@ -135,6 +135,13 @@ class Writer:
         self._link_filter.grow_if_full()
         return IndexState(Txn(db), self._tomb_filter, self._winners, link_filter=self._link_filter, search=self.search, sum_rows=self._sum_rows)
 
+    def maybe_tombstoned(self, hashes: list[bytes]) -> list[bytes]:
+        """The hashes a tombstone may name, by the writer's filter (all of them before its first write made one):
+        a listed hash with none costs no seek (30-40 µs at 1M posts)."""
+        with self.lock:
+            tombs = self._tomb_filter
+            return list(hashes) if tombs is None else [h for h in hashes if tombs.might_have(h)]
+
     def forget_caches(self) -> None:
         """Drop what the writer remembers of the views: after writes not made by its batches (a lease, a reopen)."""
         self._winners.clear()
