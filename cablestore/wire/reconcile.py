@@ -172,7 +172,7 @@ def _worth_a_sketch(n: int, differ: int, theirs: int = 0) -> bool:
     return n > ID_LIST_THRESHOLD and cells_for(differ) * CELL_SIZE < n * KEY_SIZE and _sketchable(max(n, theirs), differ)
 
 
-def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: int, budget: _Budget, salts: Callable[[], bytes]) -> list[Range] | None:
+def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: int, budget: _Budget, salts: Callable[[], bytes], sketched: dict) -> list[Range] | None:
     """The initiator's next step for a range that differs by about ``differ`` items: its keys listed when
     that is cheaper than a sketch; a sketch sized for ``differ`` when the range has few enough items for it
     (None when the message has no room left for it: the rest goes next round); else :func:`split`."""
@@ -190,6 +190,7 @@ def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: in
         return split(items, lo, hi, upper, salts())
     budget.cells -= cells
     budget.reads -= n
+    sketched[salt] = keyed  # the difference names these keys next round: no second read of the range then
     return [Range(upper, SKETCH, salt=salt, sketch=Sketch(cells).add(keyed).encode())]
 
 
@@ -213,9 +214,10 @@ def _difference(items: Items, lo: int, hi: int, r: Range, budget: _Budget) -> li
     return [Range(r.upper, DIFFERENCE, salt=r.salt, ids=tuple(keyed[k] for k in minus), keys=keys)]
 
 
-def _learn_difference(items: Items, lo: int, hi: int, r: Range, have: set, need: set) -> None:
-    """The initiator, from a Difference: its items the keys name are ``have``; the ids listed it lacks, ``need``."""
-    keyed = _keyed(items, lo, hi, r.salt)
+def _learn_difference(items: Items, lo: int, hi: int, r: Range, have: set, need: set, sketched: dict) -> None:
+    """The initiator, from a Difference: its items the keys name are ``have``; the ids listed it lacks, ``need``
+    (its items' keys as the sketch was made of them, else read again)."""
+    keyed = sketched.pop(r.salt, None) or _keyed(items, lo, hi, r.salt)
     for key in r.keys:
         mine = keyed.get(int.from_bytes(key, "little"))
         if mine is None:
@@ -265,9 +267,12 @@ def _grouped(ranges: list[Range], spans: list[tuple[int, int]], differs: list[bo
     return out
 
 
-def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"", budget: _Budget | None = None) -> list[Range]:
+def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"",
+            budget: _Budget | None = None, sketched: tuple[dict, dict] | None = None) -> list[Range]:
     """Our ranges in answer to ``ranges``; within :data:`MAX_RANGES` and the message's :class:`_Budget`: what does
-    not fit is left as one fingerprint of everything from there on, for the next round (the other side splits it)."""
+    not fit is left as one fingerprint of everything from there on, for the next round (the other side splits it).
+    ``sketched``: the initiator's keys of the ranges it sketched last round, by salt, and where to put this round's."""
+    before, now = sketched if sketched is not None else ({}, {})
     out: list[Range] = []
     if budget is None:
         budget = _Budget(reads=MESSAGE_READS * 3 // 4 if initiator else MESSAGE_READS)
@@ -283,17 +288,17 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         if r.mode == FINGERPRINT and not differ:
             add = [Range(r.upper, SKIP)]
         elif r.mode == FINGERPRINT and initiator:
-            add = _narrow(items, lo, hi, r.upper, guess, budget, salts)
+            add = _narrow(items, lo, hi, r.upper, guess, budget, salts, now)
         elif r.mode == FINGERPRINT and hi - lo > ID_LIST_THRESHOLD and _sketchable(max(hi - lo, r.count), abs(r.count - (hi - lo))):
             add = [Range(r.upper, FINGERPRINT, items.fingerprint(lo, hi), count=hi - lo)]  # our count: the initiator sketches it whole
         elif r.mode == FINGERPRINT:
             add = split(items, lo, hi, r.upper)
         elif r.mode == ESTIMATE and initiator:
-            add = _narrow(items, lo, hi, r.upper, r.estimate, budget, salts)
+            add = _narrow(items, lo, hi, r.upper, r.estimate, budget, salts, now)
         elif r.mode == SKETCH and not initiator:
             add = _difference(items, lo, hi, r, budget)
         elif r.mode == DIFFERENCE and initiator:
-            _learn_difference(items, lo, hi, r, have, need)
+            _learn_difference(items, lo, hi, r, have, need, before)
             add = [Range(r.upper, SKIP)]
         elif r.mode == ID_LIST and initiator:
             theirs = set(r.ids)
@@ -376,6 +381,7 @@ class Initiator:
     sent: int = 0
     received: int = 0
     salts: Callable[[], bytes] = _random_salt
+    _sketched: dict = field(default_factory=dict, repr=False)  # salt -> our keyed items of a range sketched last round
 
     def start(self) -> bytes:
         """The first message: the whole set as one fingerprint (an empty set: an empty id list).
@@ -393,7 +399,9 @@ class Initiator:
     def receive(self, message: bytes) -> bytes | None:
         """The next message to send, or None once every range agrees or was listed."""
         self.received += len(message)
-        out = _answer(self.items, decode(message), True, self.have, self.need, self.salts)
+        sketched: dict = {}
+        out = _answer(self.items, decode(message), True, self.have, self.need, self.salts, sketched=(self._sketched, sketched))
+        self._sketched = sketched
         if all(r.mode == SKIP for r in out):
             return None
         if self.rounds >= MAX_ROUNDS:
