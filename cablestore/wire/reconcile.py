@@ -56,14 +56,17 @@ from cablestore.wire.reconcile_codec import (
     encode,
     position,
 )
+from cablestore.wire.reconcile_sizing import (
+    ID_LIST_THRESHOLD,
+    grouped,
+    per_item,
+    readable,
+    sketchable,
+    worth_a_sketch,
+)
 from cablestore.wire.sketch import CELL_SIZE, KEY_SIZE, MAX_CELLS, SALT_SIZE, Sketch, cells_for, estimate, key_of
 
 BUCKETS = 16  # ranges a differing range is split into
-ID_LIST_THRESHOLD = 16  # a range of at most this many items is listed, not split
-SKETCH_ITEMS_PER_DIFFERENCE = 2048  # the initiator sketches a range of at most this many items per expected difference
-SKETCH_ANY_ITEMS = 4096  # ... or of at most this many, however few differ (cheaper than splitting, and quick to read)
-SKETCH_ITEMS_PER_CELL = 2048  # the answering side reads at most this many of its items for each cell of a sketch
-SKETCH_MAX_ITEMS = 1 << 16  # the most items either side reads for one sketch
 MESSAGE_READS = 1 << 18  # the most items the answering side reads for the sketches of one message (the initiator plans 3/4)
 MAX_ROUNDS = 32  # messages the initiator sends in one reconciliation (log16 of 2**64 is 16)
 MAX_ITEMS = 1 << 24  # items one side reconciles at once
@@ -161,17 +164,6 @@ class _Budget:
     reads: int = MESSAGE_READS
 
 
-def _sketchable(n: int, differ: int) -> bool:
-    """Whether a range of ``n`` items that differs by about ``differ`` is sketched whole rather than split."""
-    return n <= min(max(SKETCH_ITEMS_PER_DIFFERENCE * differ, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS)
-
-
-def _worth_a_sketch(n: int, differ: int, theirs: int = 0) -> bool:
-    """Whether the initiator sketches a range of its ``n`` items (``theirs`` on the other side, if known) that
-    differs by about ``differ`` (:func:`_narrow`)."""
-    return n > ID_LIST_THRESHOLD and cells_for(differ) * CELL_SIZE < n * KEY_SIZE and _sketchable(max(n, theirs), differ)
-
-
 def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: int, budget: _Budget, salts: Callable[[], bytes], sketched: dict) -> list[Range] | None:
     """The initiator's next step for a range that differs by about ``differ`` items: its keys listed when
     that is cheaper than a sketch; a sketch sized for ``differ`` when the range has few enough items for it
@@ -180,7 +172,7 @@ def _narrow(items: Items, lo: int, hi: int, upper: tuple[int, bytes], differ: in
     cells = cells_for(differ)
     if ID_LIST_THRESHOLD < n <= budget.ids and cells * CELL_SIZE >= n * KEY_SIZE:
         return [listing(upper, [h for _, h in items.items[lo:hi]], salts())]  # so dense that listing is cheaper
-    if not _worth_a_sketch(n, differ):
+    if not worth_a_sketch(n, differ):
         return split(items, lo, hi, upper, salts())
     if cells > budget.cells or n > budget.reads:
         return None
@@ -199,7 +191,7 @@ def _difference(items: Items, lo: int, hi: int, r: Range, budget: _Budget) -> li
     estimate of its size when the sketch was too small to list it; split when it would read too many items."""
     n = hi - lo
     cells = len(r.sketch) // CELL_SIZE
-    if n > min(_readable(cells), budget.reads):
+    if n > min(readable(cells), budget.reads):
         return split(items, lo, hi, r.upper)
     budget.reads -= n
     keyed = _keyed(items, lo, hi, r.salt)
@@ -226,47 +218,6 @@ def _learn_difference(items: Items, lo: int, hi: int, r: Range, have: set, need:
     need.update(set(r.ids) - set(keyed.values()))
 
 
-def _expected(items: Items, ranges: list[Range], spans: list[tuple[int, int]]) -> tuple[list[bool], float]:
-    """Which ranges are fingerprints that differ from ours, and how many items an item of theirs is likely to differ
-    by: the variance of the count differences over the message's fingerprints (each side's missing items fall into
-    them about as Poisson counts do, and the difference of two has the sum of their means as variance), at least what
-    the share that differs implies; over the mean range, so a range of n items differs by about n times it."""
-    differs = [r.mode == FINGERPRINT and items.fingerprint(lo, hi) != r.fingerprint for r, (lo, hi) in zip(ranges, spans, strict=True)]
-    counted = [(r.count - (hi - lo), hi - lo) for r, (lo, hi) in zip(ranges, spans, strict=True) if r.mode == FINGERPRINT]
-    if not counted:
-        return differs, 0.0
-    f, mean_n = len(counted), max(1.0, sum(n for _, n in counted) / len(counted))
-    d = sum(differs)
-    share = -math.log(1 - d / f) if d < f else math.log(2 * f)
-    mean = sum(delta for delta, _ in counted) / f
-    variance = sum((delta - mean) ** 2 for delta, _ in counted) / (f - 1) if f > 1 else 0.0
-    lam = max(share, variance)
-    return differs, lam / (1 - math.exp(-lam)) / mean_n if lam > 0 else 0.0
-
-
-def _grouped(ranges: list[Range], spans: list[tuple[int, int]], differs: list[bool], guesses: list[int]) -> list:
-    """The initiator's ranges as ``(range, span, differs, guess)``, each run of fingerprints that differ (and those
-    equal between them) merged into one range as long as it stays sketchable whole by the sum of their guesses:
-    one sketch costs its fixed cells once, not once a part (the parts the other side split a range into show how
-    many of them differ, which the counts alone do not when both sides lack items of one range)."""
-    out, i = [], 0
-    while i < len(ranges):
-        r, (lo, hi) = ranges[i], spans[i]
-        if r.mode != FINGERPRINT or not differs[i] or not _worth_a_sketch(hi - lo, guesses[i], r.count):
-            out.append((r, (lo, hi), differs[i], guesses[i]))
-            i += 1
-            continue
-        total, theirs, last, j = guesses[i], r.count, i, i + 1
-        while j < len(ranges) and ranges[j].mode == FINGERPRINT and _worth_a_sketch(spans[j][1] - lo, total + guesses[j], theirs + ranges[j].count):
-            total, theirs = total + guesses[j], theirs + ranges[j].count
-            last = j if differs[j] else last
-            j += 1
-        out.append((ranges[last], (lo, spans[last][1]), True, total))
-        out += [(ranges[k], spans[k], False, 0) for k in range(last + 1, j)]  # equal: skipped
-        i = j
-    return out
-
-
 def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need: set, salts: Callable[[], bytes] = lambda: b"",
             budget: _Budget | None = None, sketched: tuple[dict, dict] | None = None) -> list[Range]:
     """Our ranges in answer to ``ranges``; within :data:`MAX_RANGES` and the message's :class:`_Budget`: what does
@@ -281,15 +232,16 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         hi = max(items.index(r.upper), lo)
         spans.append((lo, hi))
         lo = hi
-    differs, per_item = _expected(items, ranges, spans)
-    guesses = [max(1, abs(r.count - (hi - lo)), math.ceil(per_item * (hi - lo))) if d else 0 for r, (lo, hi), d in zip(ranges, spans, differs, strict=True)]
-    work = _grouped(ranges, spans, differs, guesses) if initiator else list(zip(ranges, spans, differs, guesses, strict=True))
+    differs = [r.mode == FINGERPRINT and items.fingerprint(lo, hi) != r.fingerprint for r, (lo, hi) in zip(ranges, spans, strict=True)]
+    expect = per_item([(r.count - (hi - lo), hi - lo) for r, (lo, hi) in zip(ranges, spans, strict=True) if r.mode == FINGERPRINT], sum(differs))
+    guesses = [max(1, abs(r.count - (hi - lo)), math.ceil(expect * (hi - lo))) if d else 0 for r, (lo, hi), d in zip(ranges, spans, differs, strict=True)]
+    work = grouped(ranges, spans, differs, guesses) if initiator else list(zip(ranges, spans, differs, guesses, strict=True))
     for r, (lo, hi), differ, guess in work:
         if r.mode == FINGERPRINT and not differ:
             add = [Range(r.upper, SKIP)]
         elif r.mode == FINGERPRINT and initiator:
             add = _narrow(items, lo, hi, r.upper, guess, budget, salts, now)
-        elif r.mode == FINGERPRINT and hi - lo > ID_LIST_THRESHOLD and _sketchable(max(hi - lo, r.count), abs(r.count - (hi - lo))):
+        elif r.mode == FINGERPRINT and hi - lo > ID_LIST_THRESHOLD and sketchable(max(hi - lo, r.count), abs(r.count - (hi - lo))):
             add = [Range(r.upper, FINGERPRINT, items.fingerprint(lo, hi), count=hi - lo)]  # our count: the initiator sketches it whole
         elif r.mode == FINGERPRINT:
             add = split(items, lo, hi, r.upper)
@@ -341,11 +293,6 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         else:
             merged.append(r)
     return merged
-
-
-def _readable(cells: int) -> int:
-    """The most items the answering side reads to answer a sketch of ``cells``."""
-    return min(max(SKETCH_ITEMS_PER_CELL * cells, SKETCH_ANY_ITEMS), SKETCH_MAX_ITEMS)
 
 
 def respond(items: Items, message: bytes) -> bytes:

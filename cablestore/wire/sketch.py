@@ -150,15 +150,17 @@ def estimate(sketch: Sketch) -> int:
     side's about a Poisson count, so the counts' variance is the hashes a
     cell holds: ``HASHES`` a hash over the cells.  It holds for a difference
     on one side or on both, and long after every cell is full (until counts
-    pass 127).  At least one more than a sketch of this size lists reliably,
-    so a sketch too small is always followed by a larger one.
+    pass 127); raised by its own spread (about sqrt(2/m) over m cells), and
+    at least one more than a sketch of this size lists reliably, so a sketch
+    too small is always followed by a larger one.
     """
     cells = len(sketch.counts)
     signed = [c - 256 if c >= 128 else c for c in sketch.counts]  # counts mod 256, read as signed
     mean = sum(signed) / cells
     variance = sum((c - mean) ** 2 for c in signed) / cells
     listable = max((d for d in range(1, cells + 1) if cells_for(d) <= cells), default=0)  # what cells_for sized it for
-    return max(math.ceil(variance * cells / HASHES), listable + 1)
+    spread = 1 + math.sqrt(2 / cells)  # a variance over m cells is off by about sqrt(2/m): err on the large side
+    return max(math.ceil(variance * cells / HASHES * spread), listable + 1)
 
 
 __all__ = ["CELL_SIZE", "KEY_SIZE", "MAX_CELLS", "SALT_SIZE", "Sketch", "cells_for", "estimate", "key_of"]
