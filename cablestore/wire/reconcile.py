@@ -309,6 +309,7 @@ def answer_ranges(items: Items, ranges: list[Range]) -> tuple[bytes, int]:
 
 
 def _random_salt() -> bytes:
+    """A fresh salt for a list of keys or a sketch: 8 random bytes from the OS."""
     return os.urandom(SALT_SIZE)
 
 

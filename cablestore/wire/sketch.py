@@ -90,6 +90,7 @@ class Sketch:
         return self
 
     def encode(self) -> bytes:
+        """The cells as the wire carries them: each its count mod 256, key XOR and check XOR (little-endian)."""
         out = bytearray()
         for count, key, check in zip(self.counts, self.keys, self.checks, strict=True):
             out.append(count & 0xFF)
