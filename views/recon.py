@@ -66,7 +66,7 @@ def decode(value: bytes) -> tuple[int, int]:
     return int.from_bytes(value[8:], "little"), int.from_bytes(value[:8], "big")
 
 
-def add(fine: dict, post_type: int, entries, sign: int = 1) -> None:
+def add(fine: dict, post_type: int, entries, sign: int = 1, in_view_order: bool = False) -> None:
     """Add (``sign`` 1) or take away (-1) the hashes of a post's ``!chat`` rows to ``fine``, the finest buckets' sums.
 
     ``post_type``: the post's type; ``entries``: its derived entries
@@ -74,13 +74,20 @@ def add(fine: dict, post_type: int, entries, sign: int = 1) -> None:
     count.  ``fine``: ``(!chat prefix of the channel, timestamp >> SHIFTS[0])``
     -> ``[sum, count]``; :func:`expand` makes every granularity's rows of it.
     Only the finest bucket is touched per post (the hot path of ingest).
+    ``in_view_order``: ``entries`` lists each view's rows together (as
+    ``views.entries`` does), so the rows after the ``!chat`` ones are not
+    looked at.
     """
     if post_type != TEXT and post_type != DELETE:
         return
+    seen = False
     for entry in entries:
         key = entry if type(entry) is bytes else entry[0]
         if key[:_CHAT_SIZE] != _CHAT:
+            if seen and in_view_order:
+                return
             continue
+        seen = True
         group = (key[:-_MONO], int.from_bytes(key[-_MONO:-32], "big") >> _FINEST)
         value = int.from_bytes(key[-32:], "little")
         held = fine.get(group)
