@@ -102,7 +102,7 @@ def bound_between(below: tuple[int, bytes], at: tuple[int, bytes]) -> tuple[int,
 class Items:
     """One side's items, sorted, with prefix sums so any range's fingerprint is two bisections and a subtraction.
 
-    The exchange reads items through four members, which the store's
+    The exchange reads items through five members, which the store's
     ``StoreItems`` has too: ``len()``, ``index(bound)``, ``fingerprint(lo,
     hi)``, ``between(i)`` and ``items[lo:hi]``.
     """
@@ -232,7 +232,8 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         hi = max(items.index(r.upper), lo)
         spans.append((lo, hi))
         lo = hi
-    differs = [r.mode == FINGERPRINT and items.fingerprint(lo, hi) != r.fingerprint for r, (lo, hi) in zip(ranges, spans, strict=True)]
+    ours = {r.upper: items.fingerprint(lo, hi) for r, (lo, hi) in zip(ranges, spans, strict=True) if r.mode == FINGERPRINT}  # bounds are unique
+    differs = [r.mode == FINGERPRINT and ours[r.upper] != r.fingerprint for r in ranges]
     expect = per_item([(r.count - (hi - lo), hi - lo) for r, (lo, hi) in zip(ranges, spans, strict=True) if r.mode == FINGERPRINT], sum(differs))
     guesses = [max(1, abs(r.count - (hi - lo)), math.ceil(expect * (hi - lo))) if d else 0 for r, (lo, hi), d in zip(ranges, spans, differs, strict=True)]
     work = grouped(ranges, spans, differs, guesses) if initiator else list(zip(ranges, spans, differs, guesses, strict=True))
@@ -242,7 +243,7 @@ def _answer(items: Items, ranges: list[Range], initiator: bool, have: set, need:
         elif r.mode == FINGERPRINT and initiator:
             add = _narrow(items, lo, hi, r.upper, guess, budget, salts, now)
         elif r.mode == FINGERPRINT and hi - lo > ID_LIST_THRESHOLD and sketchable(max(hi - lo, r.count), abs(r.count - (hi - lo))):
-            add = [Range(r.upper, FINGERPRINT, items.fingerprint(lo, hi), count=hi - lo)]  # our count: the initiator sketches it whole
+            add = [Range(r.upper, FINGERPRINT, ours[r.upper], count=hi - lo)]  # our count: the initiator sketches it whole
         elif r.mode == FINGERPRINT:
             add = split(items, lo, hi, r.upper)
         elif r.mode == ESTIMATE and initiator:
