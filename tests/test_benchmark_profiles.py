@@ -35,3 +35,24 @@ def test_profile_writes_counts_each_posts_puts_and_deletes(tmp_path, capsys):
             s.ingest_many(chunk)
         held = sum(1 for _ in s.db.iterator(prefix=b"!post!", include_value=False))
     assert abs((puts - (deletes - absent)) * n - held) <= 3  # the table rounds to 0.001 a post
+
+
+def test_recon_ingest_compares_a_store_with_the_range_sums_and_one_without(tmp_path):
+    """benchmarks.recon_ingest offers both stores every post, and only the one "with" holds !recon rows; the hooks are restored after."""
+    from benchmarks import recon_ingest
+    from cablestore.authoring.workload import Workload, write_posts
+    from cablestore.keyspace.keys import RECON
+    from cablestore.store.write import batch as batch_module
+    from cablestore.views import recon
+
+    posts_file = tmp_path / "posts.bin"
+    write_posts(posts_file, Workload(3, 600))
+    shipped = (recon.add, batch_module.IndexState._write_sums)
+    batches = list(iter_posts(posts_file, 100))
+    result = recon_ingest.interleaved(tmp_path / "run", batches, verify=False)
+    assert (recon.add, batch_module.IndexState._write_sums) == shipped
+    assert result["rows"] > 0 and result["seconds"][True] > 0 and result["seconds"][False] > 0
+    with Store(tmp_path / "run" / "with", verify_signatures=False, now=lambda: NOW) as a, Store(tmp_path / "run" / "without", verify_signatures=False, now=lambda: NOW) as b:
+        assert sum(1 for _ in b.db.iterator(prefix=RECON)) == 0
+        assert [k for k, _ in a.items() if not k.startswith(RECON)] == [k for k, _ in b.items()]
+    assert result["posts"] == 600  # every post offered, counted once (the store "with")

@@ -41,6 +41,7 @@ pytestmark = pytest.mark.skipif(not compiled.COMPILED, reason="the compiled exte
 native = compiled.native
 views = sys.modules["cablestore.views"]
 links_view = sys.modules["cablestore.views.links"]
+recon_view = sys.modules["cablestore.views.recon"]
 
 NOW = 1_900_000_000_000
 KEYS = [keypair(f"speedups-{i}") for i in range(3)]
@@ -123,6 +124,13 @@ def test_entries_and_groups_match_pure(buf):
     assert native.entries(ip) == views.entries_py(pure)
     assert native.groups(ip) == views.groups_py(pure)
     assert native.mono(p.timestamp, h) == pure.mono
+    # The range sums' finest buckets: the same from pairs and bare keys, added and taken away, in view order or not.
+    entries = views.entries_py(pure)
+    for sign, rows, ordered in ((1, entries, True), (-1, [k for k, _ in entries], False), (1, entries + entries[:1], False), (1, [recon_view.PREFIX, views.chat.PREFIX + b"short"] + entries, True)):
+        fast, slow = {0: 1}, {0: 1}
+        native.recon_add(fast, p.post_type, rows, sign, ordered)
+        recon_view.add_py(slow, p.post_type, rows, sign, ordered)
+        assert fast == slow
 
 
 @FAST
@@ -142,7 +150,7 @@ def test_fold_digests_match_pure(bufs, wanted, parts):
 
 
 # They bind their compiled twins at import, then call them through a name pure_path points back.
-_BOUND_AT_IMPORT = {"cablestore.wire.codec", "cablestore.keyspace.records"}
+_BOUND_AT_IMPORT = {"cablestore.wire.codec", "cablestore.keyspace.records", "cablestore.views.recon"}
 
 
 def _compiled_names() -> list[str]:
@@ -167,6 +175,7 @@ def pure_path(monkeypatch):
         m.setattr(records, "_new_indexed", None)
         m.setattr(views, "entries", views.entries_py)
         m.setattr(views, "groups", views.groups_py)
+        m.setattr(recon_view, "add", recon_view.add_py)
         m.setattr(views, "_native", None)
         m.setattr(fold_mod, "_native", None)
         m.setattr(reindex_mod, "_native", None)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from cablestore.compiled import native as _native
 from cablestore.errors import CorruptRecordError
 from cablestore.keyspace import keys
 from cablestore.wire.codec import DELETE, TEXT
@@ -40,7 +41,9 @@ _FINEST = SHIFTS[0]
 _CHAT = keys.CHAT
 _CHAT_SIZE = len(_CHAT)
 _MONO = keys.MONO_SIZE
+_ROW_MIN = _CHAT_SIZE + _MONO  # a !chat key names a channel, a timestamp and a hash
 _MOD = 1 << 256
+_LEVELS = tuple((bytes((shift,)), shift - _FINEST) for shift in SHIFTS)  # each granularity's shift byte, and its bucket from the finest
 VALUE_SIZE = 40
 
 
@@ -83,7 +86,7 @@ def add(fine: dict, post_type: int, entries, sign: int = 1, in_view_order: bool 
     seen = False
     for entry in entries:
         key = entry if type(entry) is bytes else entry[0]
-        if key[:_CHAT_SIZE] != _CHAT:
+        if key[:_CHAT_SIZE] != _CHAT or len(key) < _ROW_MIN:
             if seen and in_view_order:
                 return
             continue
@@ -98,6 +101,12 @@ def add(fine: dict, post_type: int, entries, sign: int = 1, in_view_order: bool 
             held[1] += sign
 
 
+add_py = add
+if _native is not None:  # the same sums, compiled (cablestore.compiled): the per-post part of ingest's cost of this view
+    _native.bind_recon(_CHAT, _FINEST)
+    add = _native.recon_add
+
+
 def merge(fine: dict, other: dict) -> None:
     """Add the finest buckets' sums ``other`` into ``fine``."""
     for group, (total, count) in other.items():
@@ -107,13 +116,19 @@ def merge(fine: dict, other: dict) -> None:
 def expand(fine: dict) -> dict:
     """Every granularity's rows (row key -> ``[sum, count]``) of the finest buckets' sums ``fine``."""
     out: dict = {}
-    start, base = len(_CHAT), SHIFTS[0]
+    get = out.get
     for (chat_prefix, bucket), (total, count) in fine.items():
         if not total and not count:
             continue
-        channel = chat_prefix[start:]
-        for shift in SHIFTS:
-            _add(out, PREFIX + channel + bytes((shift,)) + (bucket >> (shift - base)).to_bytes(8, "big"), total, count)
+        head = PREFIX + chat_prefix[_CHAT_SIZE:]
+        for shift_byte, up in _LEVELS:
+            key = head + shift_byte + (bucket >> up).to_bytes(8, "big")
+            held = get(key)
+            if held is None:
+                out[key] = [total, count]
+            else:
+                held[0] += total
+                held[1] += count
     return out
 
 
@@ -127,19 +142,26 @@ def _add(sums: dict, key, total: int, count: int) -> None:
         held[1] += count
 
 
-def merged(value: bytes | None, delta: list) -> bytes | None:
-    """A row's new value once ``delta`` (``[sum, count]``) is added to its stored ``value``; None: the bucket is empty (no row).
+EMPTY = (0, 0)
+"""``(sum, count)`` of a bucket without a row."""
 
-    A damaged stored value counts as empty (``check`` reports it, ``reindex`` rewrites it).
-    """
-    total, count = delta
-    if value is not None:
-        try:
-            held_total, held_count = decode(value)
-        except CorruptRecordError:
-            held_total, held_count = 0, 0
-        total, count = total + held_total, count + held_count
-    return encode(total, count) if count > 0 else None
+
+def stored(value: bytes | None) -> tuple[int, int]:
+    """``(sum, count)`` of a row's stored value; no row, or a damaged one, is :data:`EMPTY` (``check`` reports it, ``reindex`` rewrites it)."""
+    if value is None:
+        return EMPTY
+    try:
+        return decode(value)
+    except CorruptRecordError:
+        return EMPTY
+
+
+def settled(total: int, count: int) -> tuple[bytes | None, tuple[int, int]]:
+    """What a row becomes with sum ``total`` and ``count`` items: its value (None: the bucket is empty, no row) and that value's :func:`stored`."""
+    if count <= 0:
+        return None, EMPTY
+    total %= _MOD
+    return count.to_bytes(8, "big") + total.to_bytes(32, "little"), (total, count)
 
 
 def rows(fine: dict) -> list[tuple[bytes, bytes]]:

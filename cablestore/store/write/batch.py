@@ -76,10 +76,10 @@ class IndexState:
         self._latest_keys: dict[tuple, set[bytes]] = {}
         self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
         self.sums: dict[tuple, list] = {}  # the finest !recon buckets' [sum, count] this batch adds (views/recon.py), written at commit
-        # !recon row -> its committed value (None: no row), kept by the writer across batches: a post
+        # !recon row -> its committed (sum, count) (views.recon.stored), kept by the writer across batches: a post
         # a batch (a live peer) rewrites the rows of its buckets without reading them from LevelDB.
         self._sum_rows = sum_rows
-        self._sums_written: dict[bytes, bytes | None] = {}
+        self._sums_written: dict[bytes, tuple[int, int]] = {}
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
@@ -261,12 +261,15 @@ class IndexState:
     def _write_sums(self) -> None:
         """The range sums (``views/recon.py``) the batch's posts changed: each row read once and rewritten (or removed, when empty)."""
         sums, self.sums = self.sums, {}
-        get, writes, cached, written = self.get, self.writes, self._sum_rows, self._sums_written
-        for key, delta in recon.expand(sums).items():
-            if delta[1] or delta[0]:
-                held = _MISSING if cached is None else cached.get(key, _MISSING)
-                value = recon.merged(get(key) if held is _MISSING else held, delta)
-                writes[key] = written[key] = value  # None: a delete
+        if not sums:
+            return
+        get, writes, cached, written, stored, settled = self.get, self.writes, self._sum_rows, self._sums_written, recon.stored, recon.settled
+        for key, (total, count) in recon.expand(sums).items():
+            if total or count:
+                held = None if cached is None else cached.get(key)
+                if held is None:
+                    held = stored(get(key))
+                writes[key], written[key] = settled(total + held[0], count + held[1])  # a value of None: a delete
 
     def commit(self, sync: bool = False) -> None:
         """Write the Txn (the groups settled, the moderation resolved: :func:`cablestore.store.write.indexer.commit`), then remember the winners."""
