@@ -54,5 +54,6 @@ def test_recon_ingest_compares_a_store_with_the_range_sums_and_one_without(tmp_p
     assert result["rows"] > 0 and result["seconds"][True] > 0 and result["seconds"][False] > 0
     with Store(tmp_path / "run" / "with", verify_signatures=False, now=lambda: NOW) as a, Store(tmp_path / "run" / "without", verify_signatures=False, now=lambda: NOW) as b:
         assert sum(1 for _ in b.db.iterator(prefix=RECON)) == 0
+        assert a.check().consistent  # the store "with" is a store as shipped
         assert [k for k, _ in a.items() if not k.startswith(RECON)] == [k for k, _ in b.items()]
     assert result["posts"] == 600  # every post offered, counted once (the store "with")
