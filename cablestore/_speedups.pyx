@@ -14,14 +14,15 @@ it needs (classes, the pure originals) when they import it, so it sits
 outside the layers of docs/architecture.md.
 """
 
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport uint64_t
 from libc.stdio cimport snprintf
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 
 include "_source_digest.pxi"
@@ -41,6 +42,7 @@ cdef extern from "Python.h":
 
 DEF HEADER = 96
 DEF HASH = 32
+DEF ACC = 40  # views.recon.ACC_SIZE
 DEF TEXT = 0
 DEF DELETE = 1
 DEF INFO = 2
@@ -330,49 +332,7 @@ def filter_test(bytearray bits not None, uint64_t mask, bytes h not None, Py_ssi
     return True
 
 
-# --- the range sums' finest buckets (views/recon.py) ---------------------------
-cdef bytes _R_CHAT = None
-cdef int _R_SHIFT = 0
-
-
-def bind_recon(bytes chat_prefix, int finest_shift):
-    """Bind the ``!chat`` prefix and the finest bucket's shift (``views.recon.SHIFTS[0]``) of :func:`recon_add`."""
-    global _R_CHAT, _R_SHIFT
-    _R_CHAT, _R_SHIFT = chat_prefix, finest_shift
-
-
-def recon_add(dict fine, int post_type, entries, int sign=1, bint in_view_order=False):
-    """Compiled ``views.recon.add``: the same ``[sum, count]`` of each finest bucket in ``fine``."""
-    if post_type != TEXT and post_type != DELETE:
-        return
-    cdef bint seen = False
-    cdef bytes key
-    cdef Py_ssize_t n, cn = PyBytes_GET_SIZE(_R_CHAT)
-    cdef const unsigned char* p
-    cdef uint64_t ts
-    cdef Py_ssize_t i
-    for entry in entries:
-        key = entry if type(entry) is bytes else entry[0]
-        n = PyBytes_GET_SIZE(key)
-        p = <const unsigned char*>PyBytes_AS_STRING(key)
-        if n < cn + 8 + HASH or memcmp(p, PyBytes_AS_STRING(_R_CHAT), cn) != 0:
-            if seen and in_view_order:
-                return
-            continue
-        seen = True
-        ts = 0
-        for i in range(n - 8 - HASH, n - HASH):
-            ts = (ts << 8) | p[i]
-        group = (PyBytes_FromStringAndSize(<const char*>p, n - 8 - HASH), ts >> _R_SHIFT)
-        value = _PyLong_FromByteArray(p + n - HASH, HASH, 1, 0)
-        if sign != 1:
-            value = -value
-        held = fine.get(group)
-        if held is None:
-            fine[group] = [value, sign]
-        else:
-            held[0] += value
-            held[1] += sign
+include "_sums.pxi"
 
 
 include "_bulk.pxi"

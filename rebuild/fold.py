@@ -60,7 +60,7 @@ class Fold:
         self.moderation: list = []
         # The resolved rows that keep posts out (recompute.enforcement_rows), or None: set before folding.
         self.rows: dict | None = None
-        # The finest !recon buckets' [sum, count] of the posts folded (views/recon.py), rendered once merged (add_sums).
+        # The finest !recon buckets' accumulators (sum, count) of the posts folded (views/recon.py), rendered once merged (add_sums).
         self.sums: dict = {}
 
     def add_entries(self, pairs) -> None:

@@ -127,7 +127,7 @@ def test_entries_and_groups_match_pure(buf):
     # The range sums' finest buckets: the same from pairs and bare keys, added and taken away, in view order or not.
     entries = views.entries_py(pure)
     for sign, rows, ordered in ((1, entries, True), (-1, [k for k, _ in entries], False), (1, entries + entries[:1], False), (1, [recon_view.PREFIX, views.chat.PREFIX + b"short"] + entries, True)):
-        fast, slow = {0: 1}, {0: 1}
+        fast, slow = {b"\xff": bytearray(40)}, {b"\xff": bytearray(40)}
         native.recon_add(fast, p.post_type, rows, sign, ordered)
         recon_view.add_py(slow, p.post_type, rows, sign, ordered)
         assert fast == slow
@@ -360,7 +360,7 @@ def test_every_compiled_function_is_required_of_the_extension():
 
     src = Path(compiled.__file__).parent.parent
     defined = set()
-    for name in ("_speedups.pyx", "_decoding.pxi", "_bulk.pxi"):
+    for name in ("_speedups.pyx", "_decoding.pxi", "_sums.pxi", "_bulk.pxi"):
         defined |= set(re.findall(r"^def (\w+)\(", (src / name).read_text(), re.M))
     assert defined == compiled.SPEEDUPS
     assert set(re.findall(r"^cdef class (\w+)", (src / "_signatures.pyx").read_text(), re.M)) == compiled.SIGNATURES

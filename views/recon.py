@@ -45,6 +45,7 @@ _ROW_MIN = _CHAT_SIZE + _MONO  # a !chat key names a channel, a timestamp and a 
 _MOD = 1 << 256
 _LEVELS = tuple((bytes((shift,)), shift - _FINEST) for shift in SHIFTS)  # each granularity's shift byte, and its bucket from the finest
 VALUE_SIZE = 40
+ACC_SIZE = 40  # a finest bucket's accumulator while a batch adds to it (see add)
 
 
 def row_key(channel_escaped: bytes, shift: int, bucket: int) -> bytes:
@@ -74,12 +75,14 @@ def add(fine: dict, post_type: int, entries, sign: int = 1, in_view_order: bool 
 
     ``post_type``: the post's type; ``entries``: its derived entries
     (``views.entries``), as pairs or bare keys: only its ``!chat`` rows
-    count.  ``fine``: ``(!chat prefix of the channel, timestamp >> SHIFTS[0])``
-    -> ``[sum, count]``; :func:`expand` makes every granularity's rows of it.
-    Only the finest bucket is touched per post (the hot path of ingest).
-    ``in_view_order``: ``entries`` lists each view's rows together (as
-    ``views.entries`` does), so the rows after the ``!chat`` ones are not
-    looked at.
+    count.  ``fine``: a finest bucket's group (:func:`group`) -> its
+    accumulator (:data:`ACC_SIZE` bytes: the sum mod 2**256 little-endian,
+    then the count as a signed 64-bit little-endian), so the compiled twin
+    adds a hash without making a Python int; :func:`expand` makes every
+    granularity's rows of it.  Only the finest bucket is touched per post
+    (the hot path of ingest).  ``in_view_order``: ``entries`` lists each
+    view's rows together (as ``views.entries`` does), so the rows after the
+    ``!chat`` ones are not looked at.
     """
     if post_type != TEXT and post_type != DELETE:
         return
@@ -91,14 +94,27 @@ def add(fine: dict, post_type: int, entries, sign: int = 1, in_view_order: bool 
                 return
             continue
         seen = True
-        group = (key[:-_MONO], int.from_bytes(key[-_MONO:-32], "big") >> _FINEST)
         value = int.from_bytes(key[-32:], "little")
-        held = fine.get(group)
-        if held is None:
-            fine[group] = [value if sign == 1 else -value, sign]
-        else:
-            held[0] += value if sign == 1 else -value
-            held[1] += sign
+        _accumulate(fine, group(key), value if sign == 1 else -value, sign)
+
+
+def group(chat_key: bytes) -> bytes:
+    """The finest bucket of a ``!chat`` key: its channel's ``!chat`` prefix, then ``timestamp >> SHIFTS[0]`` as 8 big-endian bytes."""
+    return chat_key[:-_MONO] + (int.from_bytes(chat_key[-_MONO:-32], "big") >> _FINEST).to_bytes(8, "big")
+
+
+def _accumulate(fine: dict, key: bytes, total: int, count: int) -> None:
+    """Add a sum and a count to the accumulator ``fine[key]`` (made if missing)."""
+    acc = fine.get(key)
+    if acc is None:
+        acc = fine[key] = bytearray(ACC_SIZE)
+    held_total, held_count = accumulated(acc)
+    acc[:] = ((held_total + total) % _MOD).to_bytes(32, "little") + (held_count + count).to_bytes(8, "little", signed=True)
+
+
+def accumulated(acc) -> tuple[int, int]:
+    """``(sum, count)`` of an accumulator of ``fine`` (see :func:`add`)."""
+    return int.from_bytes(acc[:32], "little"), int.from_bytes(acc[32:], "little", signed=True)
 
 
 add_py = add
@@ -109,18 +125,19 @@ if _native is not None:  # the same sums, compiled (cablestore.compiled): the pe
 
 def merge(fine: dict, other: dict) -> None:
     """Add the finest buckets' sums ``other`` into ``fine``."""
-    for group, (total, count) in other.items():
-        _add(fine, group, total, count)
+    for key, acc in other.items():
+        _accumulate(fine, key, *accumulated(acc))
 
 
 def expand(fine: dict) -> dict:
     """Every granularity's rows (row key -> ``[sum, count]``) of the finest buckets' sums ``fine``."""
     out: dict = {}
     get = out.get
-    for (chat_prefix, bucket), (total, count) in fine.items():
+    for key, acc in fine.items():
+        total, count = accumulated(acc)
         if not total and not count:
             continue
-        head = PREFIX + chat_prefix[_CHAT_SIZE:]
+        head, bucket = PREFIX + key[_CHAT_SIZE:-8], int.from_bytes(key[-8:], "big")
         for shift_byte, up in _LEVELS:
             key = head + shift_byte + (bucket >> up).to_bytes(8, "big")
             held = get(key)
@@ -130,16 +147,6 @@ def expand(fine: dict) -> dict:
                 held[0] += total
                 held[1] += count
     return out
-
-
-def _add(sums: dict, key, total: int, count: int) -> None:
-    """Add a sum and a count to ``sums[key]`` (``[sum, count]``, made if missing)."""
-    held = sums.get(key)
-    if held is None:
-        sums[key] = [total, count]
-    else:
-        held[0] += total
-        held[1] += count
 
 
 EMPTY = (0, 0)

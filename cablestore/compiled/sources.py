@@ -15,7 +15,7 @@ import hashlib
 from pathlib import Path
 
 SOURCES: dict[str, tuple[str, ...]] = {
-    "_speedups": ("_speedups.pyx", "_source_digest.pxi", "_decoding.pxi", "_bulk.pxi"),  # the .pyx and the sections it includes
+    "_speedups": ("_speedups.pyx", "_source_digest.pxi", "_decoding.pxi", "_sums.pxi", "_bulk.pxi"),  # the .pyx and the sections it includes
     "_signatures": ("_signatures.pyx", "_source_digest.pxi"),
 }
 """Extension name -> its source files, in ``cablestore/``."""

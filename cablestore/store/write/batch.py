@@ -75,7 +75,7 @@ class IndexState:
         self._added: dict[tuple, dict[bytes, Indexed]] = defaultdict(dict)
         self._latest_keys: dict[tuple, set[bytes]] = {}
         self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
-        self.sums: dict[tuple, list] = {}  # the finest !recon buckets' [sum, count] this batch adds (views/recon.py), written at commit
+        self.sums: dict[bytes, bytearray] = {}  # the finest !recon buckets' accumulators this batch adds (views/recon.py add), written at commit
         # !recon row -> its committed (sum, count) (views.recon.stored), kept by the writer across batches: a post
         # a batch (a live peer) rewrites the rows of its buckets without reading them from LevelDB.
         self._sum_rows = sum_rows

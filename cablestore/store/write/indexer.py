@@ -245,7 +245,7 @@ def index(state: IndexState, ip: Indexed, buf: bytes) -> None:
     state.put(POSTS + ip.hash, buf)
     entries = views.entries(ip)
     state.put_many(entries)
-    recon_view.add(state.sums, ip.post.post_type, entries, in_view_order=True)  # the channel's range sums, written at commit
+    recon_view.add(state.sums, ip.post.post_type, entries, 1, True)  # the channel's range sums (entries in view order), written at commit
     if state.search:
         state.put_many(search_view.entries(ip))
     state.deleted.discard(ip.hash)
