@@ -139,10 +139,10 @@ def expand(fine: dict) -> dict:
             continue
         head, bucket = PREFIX + key[_CHAT_SIZE:-8], int.from_bytes(key[-8:], "big")
         for shift_byte, up in _LEVELS:
-            key = head + shift_byte + (bucket >> up).to_bytes(8, "big")
-            held = get(key)
+            row = head + shift_byte + (bucket >> up).to_bytes(8, "big")
+            held = get(row)
             if held is None:
-                out[key] = [total, count]
+                out[row] = [total, count]
             else:
                 held[0] += total
                 held[1] += count
