@@ -77,3 +77,112 @@ def recon_add(dict fine, int post_type, entries, int sign=1, bint in_view_order=
             _put_le64(a + i, s + carry)
             carry = 1 if (s < x or s + carry < s) else 0
         _put_le64(a + HASH, _le64(a + HASH) + <uint64_t>(<long long>sign))
+
+
+# --- a batch's rows (views/recon.py write_rows) ------------------------------------
+cdef bytes _R_ROWS = None
+cdef int _R_NLEVELS = 0
+cdef int _R_UP[8]
+cdef unsigned char _R_LEVEL[8]
+
+
+def bind_recon_rows(bytes row_prefix, tuple ups, tuple level_bytes):
+    """Bind the ``!recon`` prefix and each granularity's shift from the finest and its shift byte, for :func:`recon_write`."""
+    global _R_ROWS, _R_NLEVELS
+    if len(ups) != len(level_bytes) or len(ups) > 8:
+        raise ValueError("one shift byte for each granularity, at most 8")
+    _R_ROWS, _R_NLEVELS = row_prefix, len(ups)
+    cdef int i
+    for i in range(_R_NLEVELS):
+        _R_UP[i], _R_LEVEL[i] = ups[i], level_bytes[i]
+
+
+cdef inline bint _zero(const unsigned char* a):
+    cdef int i
+    for i in range(ACC):
+        if a[i]:
+            return False
+    return True
+
+
+cdef inline void _acc_add(unsigned char* a, const unsigned char* b):
+    """``a += b``, both accumulators: the sum mod 2**256 limb by limb, the signed count."""
+    cdef uint64_t x, s, carry = 0
+    cdef int i
+    for i in range(0, HASH, 8):
+        x = _le64(a + i)
+        s = x + _le64(b + i)
+        _put_le64(a + i, s + carry)
+        carry = 1 if (s < x or s + carry < s) else 0
+    _put_le64(a + HASH, _le64(a + HASH) + _le64(b + HASH))
+
+
+cdef unsigned char* _acc_of(object acc) except NULL:
+    if type(acc) is not bytearray or PyByteArray_GET_SIZE(acc) != ACC:
+        raise ValueError("a range sums' accumulator is not a bytearray of 40 bytes")
+    return <unsigned char*>PyByteArray_AS_STRING(acc)
+
+
+def recon_write(dict fine, dict cached, get, dict writes, dict written):
+    """Compiled ``views.recon.write_rows``: the same new values in ``writes`` and ``written``, without a Python int."""
+    cdef dict out = {}
+    cdef Py_ssize_t n, ch, cn = PyBytes_GET_SIZE(_R_CHAT), rn = PyBytes_GET_SIZE(_R_ROWS)
+    cdef const unsigned char* k
+    cdef unsigned char* a
+    cdef unsigned char* r
+    cdef unsigned char work[ACC]
+    cdef unsigned char held[ACC]
+    cdef uint64_t bucket, b, count
+    cdef int lv, i
+    cdef PyObject* found
+    cdef bytes row, value
+    for key, acc in fine.items():  # every granularity's delta, as accumulators
+        a = _acc_of(acc)
+        if _zero(a):
+            continue
+        if type(key) is not bytes or PyBytes_GET_SIZE(key) < cn + 8:
+            raise ValueError("a range sums' group is not a !chat prefix and a bucket")
+        k, n = <const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)
+        bucket = 0
+        for i in range(n - 8, n):
+            bucket = (bucket << 8) | k[i]
+        ch = n - 8 - cn
+        for lv in range(_R_NLEVELS):
+            row = PyBytes_FromStringAndSize(NULL, rn + ch + 9)
+            r = <unsigned char*>PyBytes_AS_STRING(row)
+            memcpy(r, PyBytes_AS_STRING(_R_ROWS), rn)
+            memcpy(r + rn, k + cn, ch)
+            r[rn + ch] = _R_LEVEL[lv]
+            b = bucket >> _R_UP[lv]
+            for i in range(8):
+                r[rn + ch + 8 - i] = <unsigned char>(b >> (8 * i))
+            found = PyDict_GetItem(out, row)
+            if found is NULL:
+                out[row] = PyByteArray_FromStringAndSize(<char*>a, ACC)
+            else:
+                _acc_add(<unsigned char*>PyByteArray_AS_STRING(<object>found), a)
+    for row, delta in out.items():  # each row: its committed value plus the delta
+        a = <unsigned char*>PyByteArray_AS_STRING(delta)
+        if _zero(a):
+            continue
+        found = NULL if cached is None else PyDict_GetItem(cached, row)
+        stored = <object>found if found is not NULL else get(row)
+        memcpy(work, a, ACC)
+        if type(stored) is bytes and PyBytes_GET_SIZE(stored) == 40:  # else no row, or a damaged one: empty
+            k = <const unsigned char*>PyBytes_AS_STRING(stored)
+            memcpy(held, k + 8, HASH)
+            count = 0
+            for i in range(8):
+                count = (count << 8) | k[i]
+            _put_le64(held + HASH, count)
+            _acc_add(work, held)
+        if <long long>_le64(work + HASH) <= 0:
+            writes[row] = written[row] = None
+            continue
+        value = PyBytes_FromStringAndSize(NULL, 40)
+        r = <unsigned char*>PyBytes_AS_STRING(value)
+        count = _le64(work + HASH)
+        for i in range(8):
+            r[7 - i] = <unsigned char>(count >> (8 * i))
+        memcpy(r + 8, work, HASH)
+        writes[row] = written[row] = value

@@ -134,6 +134,36 @@ def test_entries_and_groups_match_pure(buf):
 
 
 @FAST
+@given(
+    st.lists(st.tuples(st.sampled_from([b"a", b"general", b"x\x00y"]), timestamps, hashes, st.sampled_from([1, 1, -1])), max_size=8),
+    st.data(),
+)
+def test_range_sum_rows_match_pure(posts_added, data):
+    """A batch's !recon rows, from the same sums and committed values (some cached, some damaged): the same writes."""
+    from cablestore.keyspace import keys
+
+    fine: dict = {}
+    for channel, ts, h, sign in posts_added:
+        recon_view.add_py(fine, TEXT, [keys.CHAT + channel + ts.to_bytes(8, "big") + h], sign)
+    rows = list(recon_view.expand(fine))
+    committed = {}
+    for row in rows:
+        kind = data.draw(st.sampled_from(["none", "value", "damaged"]))
+        if kind == "value":
+            committed[row] = recon_view.encode(data.draw(st.integers(0, 2**256 - 1)), data.draw(st.integers(1, 9)))
+        elif kind == "damaged":
+            committed[row] = b"\x00" * data.draw(st.sampled_from([0, 39, 41]))
+    cached = None if data.draw(st.booleans()) else {row: committed.get(row) for row in rows if data.draw(st.booleans())}
+    results = []
+    for write_rows in (native.recon_write, recon_view.write_rows_py):
+        writes, written = {}, {}
+        write_rows({k: bytearray(v) for k, v in fine.items()}, cached, committed.get, writes, written)
+        results.append((writes, written))
+    assert results[0] == results[1]
+    assert results[0][0] == results[0][1]
+
+
+@FAST
 @given(st.lists(posts(), min_size=1, max_size=8), st.sampled_from([None, "some"]), st.integers(1, 64))
 def test_fold_digests_match_pure(bufs, wanted, parts):
     pairs = []
@@ -176,6 +206,7 @@ def pure_path(monkeypatch):
         m.setattr(views, "entries", views.entries_py)
         m.setattr(views, "groups", views.groups_py)
         m.setattr(recon_view, "add", recon_view.add_py)
+        m.setattr(recon_view, "write_rows", recon_view.write_rows_py)
         m.setattr(views, "_native", None)
         m.setattr(fold_mod, "_native", None)
         m.setattr(reindex_mod, "_native", None)

@@ -149,26 +149,36 @@ def expand(fine: dict) -> dict:
     return out
 
 
-EMPTY = (0, 0)
-"""``(sum, count)`` of a bucket without a row."""
+def merged(value: bytes | None, total: int, count: int) -> bytes | None:
+    """A row's new value once ``total`` and ``count`` are added to its stored ``value``; None: the bucket is empty (no row).
+
+    A damaged stored value counts as empty (``check`` reports it, ``reindex`` rewrites it).
+    """
+    if value is not None and len(value) == VALUE_SIZE:
+        held_total, held_count = decode(value)
+        total, count = total + held_total, count + held_count
+    return encode(total, count) if count > 0 else None
 
 
-def stored(value: bytes | None) -> tuple[int, int]:
-    """``(sum, count)`` of a row's stored value; no row, or a damaged one, is :data:`EMPTY` (``check`` reports it, ``reindex`` rewrites it)."""
-    if value is None:
-        return EMPTY
-    try:
-        return decode(value)
-    except CorruptRecordError:
-        return EMPTY
+def write_rows(fine: dict, cached: dict | None, get, writes: dict, written: dict) -> None:
+    """A batch's rows: every granularity's row of the finest buckets' sums ``fine`` added to its committed value.
+
+    ``cached``: row -> its committed value (None: no row), as far as known
+    (None: nothing known); ``get(row)``: the committed value of a row not in
+    it.  Each new value (None: a delete) goes into ``writes`` and
+    ``written``.  A row whose delta is nothing is left as it is.
+    """
+    for row, (total, count) in expand(fine).items():
+        if total % _MOD or count:
+            value = cached.get(row, _UNKNOWN) if cached is not None else _UNKNOWN
+            writes[row] = written[row] = merged(get(row) if value is _UNKNOWN else value, total, count)
 
 
-def settled(total: int, count: int) -> tuple[bytes | None, tuple[int, int]]:
-    """What a row becomes with sum ``total`` and ``count`` items: its value (None: the bucket is empty, no row) and that value's :func:`stored`."""
-    if count <= 0:
-        return None, EMPTY
-    total %= _MOD
-    return count.to_bytes(8, "big") + total.to_bytes(32, "little"), (total, count)
+_UNKNOWN = object()
+write_rows_py = write_rows
+if _native is not None:  # the same rows, compiled (cablestore.compiled): a post a batch rewrites three of them
+    _native.bind_recon_rows(PREFIX, tuple(shift for _, shift in _LEVELS), tuple(shift_byte[0] for shift_byte, _ in _LEVELS))
+    write_rows = _native.recon_write
 
 
 def rows(fine: dict) -> list[tuple[bytes, bytes]]:

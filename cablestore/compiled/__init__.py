@@ -26,9 +26,9 @@ PURE_ENV = "CABLESTORE_PURE"
 # older sources (a checkout pulled but not rebuilt) lacks some, and is not used.
 SPEEDUPS = frozenset(
     {
-        "bind_codec", "bind_records", "bind_recon", "bind_views", "bound_prefixes", "bound_subkeys", "decode_post", "delete_some",
+        "bind_codec", "bind_records", "bind_recon", "bind_recon_rows", "bind_views", "bound_prefixes", "bound_subkeys", "decode_post", "delete_some",
         "entries", "filter_set", "filter_test", "fold_entries", "groups",
-        "mono", "new_indexed", "put_all", "recon_add", "reindex_chunk", "write_sorted",
+        "mono", "new_indexed", "put_all", "recon_add", "recon_write", "reindex_chunk", "write_sorted",
     }
 )
 SIGNATURES = frozenset({"Batch"})

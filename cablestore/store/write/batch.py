@@ -76,10 +76,10 @@ class IndexState:
         self._latest_keys: dict[tuple, set[bytes]] = {}
         self._tombs: dict[bytes, dict[bytes, bytes | None]] = defaultdict(dict)
         self.sums: dict[bytes, bytearray] = {}  # the finest !recon buckets' accumulators this batch adds (views/recon.py add), written at commit
-        # !recon row -> its committed (sum, count) (views.recon.stored), kept by the writer across batches: a post
+        # !recon row -> its committed value (None: no row), kept by the writer across batches: a post
         # a batch (a live peer) rewrites the rows of its buckets without reading them from LevelDB.
         self._sum_rows = sum_rows
-        self._sums_written: dict[bytes, tuple[int, int]] = {}
+        self._sums_written: dict[bytes, bytes | None] = {}
 
     # --- tombstones (primary data) -------------------------------------
     def tombstones(self, target: bytes) -> list[Tombstone]:
@@ -261,15 +261,8 @@ class IndexState:
     def _write_sums(self) -> None:
         """The range sums (``views/recon.py``) the batch's posts changed: each row read once and rewritten (or removed, when empty)."""
         sums, self.sums = self.sums, {}
-        if not sums:
-            return
-        get, writes, cached, written, stored, settled = self.get, self.writes, self._sum_rows, self._sums_written, recon.stored, recon.settled
-        for key, (total, count) in recon.expand(sums).items():
-            if total or count:
-                held = None if cached is None else cached.get(key)
-                if held is None:
-                    held = stored(get(key))
-                writes[key], written[key] = settled(total + held[0], count + held[1])  # a value of None: a delete
+        if sums:
+            recon.write_rows(sums, self._sum_rows, self.get, self.writes, self._sums_written)
 
     def commit(self, sync: bool = False) -> None:
         """Write the Txn (the groups settled, the moderation resolved: :func:`cablestore.store.write.indexer.commit`), then remember the winners."""

@@ -87,7 +87,7 @@ class Writer:
         self.search = search  # the store keeps the search view (views/search.py) in every batch
         self._tomb_filter = self._link_filter = None  # made on the first write
         self._winners: dict = {}  # latest candidate per group, as committed
-        self._sum_rows: dict = {}  # !recon rows as committed, (sum, count) (views/recon.py): read once, not once a batch
+        self._sum_rows: dict = {}  # !recon rows as committed (views/recon.py): read once, not once a batch
 
     # --- the door ---------------------------------------------------------
     def writable(self) -> None:
