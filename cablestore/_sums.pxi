@@ -11,7 +11,7 @@ def bind_recon(bytes chat_prefix, int finest_shift):
     _R_CHAT, _R_SHIFT = chat_prefix, finest_shift
 
 
-cdef inline uint64_t _le64(const unsigned char* p):
+cdef inline uint64_t _le64(const unsigned char* p) noexcept nogil:
     cdef uint64_t v = 0
     cdef int i
     for i in range(7, -1, -1):
@@ -19,7 +19,7 @@ cdef inline uint64_t _le64(const unsigned char* p):
     return v
 
 
-cdef inline void _put_le64(unsigned char* p, uint64_t v):
+cdef inline void _put_le64(unsigned char* p, uint64_t v) noexcept nogil:
     cdef int i
     for i in range(8):
         p[i] = <unsigned char>(v >> (8 * i))
@@ -97,7 +97,7 @@ def bind_recon_rows(bytes row_prefix, tuple ups, tuple level_bytes):
         _R_UP[i], _R_LEVEL[i] = ups[i], level_bytes[i]
 
 
-cdef inline bint _zero(const unsigned char* a):
+cdef inline bint _zero(const unsigned char* a) noexcept nogil:
     cdef int i
     for i in range(ACC):
         if a[i]:
@@ -105,7 +105,7 @@ cdef inline bint _zero(const unsigned char* a):
     return True
 
 
-cdef inline void _acc_add(unsigned char* a, const unsigned char* b):
+cdef inline void _acc_add(unsigned char* a, const unsigned char* b) noexcept nogil:
     """``a += b``, both accumulators: the sum mod 2**256 limb by limb, the signed count."""
     cdef uint64_t x, s, carry = 0
     cdef int i
@@ -123,19 +123,61 @@ cdef unsigned char* _acc_of(object acc) except NULL:
     return <unsigned char*>PyByteArray_AS_STRING(acc)
 
 
+cdef bytes _row_of(const unsigned char* k, Py_ssize_t ch, uint64_t bucket, int lv):
+    """The row of granularity ``lv`` of the bucket ``bucket`` (finest) of the channel ``k[:ch]`` (escaped)."""
+    cdef Py_ssize_t rn = PyBytes_GET_SIZE(_R_ROWS)
+    cdef bytes row = PyBytes_FromStringAndSize(NULL, rn + ch + 9)
+    cdef unsigned char* r = <unsigned char*>PyBytes_AS_STRING(row)
+    cdef uint64_t b = bucket >> _R_UP[lv]
+    cdef int i
+    memcpy(r, PyBytes_AS_STRING(_R_ROWS), rn)
+    memcpy(r + rn, k, ch)
+    r[rn + ch] = _R_LEVEL[lv]
+    for i in range(8):
+        r[rn + ch + 8 - i] = <unsigned char>(b >> (8 * i))
+    return row
+
+
+cdef int _write_row(bytes row, const unsigned char* delta, dict cached, get, dict writes, dict written) except -1:
+    """One row: its committed value (``cached``, else ``get``) plus ``delta``, into ``writes`` and ``written``."""
+    cdef unsigned char work[ACC]
+    cdef unsigned char held[ACC]
+    cdef const unsigned char* k
+    cdef uint64_t count = 0
+    cdef int i
+    cdef PyObject* found = NULL if cached is None else PyDict_GetItem(cached, row)
+    stored = <object>found if found is not NULL else get(row)
+    memcpy(work, delta, ACC)
+    if type(stored) is bytes and PyBytes_GET_SIZE(stored) == 40:  # else no row, or a damaged one: empty
+        k = <const unsigned char*>PyBytes_AS_STRING(stored)
+        memcpy(held, k + 8, HASH)
+        for i in range(8):
+            count = (count << 8) | k[i]
+        _put_le64(held + HASH, count)
+        _acc_add(work, held)
+    if <long long>_le64(work + HASH) <= 0:
+        writes[row] = written[row] = None
+        return 0
+    cdef bytes value = PyBytes_FromStringAndSize(NULL, 40)
+    cdef unsigned char* r = <unsigned char*>PyBytes_AS_STRING(value)
+    count = _le64(work + HASH)
+    for i in range(8):
+        r[7 - i] = <unsigned char>(count >> (8 * i))
+    memcpy(r + 8, work, HASH)
+    writes[row] = written[row] = value
+    return 0
+
+
 def recon_write(dict fine, dict cached, get, dict writes, dict written):
     """Compiled ``views.recon.write_rows``: the same new values in ``writes`` and ``written``, without a Python int."""
     cdef dict out = {}
-    cdef Py_ssize_t n, ch, cn = PyBytes_GET_SIZE(_R_CHAT), rn = PyBytes_GET_SIZE(_R_ROWS)
+    cdef Py_ssize_t n, cn = PyBytes_GET_SIZE(_R_CHAT)
     cdef const unsigned char* k
     cdef unsigned char* a
-    cdef unsigned char* r
-    cdef unsigned char work[ACC]
-    cdef unsigned char held[ACC]
-    cdef uint64_t bucket, b, count
+    cdef uint64_t bucket
     cdef int lv, i
     cdef PyObject* found
-    cdef bytes row, value
+    cdef bint alone = len(fine) == 1  # one bucket (a post a batch): its rows are its own, nothing to add up
     for key, acc in fine.items():  # every granularity's delta, as accumulators
         a = _acc_of(acc)
         if _zero(a):
@@ -146,16 +188,11 @@ def recon_write(dict fine, dict cached, get, dict writes, dict written):
         bucket = 0
         for i in range(n - 8, n):
             bucket = (bucket << 8) | k[i]
-        ch = n - 8 - cn
         for lv in range(_R_NLEVELS):
-            row = PyBytes_FromStringAndSize(NULL, rn + ch + 9)
-            r = <unsigned char*>PyBytes_AS_STRING(row)
-            memcpy(r, PyBytes_AS_STRING(_R_ROWS), rn)
-            memcpy(r + rn, k + cn, ch)
-            r[rn + ch] = _R_LEVEL[lv]
-            b = bucket >> _R_UP[lv]
-            for i in range(8):
-                r[rn + ch + 8 - i] = <unsigned char>(b >> (8 * i))
+            row = _row_of(k + cn, n - 8 - cn, bucket, lv)
+            if alone:
+                _write_row(row, a, cached, get, writes, written)
+                continue
             found = PyDict_GetItem(out, row)
             if found is NULL:
                 out[row] = PyByteArray_FromStringAndSize(<char*>a, ACC)
@@ -163,26 +200,5 @@ def recon_write(dict fine, dict cached, get, dict writes, dict written):
                 _acc_add(<unsigned char*>PyByteArray_AS_STRING(<object>found), a)
     for row, delta in out.items():  # each row: its committed value plus the delta
         a = <unsigned char*>PyByteArray_AS_STRING(delta)
-        if _zero(a):
-            continue
-        found = NULL if cached is None else PyDict_GetItem(cached, row)
-        stored = <object>found if found is not NULL else get(row)
-        memcpy(work, a, ACC)
-        if type(stored) is bytes and PyBytes_GET_SIZE(stored) == 40:  # else no row, or a damaged one: empty
-            k = <const unsigned char*>PyBytes_AS_STRING(stored)
-            memcpy(held, k + 8, HASH)
-            count = 0
-            for i in range(8):
-                count = (count << 8) | k[i]
-            _put_le64(held + HASH, count)
-            _acc_add(work, held)
-        if <long long>_le64(work + HASH) <= 0:
-            writes[row] = written[row] = None
-            continue
-        value = PyBytes_FromStringAndSize(NULL, 40)
-        r = <unsigned char*>PyBytes_AS_STRING(value)
-        count = _le64(work + HASH)
-        for i in range(8):
-            r[7 - i] = <unsigned char>(count >> (8 * i))
-        memcpy(r + 8, work, HASH)
-        writes[row] = written[row] = value
+        if not _zero(a):
+            _write_row(row, a, cached, get, writes, written)
