@@ -25,6 +25,44 @@ cdef inline void _put_le64(unsigned char* p, uint64_t v) noexcept nogil:
         p[i] = <unsigned char>(v >> (8 * i))
 
 
+cdef inline uint64_t _be64(const unsigned char* p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline void _put_be64(unsigned char* p, uint64_t v) noexcept nogil:
+    cdef int i
+    for i in range(8):
+        p[7 - i] = <unsigned char>(v >> (8 * i))
+
+
+cdef inline void _acc_add(unsigned char* a, const unsigned char* b, bint take_away=False) noexcept nogil:
+    """``a += b`` (or ``a -= b``), both accumulators: the sum mod 2**256 limb by limb, the signed count.
+
+    Taking away adds the two's complement: each limb of ``b`` inverted, and one carried into the first.
+    """
+    cdef uint64_t x, y, s, carry = 1 if take_away else 0
+    cdef int i
+    for i in range(0, HASH, 8):
+        x, y = _le64(a + i), _le64(b + i)
+        if take_away:
+            y = ~y
+        s = x + y
+        _put_le64(a + i, s + carry)
+        carry = 1 if (s < x or s + carry < s) else 0
+    y = _le64(b + HASH)
+    _put_le64(a + HASH, _le64(a + HASH) - y if take_away else _le64(a + HASH) + y)
+
+
+cdef unsigned char* _acc_of(object acc) except NULL:
+    if type(acc) is not bytearray or PyByteArray_GET_SIZE(acc) != ACC:
+        raise ValueError("a range sums' accumulator is not a bytearray of 40 bytes")
+    return <unsigned char*>PyByteArray_AS_STRING(acc)
+
+
 def recon_add(dict fine, int post_type, entries, int sign=1, bint in_view_order=False):
     """Compiled ``views.recon.add``: the same accumulators in ``fine``, summed in 64-bit limbs without a Python int."""
     if post_type != TEXT and post_type != DELETE:
@@ -33,11 +71,9 @@ def recon_add(dict fine, int post_type, entries, int sign=1, bint in_view_order=
     cdef bytes key, group
     cdef Py_ssize_t n, cn = PyBytes_GET_SIZE(_R_CHAT)
     cdef const unsigned char* p
-    cdef unsigned char* g
-    cdef unsigned char* a
-    cdef uint64_t ts, bucket, x, y, s, carry
-    cdef Py_ssize_t i
+    cdef unsigned char one[ACC]  # the post's hash and a count of one, as an accumulator
     cdef PyObject* found
+    _put_le64(one + HASH, 1)
     for entry in entries:
         key = entry if type(entry) is bytes else entry[0]
         n = PyBytes_GET_SIZE(key)
@@ -47,15 +83,9 @@ def recon_add(dict fine, int post_type, entries, int sign=1, bint in_view_order=
                 return
             continue
         seen = True
-        ts = 0
-        for i in range(n - 8 - HASH, n - HASH):
-            ts = (ts << 8) | p[i]
-        bucket = ts >> _R_SHIFT
         group = PyBytes_FromStringAndSize(NULL, n - HASH)  # the channel's !chat prefix, then the bucket big-endian
-        g = <unsigned char*>PyBytes_AS_STRING(group)
-        memcpy(g, p, n - 8 - HASH)
-        for i in range(8):
-            g[n - HASH - 1 - i] = <unsigned char>(bucket >> (8 * i))
+        memcpy(PyBytes_AS_STRING(group), p, n - 8 - HASH)
+        _put_be64(<unsigned char*>PyBytes_AS_STRING(group) + n - 8 - HASH, _be64(p + n - 8 - HASH) >> _R_SHIFT)
         found = PyDict_GetItem(fine, group)
         if found is NULL:
             acc = PyByteArray_FromStringAndSize(NULL, ACC)
@@ -63,20 +93,8 @@ def recon_add(dict fine, int post_type, entries, int sign=1, bint in_view_order=
             fine[group] = acc
         else:
             acc = <object>found
-            if type(acc) is not bytearray or PyByteArray_GET_SIZE(acc) != ACC:
-                raise ValueError("a range sums' accumulator is not a bytearray of 40 bytes")
-        a = <unsigned char*>PyByteArray_AS_STRING(acc)
-        carry = 0
-        for i in range(0, HASH, 8):  # the sum mod 2**256, limb by limb; taking away is adding the two's complement
-            x, y = _le64(a + i), _le64(p + n - HASH + i)
-            if sign != 1:
-                y = ~y
-                if i == 0:
-                    carry = 1
-            s = x + y
-            _put_le64(a + i, s + carry)
-            carry = 1 if (s < x or s + carry < s) else 0
-        _put_le64(a + HASH, _le64(a + HASH) + <uint64_t>(<long long>sign))
+        memcpy(one, p + n - HASH, HASH)
+        _acc_add(_acc_of(acc), one, sign != 1)
 
 
 # --- a batch's rows (views/recon.py write_rows) ------------------------------------
@@ -105,36 +123,15 @@ cdef inline bint _zero(const unsigned char* a) noexcept nogil:
     return True
 
 
-cdef inline void _acc_add(unsigned char* a, const unsigned char* b) noexcept nogil:
-    """``a += b``, both accumulators: the sum mod 2**256 limb by limb, the signed count."""
-    cdef uint64_t x, s, carry = 0
-    cdef int i
-    for i in range(0, HASH, 8):
-        x = _le64(a + i)
-        s = x + _le64(b + i)
-        _put_le64(a + i, s + carry)
-        carry = 1 if (s < x or s + carry < s) else 0
-    _put_le64(a + HASH, _le64(a + HASH) + _le64(b + HASH))
-
-
-cdef unsigned char* _acc_of(object acc) except NULL:
-    if type(acc) is not bytearray or PyByteArray_GET_SIZE(acc) != ACC:
-        raise ValueError("a range sums' accumulator is not a bytearray of 40 bytes")
-    return <unsigned char*>PyByteArray_AS_STRING(acc)
-
-
 cdef bytes _row_of(const unsigned char* k, Py_ssize_t ch, uint64_t bucket, int lv):
     """The row of granularity ``lv`` of the bucket ``bucket`` (finest) of the channel ``k[:ch]`` (escaped)."""
     cdef Py_ssize_t rn = PyBytes_GET_SIZE(_R_ROWS)
     cdef bytes row = PyBytes_FromStringAndSize(NULL, rn + ch + 9)
     cdef unsigned char* r = <unsigned char*>PyBytes_AS_STRING(row)
-    cdef uint64_t b = bucket >> _R_UP[lv]
-    cdef int i
     memcpy(r, PyBytes_AS_STRING(_R_ROWS), rn)
     memcpy(r + rn, k, ch)
     r[rn + ch] = _R_LEVEL[lv]
-    for i in range(8):
-        r[rn + ch + 8 - i] = <unsigned char>(b >> (8 * i))
+    _put_be64(r + rn + ch + 1, bucket >> _R_UP[lv])
     return row
 
 
@@ -143,26 +140,20 @@ cdef int _write_row(bytes row, const unsigned char* delta, dict cached, get, dic
     cdef unsigned char work[ACC]
     cdef unsigned char held[ACC]
     cdef const unsigned char* k
-    cdef uint64_t count = 0
-    cdef int i
     cdef PyObject* found = NULL if cached is None else PyDict_GetItem(cached, row)
     stored = <object>found if found is not NULL else get(row)
     memcpy(work, delta, ACC)
     if type(stored) is bytes and PyBytes_GET_SIZE(stored) == 40:  # else no row, or a damaged one: empty
         k = <const unsigned char*>PyBytes_AS_STRING(stored)
         memcpy(held, k + 8, HASH)
-        for i in range(8):
-            count = (count << 8) | k[i]
-        _put_le64(held + HASH, count)
+        _put_le64(held + HASH, _be64(k))
         _acc_add(work, held)
     if <long long>_le64(work + HASH) <= 0:
         writes[row] = written[row] = None
         return 0
     cdef bytes value = PyBytes_FromStringAndSize(NULL, 40)
     cdef unsigned char* r = <unsigned char*>PyBytes_AS_STRING(value)
-    count = _le64(work + HASH)
-    for i in range(8):
-        r[7 - i] = <unsigned char>(count >> (8 * i))
+    _put_be64(r, _le64(work + HASH))
     memcpy(r + 8, work, HASH)
     writes[row] = written[row] = value
     return 0
@@ -175,7 +166,7 @@ def recon_write(dict fine, dict cached, get, dict writes, dict written):
     cdef const unsigned char* k
     cdef unsigned char* a
     cdef uint64_t bucket
-    cdef int lv, i
+    cdef int lv
     cdef PyObject* found
     cdef bint alone = len(fine) == 1  # one bucket (a post a batch): its rows are its own, nothing to add up
     for key, acc in fine.items():  # every granularity's delta, as accumulators
@@ -185,9 +176,7 @@ def recon_write(dict fine, dict cached, get, dict writes, dict written):
         if type(key) is not bytes or PyBytes_GET_SIZE(key) < cn + 8:
             raise ValueError("a range sums' group is not a !chat prefix and a bucket")
         k, n = <const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)
-        bucket = 0
-        for i in range(n - 8, n):
-            bucket = (bucket << 8) | k[i]
+        bucket = _be64(k + n - 8)
         for lv in range(_R_NLEVELS):
             row = _row_of(k + cn, n - 8 - cn, bucket, lv)
             if alone:

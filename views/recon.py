@@ -177,7 +177,7 @@ def write_rows(fine: dict, cached: dict | None, get, writes: dict, written: dict
 _UNKNOWN = object()
 write_rows_py = write_rows
 if _native is not None:  # the same rows, compiled (cablestore.compiled): a post a batch rewrites three of them
-    _native.bind_recon_rows(PREFIX, tuple(shift for _, shift in _LEVELS), tuple(shift_byte[0] for shift_byte, _ in _LEVELS))
+    _native.bind_recon_rows(PREFIX, tuple(up for _, up in _LEVELS), tuple(shift_byte[0] for shift_byte, _ in _LEVELS))
     write_rows = _native.recon_write
 
 
