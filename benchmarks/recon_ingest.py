@@ -183,7 +183,8 @@ def main() -> int:
                 q = r["round_ratios"]
                 print(
                     f"{label}, {n:,} posts x {args.rounds} rounds: {r['with_posts_per_s']:,.0f}/s with, {r['without_posts_per_s']:,.0f}/s without "
-                    f"({r['ratio']:.3f}x; rounds {q['min']:.3f}-{q['median']:.3f}-{q['max']:.3f}; median batch pair {r['batch_pair_median']:.3f}x); CPU {r['cpu_us_with']:.1f} vs {r['cpu_us_without']:.1f} µs a post; "
+                    f"({r['ratio']:.3f}x; rounds {q['min']:.3f}-{q['median']:.3f}-{q['max']:.3f}; median batch pair {r['batch_pair_median']:.3f}x); "
+                    f"CPU {r['cpu_us_with']:.1f} vs {r['cpu_us_without']:.1f} µs a post; "
                     f"{r['rows']:,} !recon rows, {r['row_bytes']:,} bytes; disk {r['disk_with']:,} vs {r['disk_without']:,} bytes",
                     flush=True,
                 )

@@ -126,7 +126,9 @@ def test_entries_and_groups_match_pure(buf):
     assert native.mono(p.timestamp, h) == pure.mono
     # The range sums' finest buckets: the same from pairs and bare keys, added and taken away, in view order or not.
     entries = views.entries_py(pure)
-    for sign, rows, ordered in ((1, entries, True), (-1, [k for k, _ in entries], False), (1, entries + entries[:1], False), (1, [recon_view.PREFIX, views.chat.PREFIX + b"short"] + entries, True)):
+    damaged = [recon_view.PREFIX, views.chat.PREFIX + b"short"] + entries
+    cases = ((1, entries, True), (-1, [k for k, _ in entries], False), (1, entries + entries[:1], False), (1, damaged, True))
+    for sign, rows, ordered in cases:
         fast, slow = {b"\xff": bytearray(40)}, {b"\xff": bytearray(40)}
         native.recon_add(fast, p.post_type, rows, sign, ordered)
         recon_view.add_py(slow, p.post_type, rows, sign, ordered)
