@@ -32,15 +32,14 @@ from __future__ import annotations
 from cablestore import views
 from cablestore.errors import CableError, DeletedPostError, UnauthorizedDeleteError
 from cablestore.keyspace import facts
-from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel, escape
+from cablestore.keyspace.keys import DELETED, POSTS, REFUSED, canonical_channel
 from cablestore.keyspace.records import Indexed, Tombstone
-from cablestore.store.read.hashes import channel_names
-from cablestore.store.write import enforcing
+from cablestore.store.write import enforcing, known_channels
 from cablestore.store.write.batch import ENFORCE_UNREAD, IndexState
 from cablestore.store.write.resolving import needed, refresh, worth_resolving
 from cablestore.views import recon as recon_view
 from cablestore.views import search as search_view
-from cablestore.wire.codec import CHANNEL_TYPES, DELETE, INFO, Post, decode_post
+from cablestore.wire.codec import DELETE, INFO, Post, decode_post
 
 
 def apply(state: IndexState, buf: bytes, h: bytes, post: Post, listed: tuple[str, ...] = ()) -> bool | CableError:
@@ -157,7 +156,7 @@ def _settle_claims(state: IndexState, h: bytes, post: Post, tombs: list[Tombston
         if tomb.retired:  # its post/delete is deleted: what it waited for is the channels of the deletes of that delete
             if tomb.deleter == post.public_key:
                 if channels is None:
-                    channels = _channels_of_post(state, h, post)
+                    channels = known_channels.of_post(state, h, post)
                 _teach_deletes_of(state, tomb.by, tomb.deleter, channels)
             _end_retired(state, tomb)
             continue
@@ -179,7 +178,7 @@ def _settle_claims(state: IndexState, h: bytes, post: Post, tombs: list[Tombston
         if tomb.knows_target and post.post_type != DELETE:
             continue
         if channels is None:
-            channels = _channels_of_post(state, h, post)
+            channels = known_channels.of_post(state, h, post)
         # Knowledge only grows: a target of the delete may be gone by now.
         known = tuple(sorted(set(channels) | set(tomb.channels)))
         learned = tomb.with_target(post.public_key, post.post_type, post.timestamp, known)
@@ -375,49 +374,6 @@ def _delete_target(state: IndexState, target: bytes, by: bytes, delete: Post) ->
         ip = unindex(state, target, blob, forget_tombstones=False)
         p = ip.post
         keeps = _retire(state, ip.tombstones)  # a deleted post/delete: its tombstones go, but for those still to learn
-        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, _channels_of(state, ip), keeps=keeps)
+        tomb = Tombstone(target, by, delete.public_key, p.public_key, p.post_type, p.timestamp, known_channels.of_indexed(state, ip), keeps=keeps)
     state.put_tombstone(tomb)
     return tomb
-
-
-def _channels_of(state: IndexState, ip: Indexed) -> tuple[str, ...]:
-    if ip.channel is not None:
-        return (ip.channel,)
-    if ip.post.post_type == DELETE:
-        return tuple(sorted({c for t in ip.tombstones for c in t.channels}))
-    if ip.post.post_type == INFO:
-        return _member_channels(state, ip.post.public_key)
-    return ()
-
-
-def _channels_of_post(state: IndexState, h: bytes, post: Post) -> tuple[str, ...]:
-    """The channels a post that is not stored belongs to, as far as the store knows."""
-    if post.post_type in CHANNEL_TYPES:
-        return (canonical_channel(post.channel),)
-    if post.post_type == DELETE:
-        found = set()
-        for target in dict.fromkeys(post.hashes):
-            blob = state.get(POSTS + target)
-            if blob is not None and blob[:32] != post.public_key:
-                continue  # another author's post: the delete is not listed there
-            if blob is not None:
-                stored = decode_post(blob)
-                made = tuple(state.tombstones_by(target, stored.hashes)) if stored.post_type == DELETE else ()
-                found.update(_channels_of(state, Indexed.of(blob, stored, target, made)))
-            else:
-                found.update(c for t in state.tombstones(target) if t.author == post.public_key for c in t.channels)
-        return tuple(sorted(found))
-    if post.post_type == INFO:
-        return _member_channels(state, post.public_key)
-    return ()
-
-
-def _member_channels(state: IndexState, public_key: bytes) -> tuple[str, ...]:
-    # Membership changed earlier in this batch must count: settle this member's
-    # groups of the channel view (:func:`views.channel.member_group`) that the batch touched,
-    # found from the channels of the member's posts the batch indexed or removed.
-    here = state.author_channels.get(public_key, frozenset())
-    state.settle_groups(views.channel.NAME, [views.channel.member_group(escape(c), public_key) for c in here])
-    names = set(channel_names(state.txn.db)) | here  # channels new in this batch count where the member posted
-    member_key = views.channel.member_key
-    return tuple(sorted(n for n in names if views.channel.is_member(state.get(member_key(escape(n), public_key)))))
