@@ -43,6 +43,7 @@ cdef extern from "Python.h":
 DEF HEADER = 96
 DEF HASH = 32
 DEF ACC = 40  # views.recon.ACC_SIZE
+DEF ROW_VALUE = 40  # views.recon.VALUE_SIZE: a !recon row's count (BE64) then its sum (32 bytes LE)
 DEF TEXT = 0
 DEF DELETE = 1
 DEF INFO = 2

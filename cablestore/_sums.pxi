@@ -143,7 +143,7 @@ cdef int _write_row(bytes row, const unsigned char* delta, dict cached, get, dic
     cdef PyObject* found = NULL if cached is None else PyDict_GetItem(cached, row)
     stored = <object>found if found is not NULL else get(row)
     memcpy(work, delta, ACC)
-    if type(stored) is bytes and PyBytes_GET_SIZE(stored) == 40:  # else no row, or a damaged one: empty
+    if type(stored) is bytes and PyBytes_GET_SIZE(stored) == ROW_VALUE:  # else no row, or a damaged one: empty
         k = <const unsigned char*>PyBytes_AS_STRING(stored)
         memcpy(held, k + 8, HASH)
         _put_le64(held + HASH, _be64(k))
@@ -151,7 +151,7 @@ cdef int _write_row(bytes row, const unsigned char* delta, dict cached, get, dic
     if <long long>_le64(work + HASH) <= 0:
         writes[row] = written[row] = None
         return 0
-    cdef bytes value = PyBytes_FromStringAndSize(NULL, 40)
+    cdef bytes value = PyBytes_FromStringAndSize(NULL, ROW_VALUE)
     cdef unsigned char* r = <unsigned char*>PyBytes_AS_STRING(value)
     _put_be64(r, _le64(work + HASH))
     memcpy(r + 8, work, HASH)
